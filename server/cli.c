@@ -1,0 +1,12 @@
+/*
+ * server/cli.c: the table of subcommands. A new subcommand is a line here and
+ * a cmd_<name>.c beside it.
+ */
+#include "cli.h"
+
+#include <stddef.h>
+
+const struct cli_command cli_commands[] = {
+	{"version", "print the version and the compiled CUDA targets", cmd_version},
+	{NULL, NULL, NULL},
+};

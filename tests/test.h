@@ -1,0 +1,60 @@
+/*
+ * tests/test.h: the tiny harness every C test uses.
+ *
+ * A test binary runs its checks, prints one line per failure with file:line,
+ * and returns test_exit(): 0 when all passed, 1 otherwise, 77 (meson: SKIP)
+ * when it called test_skip() because what it needs is absent (no GPU).
+ */
+#ifndef DSV4_TESTS_TEST_H
+#define DSV4_TESTS_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_n_checks;
+static int test_n_failed;
+
+#define T_CHECK(cond)                                                                  \
+	do {                                                                           \
+		test_n_checks++;                                                       \
+		if (!(cond)) {                                                         \
+			test_n_failed++;                                               \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+		}                                                                      \
+	} while (0)
+
+#define T_CHECKF(cond, ...)                                                            \
+	do {                                                                           \
+		test_n_checks++;                                                       \
+		if (!(cond)) {                                                         \
+			test_n_failed++;                                               \
+			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                                  \
+			fputc('\n', stderr);                                           \
+		}                                                                      \
+	} while (0)
+
+/* a and b (doubles) agree within atol + rtol*|b|. */
+#define T_CLOSE(a, b, atol, rtol)                                                      \
+	T_CHECKF(fabs((double)(a) - (double)(b)) <= (atol) + (rtol)*fabs((double)(b)),   \
+		 "%.9g vs %.9g", (double)(a), (double)(b))
+
+#define T_STR_CONTAINS(hay, needle)                                                    \
+	T_CHECKF((hay) && strstr((hay), (needle)), "'%s' does not contain '%s'",         \
+		 (hay) ? (hay) : "(null)", (needle))
+
+static inline int test_exit(void)
+{
+	fprintf(stderr, "%d checks, %d failed\n", test_n_checks, test_n_failed);
+	return test_n_failed ? 1 : (test_n_checks ? 0 : 1);
+}
+
+static inline int test_skip(const char *why)
+{
+	fprintf(stderr, "SKIP: %s\n", why);
+	return 77;
+}
+
+#endif
