@@ -8,5 +8,9 @@
 
 const struct cli_command cli_commands[] = {
 	{"version", "print the version and the compiled CUDA targets", cmd_version},
+	/* ---- checkpoint ---- */
+	/* ---- tokenizer ---- */
+	/* ---- kernels ---- */
+	/* ---- comm ---- */
 	{NULL, NULL, NULL},
 };

@@ -23,6 +23,9 @@ extern const struct cli_command cli_commands[];
 #define CLI_EXIT_USAGE 2
 
 int cmd_version(int argc, char **argv);
-int cmd_inspect(int argc, char **argv);
+/* ---- checkpoint ---- */
+/* ---- tokenizer ---- */
+/* ---- kernels ---- */
+/* ---- comm ---- */
 
 #endif
