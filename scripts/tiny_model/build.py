@@ -14,7 +14,7 @@ import shutil
 from . import model, st_io
 
 GENERATOR = "make_tiny_model"
-VERSION = 1
+VERSION = 2
 STAMP = ".make_tiny_model.stamp"
 N_SHARDS = 3
 
