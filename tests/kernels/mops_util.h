@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static uint64_t mt__state = 88172645463325252ull;
@@ -86,6 +87,76 @@ static inline void *xcalloc(size_t n, size_t sz)
 		exit(2);
 	}
 	return p;
+}
+
+/* ---- Golden files from the numpy references (tests/kernels/ref_mops.py) ----
+ * Text format, one array after another: a line "name count" then count
+ * values separated by whitespace. gf_get() returns the named array (owned by
+ * the struct gf) and its length, or NULL. */
+struct gf {
+	int n;
+	char name[64][32];
+	double *val[64];
+	size_t len[64];
+};
+
+static inline int gf_load(struct gf *g, const char *path)
+{
+	memset(g, 0, sizeof *g);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char nm[32];
+	size_t cnt;
+	while (g->n < 64 && fscanf(f, "%31s %zu", nm, &cnt) == 2) {
+		double *v = xcalloc(cnt + 1, sizeof *v);
+		for (size_t i = 0; i < cnt; i++)
+			if (fscanf(f, "%lf", &v[i]) != 1) {
+				free(v);
+				fclose(f);
+				return -1;
+			}
+		snprintf(g->name[g->n], sizeof g->name[0], "%s", nm);
+		g->val[g->n] = v;
+		g->len[g->n] = cnt;
+		g->n++;
+	}
+	fclose(f);
+	return 0;
+}
+
+static inline const double *gf_get(const struct gf *g, const char *name, size_t *len)
+{
+	for (int i = 0; i < g->n; i++)
+		if (!strcmp(g->name[i], name)) {
+			if (len)
+				*len = g->len[i];
+			return g->val[i];
+		}
+	fprintf(stderr, "golden file: no array '%s'\n", name);
+	return NULL;
+}
+
+static inline void gf_free(struct gf *g)
+{
+	for (int i = 0; i < g->n; i++)
+		free(g->val[i]);
+	g->n = 0;
+}
+
+/* A float copy of a golden array (caller frees). */
+static inline float *gf_floats(const struct gf *g, const char *name, size_t *len)
+{
+	size_t n = 0;
+	const double *v = gf_get(g, name, &n);
+	if (!v)
+		return NULL;
+	float *o = xcalloc(n + 1, sizeof *o);
+	for (size_t i = 0; i < n; i++)
+		o[i] = (float)v[i];
+	if (len)
+		*len = n;
+	return o;
 }
 
 #endif
