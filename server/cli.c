@@ -10,6 +10,7 @@ const struct cli_command cli_commands[] = {
 	{"version", "print the version and the compiled CUDA targets", cmd_version},
 	/* ---- checkpoint ---- */
 	/* ---- tokenizer ---- */
+	{"tokenize", "encode text to token ids, or --decode ids", cmd_tokenize},
 	/* ---- kernels ---- */
 	/* ---- comm ---- */
 	{NULL, NULL, NULL},

@@ -25,6 +25,7 @@ extern const struct cli_command cli_commands[];
 int cmd_version(int argc, char **argv);
 /* ---- checkpoint ---- */
 /* ---- tokenizer ---- */
+int cmd_tokenize(int argc, char **argv);
 /* ---- kernels ---- */
 /* ---- comm ---- */
 
