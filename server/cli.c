@@ -9,6 +9,7 @@
 const struct cli_command cli_commands[] = {
 	{"version", "print the version and the compiled CUDA targets", cmd_version},
 	/* ---- checkpoint ---- */
+	{"inspect", "validate a checkpoint and print its config, layers, tensors, quantization", cmd_inspect},
 	/* ---- tokenizer ---- */
 	{"tokenize", "encode text to token ids, or --decode ids", cmd_tokenize},
 	/* ---- kernels ---- */

@@ -24,6 +24,7 @@ extern const struct cli_command cli_commands[];
 
 int cmd_version(int argc, char **argv);
 /* ---- checkpoint ---- */
+int cmd_inspect(int argc, char **argv);
 /* ---- tokenizer ---- */
 int cmd_tokenize(int argc, char **argv);
 /* ---- kernels ---- */
