@@ -45,6 +45,9 @@ def main(argv=None):
     try:
         for v, path in jobs:
             print(build.build(path, v, a.seed, master), flush=True)
+    except BrokenPipeError:                          # stdout closed early (| head): not an error here
+        sys.stderr.close()
+        return 1
     except (OSError, RuntimeError) as exc:
         print(f"make_tiny_model: {exc}", file=sys.stderr)
         return 1
