@@ -1,0 +1,63 @@
+/*
+ * kernels/indexer/indexer.h: the lightning indexer of the CSA layers
+ * (dsv4.md §2.2 item 3, §3.7).
+ *
+ *   - kern_hadamard_ref: the n-point Walsh-Hadamard transform (Sylvester
+ *     order, the fast_hadamard_transform convention) scaled by n^-0.5, so it
+ *     is orthonormal; n = index_head_dim = 128 (32 on the tiny model).
+ *   - kern_indexer_rotate_quant_ref: Hadamard then the FP4 (e2m1) quant->
+ *     dequant simulation with ue8m0 block-32 scales, applied to the indexer
+ *     queries (after their rope) and to the indexer keys (after the private
+ *     compressor's norm and rope; kernels/compressor does that inline).
+ *   - kern_indexer_topk_ref: scores I(t,w) = weight_scale·Σ_h ω_{t,h}·ReLU(q_{t,h}·k_w)
+ *     over the visible entries w < floor((t+1)/ratio) of the token's own
+ *     sequence, and the top min(top_k, #visible) entry ids in decreasing
+ *     score (ties: lower w first), -1 after them.
+ *
+ * The top-k op works on a flat batch: per-sequence query offsets, start
+ * positions and the row of each sequence's key entry 0 in a key pool; the
+ * output is in entry ids w, which kern_attn_index_ref maps to rows.
+ */
+#ifndef DSV4_KERNELS_INDEXER_INDEXER_H
+#define DSV4_KERNELS_INDEXER_INDEXER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* In place over n_rows rows of n values (n a power of two). ST_INVALID otherwise. */
+enum status kern_hadamard_ref(float *x, int64_t n_rows, int n) DSV4_WUR;
+
+/* In place: Hadamard over each row of dim values, then FP4 qdq with
+ * block-value ue8m0 blocks (fp4_block = 32; 0 skips the quantisation). */
+enum status kern_indexer_rotate_quant_ref(float *x, int64_t n_rows, int dim, int fp4_block) DSV4_WUR;
+
+struct kern_indexer_topk_args {
+	const float *q;           /* [n_tokens, n_heads, head_dim] prepared queries */
+	const float *head_w;      /* [n_tokens, n_heads] ω before weight_scale (x·weights_projᵀ) */
+	float weight_scale;       /* head_dim^-0.5 · n_heads^-0.5 */
+	const float *keys;        /* [n_key_rows, head_dim] prepared indexer keys (pool) */
+	int64_t n_key_rows;
+	int64_t n_tokens;         /* = q_off[n_seqs] */
+	int n_seqs;
+	const int32_t *q_off;     /* [n_seqs + 1] */
+	const int32_t *start_pos; /* [n_seqs] position of each sequence's first token */
+	const int64_t *key_row0;  /* [n_seqs] pool row of each sequence's entry 0 */
+	int ratio;                /* 4 */
+	int n_heads;              /* index_n_heads = 64 */
+	int head_dim;             /* index_head_dim = 128 */
+	int top_k;                /* index_topk = 512 */
+	int32_t *topk;            /* out [n_tokens, top_k] entry ids, -1 padded */
+	float *scores;            /* out [n_tokens, top_k] their scores (-inf padded), or NULL */
+	int32_t *topk_len;        /* out [n_tokens] min(top_k, #visible), or NULL */
+	float *work;              /* optional scratch [work_len] floats: with work_len >= #visible,
+				   * each score is computed once instead of once per output slot */
+	int64_t work_len;
+};
+
+/* CPU reference. ST_INVALID for bad sizes or a visible entry whose row is
+ * outside the pool. Results are identical with and without work. */
+enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a) DSV4_WUR;
+
+#endif

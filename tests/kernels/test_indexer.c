@@ -1,0 +1,211 @@
+/*
+ * tests/kernels/test_indexer.c: the indexer pieces (dsv4.md §2.2 item 3,
+ * §3.7): the Hadamard against the explicit ±1 matrix and its orthonormality,
+ * the FP4 e2m1 quant-dequant against a brute-force nearest-grid search, and
+ * the scores + top-k over a flat batch against a double oracle (visibility,
+ * min(k, #visible), -1 padding, exact ties broken by the lower entry id).
+ */
+#include "kernels/indexer/indexer.h"
+#include "kernels/norm/lowp_sim.h"
+#include "tests/kernels/mops_util.h"
+#include "tests/test.h"
+
+static void test_hadamard(int n, int rows)
+{
+	float *x = xcalloc((size_t)(n * rows), 4), *x0 = xcalloc((size_t)(n * rows), 4);
+	mt_fill(x, (size_t)(n * rows), -3, 3);
+	memcpy(x0, x, sizeof(float) * (size_t)(n * rows));
+	T_CHECK(kern_hadamard_ref(x, rows, n) == ST_OK);
+	int bad = 0;
+	for (int r = 0; r < rows; r++) {
+		double n0 = 0, n1 = 0;
+		for (int i = 0; i < n; i++) {
+			double s = 0;
+			for (int j = 0; j < n; j++)
+				s += (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0 : 1.0) * x0[r * n + j];
+			s /= sqrt((double)n);
+			bad += !(fabs(x[r * n + i] - s) <= 1e-5 * (1 + fabs(s)));
+			n0 += (double)x0[r * n + i] * x0[r * n + i];
+			n1 += (double)x[r * n + i] * x[r * n + i];
+		}
+		bad += !(fabs(n0 - n1) <= 1e-5 * n0); /* norm preserved */
+	}
+	T_CHECKF(bad == 0, "hadamard n %d: %d bad", n, bad);
+	/* H·H = I: the transform is its own inverse */
+	T_CHECK(kern_hadamard_ref(x, rows, n) == ST_OK);
+	double worst = 0;
+	for (int i = 0; i < n * rows; i++)
+		worst = fmax(worst, fabs(x[i] - x0[i]));
+	T_CHECKF(worst < 1e-5, "H·H: %g", worst);
+	free(x);
+	free(x0);
+}
+
+/* Brute force: the e2m1 grid point nearest to v, ties to the even code. */
+static double e2m1_brute(double v)
+{
+	static const double g[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+	double a = fabs(v) > 6 ? 6 : fabs(v);
+	int best = 0;
+	for (int c = 1; c < 8; c++) {
+		double dc = fabs(a - g[c]), db = fabs(a - g[best]);
+		if (dc < db || (dc == db && c % 2 == 0))
+			best = c;
+	}
+	return v < 0 ? -g[best] : g[best];
+}
+
+static void test_fp4(void)
+{
+	enum { N = 32 * 9 };
+	float x[N], x0[N];
+	for (int b = 0; b < 9; b++) {
+		float mag = ldexpf(1.0f, mt_int(-20, 20));
+		for (int i = 0; i < 32; i++)
+			x[b * 32 + i] = mt_unif(-mag, mag);
+	}
+	for (int i = 0; i < 32; i++) /* a block of exact ties and grid points */
+		x[i] = (float)(i % 16) * 0.25f * (i < 16 ? 1 : -1);
+	x[31] = 6.0f;
+	for (int i = 32; i < 64; i++) /* an all-zero block */
+		x[i] = 0;
+	memcpy(x0, x, sizeof x);
+	kern__fp4_qdq(x, N, 32);
+	int bad = 0;
+	for (int b = 0; b < 9; b++) {
+		double amax = 0;
+		for (int i = 0; i < 32; i++)
+			amax = fmax(amax, fabs(x0[b * 32 + i]));
+		amax = fmax(amax, 6 * ldexp(1, -126));
+		double s = 1;
+		while (s < amax / 6) /* smallest power of two >= amax/6 */
+			s *= 2;
+		while (s / 2 >= amax / 6)
+			s /= 2;
+		for (int i = 0; i < 32; i++)
+			bad += x[b * 32 + i] != (float)(e2m1_brute(x0[b * 32 + i] / s) * s);
+	}
+	T_CHECKF(bad == 0, "fp4 qdq: %d bad", bad);
+	/* the tie block with s = 1: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4 */
+	T_CHECK(x[1] == 0 && x[3] == 1 && x[5] == 1 && x[7] == 2 && x[10] == 2 && x[14] == 4);
+	/* rotate+quant = hadamard then qdq */
+	float y[128], z[128];
+	mt_fill(y, 128, -1, 1);
+	memcpy(z, y, sizeof y);
+	T_CHECK(kern_indexer_rotate_quant_ref(y, 1, 128, 32) == ST_OK);
+	T_CHECK(kern_hadamard_ref(z, 1, 128) == ST_OK);
+	kern__fp4_qdq(z, 128, 32);
+	T_CHECK(memcmp(y, z, sizeof y) == 0);
+	T_CHECK(kern_hadamard_ref(z, 1, 96) == ST_INVALID);
+}
+
+static void test_topk(int n_seqs, int H, int d, int k, bool ties)
+{
+	int32_t q_off[9] = {0}, start[8];
+	int64_t row0[8], n_rows = 0;
+	for (int s = 0; s < n_seqs; s++) {
+		int len = mt_int(1, 12);
+		start[s] = mt_int(0, 3) == 0 ? 0 : mt_int(0, 120);
+		q_off[s + 1] = q_off[s] + len;
+		row0[s] = n_rows + mt_int(0, 3);
+		n_rows = row0[s] + (start[s] + len) / 4 + 1;
+	}
+	int64_t T = q_off[n_seqs];
+	float *q = xcalloc((size_t)(T * H * d), 4), *hw = xcalloc((size_t)(T * H), 4);
+	float *keys = xcalloc((size_t)(n_rows * d), 4), *sc = xcalloc((size_t)(T * k), 4);
+	int32_t *tk = xcalloc((size_t)(T * k), 4), *tk2 = xcalloc((size_t)(T * k), 4), *tl = xcalloc((size_t)T, 4);
+	float *work = xcalloc(200, 4);
+	mt_fill(q, (size_t)(T * H * d), -1, 1);
+	mt_fill(hw, (size_t)(T * H), -0.5f, 1);
+	mt_fill(keys, (size_t)(n_rows * d), -1, 1);
+	if (ties) /* pairs of identical keys give exactly equal scores */
+		for (int64_t r = 1; r < n_rows; r += 2)
+			memcpy(keys + r * d, keys + (r - 1) * d, sizeof(float) * (size_t)d);
+	for (int64_t i = 0; i < T * k; i++)
+		tk[i] = -7;
+	struct kern_indexer_topk_args a = {.q = q, .head_w = hw, .weight_scale = 1.0f / sqrtf((float)(d * H)),
+					   .keys = keys, .n_key_rows = n_rows, .n_tokens = T, .n_seqs = n_seqs,
+					   .q_off = q_off, .start_pos = start, .key_row0 = row0, .ratio = 4,
+					   .n_heads = H, .head_dim = d, .top_k = k, .topk = tk, .scores = sc,
+					   .topk_len = tl};
+	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
+	int bad = 0;
+	double *ref = xcalloc(200, 8);
+	for (int s = 0; s < n_seqs; s++)
+		for (int32_t i = q_off[s]; i < q_off[s + 1]; i++) {
+			int64_t t = start[s] + (i - q_off[s]);
+			int nv = (int)((t + 1) / 4), want = nv < k ? nv : k;
+			for (int w = 0; w < nv; w++) {
+				double acc = 0;
+				for (int h = 0; h < H; h++) {
+					double dot = 0;
+					for (int c = 0; c < d; c++)
+						dot += (double)q[(i * H + h) * d + c] * keys[(row0[s] + w) * d + c];
+					acc += hw[i * H + h] * fmax(dot, 0);
+				}
+				ref[w] = acc / sqrt((double)(d * H));
+			}
+			bad += tl[i] != want;
+			bool seen[200] = {false};
+			double min_sel = INFINITY;
+			for (int j = 0; j < k; j++) {
+				int32_t w = tk[i * k + j];
+				if (j >= want) {
+					bad += w != -1 || !(isinf(sc[i * k + j]) && sc[i * k + j] < 0);
+					continue;
+				}
+				if (w < 0 || w >= nv || seen[w]) {
+					bad++;
+					continue;
+				}
+				seen[w] = true;
+				bad += !(fabs(sc[i * k + j] - ref[w]) <= 1e-5 * (1 + fabs(ref[w])));
+				min_sel = fmin(min_sel, ref[w]);
+				if (j > 0) {
+					int32_t pw = tk[i * k + j - 1];
+					bad += sc[i * k + j] > sc[i * k + j - 1]; /* descending */
+					if (sc[i * k + j] == sc[i * k + j - 1])
+						bad += w < pw; /* ties: lower id first */
+				}
+			}
+			for (int w = 0; w < nv; w++) /* nothing unselected beats a selected one */
+				if (!seen[w])
+					bad += ref[w] > min_sel + 1e-5 * (1 + fabs(min_sel));
+		}
+	T_CHECKF(bad == 0, "topk seqs %d H %d d %d k %d ties %d: %d bad", n_seqs, H, d, k, ties, bad);
+	/* with the score cache: identical output */
+	a.topk = tk2;
+	a.work = work;
+	a.work_len = 200;
+	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
+	T_CHECK(memcmp(tk, tk2, sizeof(int32_t) * (size_t)(T * k)) == 0);
+	/* a pool too small for the visible entries is refused */
+	a.n_key_rows = row0[n_seqs - 1];
+	bool any = (start[n_seqs - 1] + (q_off[n_seqs] - q_off[n_seqs - 1])) / 4 > 0;
+	if (any)
+		T_CHECK(kern_indexer_topk_ref(&a) == ST_INVALID);
+	free(q);
+	free(hw);
+	free(keys);
+	free(sc);
+	free(tk);
+	free(tk2);
+	free(tl);
+	free(work);
+	free(ref);
+}
+
+int main(void)
+{
+	mt_seed_from_env("test_indexer");
+	test_hadamard(128, 5);
+	test_hadamard(32, 3);
+	test_hadamard(1, 2);
+	test_fp4();
+	for (int rep = 0; rep < 3; rep++) {
+		test_topk(mt_int(1, 8), 4, 32, 16, false);
+		test_topk(mt_int(1, 8), 4, 32, 5, true);
+		test_topk(mt_int(1, 4), 8, 128, 3, false);
+	}
+	return test_exit();
+}
