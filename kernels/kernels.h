@@ -1,0 +1,22 @@
+/*
+ * kernels/kernels.h: the kernels module's umbrella header. Including it gives
+ * the device description, the number formats, the registry, and every op's
+ * args struct, reference and variant table.
+ *
+ * Ops of the kernels-model-ops component add their headers in their block.
+ */
+#ifndef DSV4_KERNELS_KERNELS_H
+#define DSV4_KERNELS_KERNELS_H
+
+#include "kernels/device/device.h"
+#include "kernels/quant/quant.h"
+#include "kernels/quant/wmat.h"
+#include "kernels/registry/registry.h"
+
+/* ---- kernels-linear ---- */
+#include "kernels/linear/linear.h"
+#include "kernels/moe_gemm/moe_gemm.h"
+
+/* ---- kernels-model-ops ---- */
+
+#endif

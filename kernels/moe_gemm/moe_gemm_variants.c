@@ -1,0 +1,193 @@
+/*
+ * kernels/moe_gemm/moe_gemm_variants.c: the registry table of op
+ * "moe_gemm", its guards and its self-check.
+ *
+ * Variants (priority order, highest first):
+ *   moe_gemm_cuda_generic  cc >= 8.0, sm_80 image; MXFP4 or NVFP4 experts
+ *                          read as stored (W4A16-style: e2m1 decoded in shared
+ *                          memory, f32 FMA). The floor on every GPU.
+ *   moe_gemm_cpu_ref       the reference; every weight format.
+ */
+#include "kernels/moe_gemm/moe_gemm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dsv4_config.h"
+
+/* ---- guards ---- */
+
+static bool moe_shape_ok(const struct kern_problem *p, char *why, size_t n)
+{
+	const struct kern_moe_gemm_shape *s = p->shape;
+	if (!s) {
+		snprintf(why, n, "no shape given");
+		return false;
+	}
+	if (s->in <= 0 || s->out <= 0 || s->n_experts <= 0) {
+		snprintf(why, n, "empty problem: %lld experts of [%lld, %lld]", (long long)s->n_experts,
+			 (long long)s->out, (long long)s->in);
+		return false;
+	}
+	int bc = kern_wfmt_block_cols(p->wfmt);
+	if ((p->wfmt == KERN_WFMT_MXFP4 || p->wfmt == KERN_WFMT_NVFP4) && s->in % bc) {
+		snprintf(why, n, "in %lld not a multiple of %s's block %d", (long long)s->in, kern_wfmt_name(p->wfmt),
+			 bc);
+		return false;
+	}
+	if (s->act_quant_block != 0 && s->act_quant_block != 128) {
+		snprintf(why, n, "act_quant_block %d (0 or 128)", s->act_quant_block);
+		return false;
+	}
+	return true;
+}
+
+static bool moe_cpu_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	(void)dev;
+	return moe_shape_ok(p, why, n);
+}
+
+static bool moe_cuda_generic_supports(const struct kern_problem *p, const struct kern_device *dev, char *why,
+				      size_t n)
+{
+	(void)dev;
+	if (!moe_shape_ok(p, why, n))
+		return false;
+	const struct kern_moe_gemm_shape *s = p->shape;
+	if (s->in % 64) {
+		snprintf(why, n, "in %lld not a multiple of 64", (long long)s->in);
+		return false;
+	}
+	if (s->max_rows > INT32_MAX / 2) {
+		snprintf(why, n, "max_rows %lld too large", (long long)s->max_rows);
+		return false;
+	}
+	return true;
+}
+
+/* ---- self-check ---- */
+
+static int64_t shrink_dim(int64_t n, int64_t mult)
+{
+	if (n <= 512)
+		return n;
+	int64_t r = 256 + n % 128;
+	return (r + mult - 1) / mult * mult;
+}
+
+static enum status moe_selfcheck(const struct kern_op *op, const struct kern_variant *v,
+				 const struct kern_problem *p, const struct kern_device *dev, struct err *e)
+{
+	(void)op;
+	const struct kern_moe_gemm_shape *s = p->shape;
+	if (!v->run_host || !s)
+		return ST_OK;
+	struct kern_moe_gemm_shape small = *s;
+	int64_t mult = kern_wfmt_block_cols(p->wfmt) > 0 ? kern_wfmt_block_cols(p->wfmt) : 1;
+	small.in = shrink_dim(s->in, mult < 64 ? 64 : mult);
+	small.out = shrink_dim(s->out, 1);
+	small.n_experts = s->n_experts < 4 ? s->n_experts : 4;
+	small.max_rows = 9;
+	struct kern_problem sp = *p;
+	sp.shape = &small;
+	char why[KERN_REASON_BYTES];
+	if (!kern_variant_accepts(v, &sp, dev, NULL, why, sizeof why))
+		return ST_OK;
+
+	uint64_t rng = 0xfeedull ^ (uint64_t)small.in * 977 ^ (uint64_t)small.out;
+	int64_t E = small.n_experts, R = small.max_rows, X = 4, in = small.in, out = small.out;
+	struct kern_wmat w[4] = {0}, wp[4] = {0};
+	int32_t off[5], src[9];
+	enum status st = ST_OK;
+	for (int64_t x = 0; x < E && !st; x++) {
+		st = kern_wmat_make_random(&w[x], p->wfmt, out, in, &rng, e);
+		if (!st)
+			st = kern_prepare_weight(v, &w[x], &wp[x], e);
+	}
+	float *xb = st ? NULL : malloc((size_t)(X * in + 2 * R * out) * sizeof(float));
+	if (!st && !xb)
+		st = err_set(e, ST_NOMEM, "moe_gemm self-check buffers");
+	if (!st) {
+		float *y_ref = xb + X * in, *y_got = y_ref + R * out;
+		for (int64_t i = 0; i < X * in; i++)
+			kern_store_f32(xb, small.x_dtype, i, kern_rand_f32(&rng));
+		/* Rows spread over the experts, the last expert possibly empty. */
+		off[0] = 0;
+		for (int64_t x = 0; x < E; x++)
+			off[x + 1] = x + 1 == E ? (int32_t)R : (int32_t)((R * (x + 1)) / (E + 1));
+		for (int64_t r = 0; r < R; r++)
+			src[r] = (int32_t)(kern_rand_u64(&rng) % (uint64_t)X);
+		struct kern_moe_gemm_args a = {.n_rows = R, .n_experts = E, .expert_offsets = off, .row_src = src,
+					       .n_x_rows = X, .x = xb, .x_dtype = small.x_dtype, .y = y_ref,
+					       .y_dtype = KERN_DT_F32, .w = w, .act_quant_block = small.act_quant_block};
+		st = kern_moe_gemm_ref(&a);
+		if (st) {
+			err_set(e, st, "reference failed: %s", status_str(st));
+		} else {
+			for (int64_t i = 0; i < R * out; i++)
+				y_got[i] = NAN;
+			a.w = wp;
+			a.y = y_got;
+			a.y_dtype = small.y_dtype;
+			st = ((kern_moe_gemm_fn)v->run_host)(&a);
+			if (st)
+				err_set(e, st, "%s: run failed: %s", v->name, status_str(st));
+		}
+		if (!st) {
+			if (small.y_dtype == KERN_DT_BF16)
+				for (int64_t i = R * out - 1; i >= 0; i--)
+					y_got[i] = kern_load_f32(y_got, KERN_DT_BF16, i);
+			double rtol = small.y_dtype == KERN_DT_BF16 ? 1e-2 : 2e-3;
+			if (!kern_compare_f32(y_ref, y_got, (size_t)(R * out), 1e-6, rtol, why, sizeof why))
+				st = err_set(e, ST_INVALID, "%s vs reference (%s, %lld experts, [%lld, %lld]): %s", v->name,
+					     kern_wfmt_name(p->wfmt), (long long)E, (long long)out, (long long)in, why);
+		}
+	}
+	free(xb);
+	for (int64_t x = 0; x < E; x++) {
+		kern_wmat_release(&wp[x]);
+		kern_wmat_release(&w[x]);
+	}
+	return st;
+}
+
+/* ---- the table ---- */
+
+static const struct kern_variant moe_gemm_variants[] = {
+	{
+		.name = "moe_gemm_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4) |
+			       KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128) |
+			       KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
+		.priority = 0,
+		.supports = moe_cpu_supports,
+		.run = KERN_FN(kern_moe_gemm_ref),
+		.run_host = KERN_FN(kern_moe_gemm_ref),
+		.desc = "CPU reference: per-expert row decode, f32 accumulation",
+	},
+	{
+		.name = "moe_gemm_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.priority = 10,
+		.supports = moe_cuda_generic_supports,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_moe_gemm_cuda_generic),
+		.run_host = KERN_FN(kern_moe_gemm_cuda_generic_host),
+#endif
+		.desc = "portable CUDA FP4 (MXFP4/NVFP4) grouped expert GEMM (f32 FMA)",
+	},
+};
+
+const struct kern_op kern_op_moe_gemm = {
+	.name = "moe_gemm",
+	.variants = moe_gemm_variants,
+	.n_variants = (int)(sizeof moe_gemm_variants / sizeof moe_gemm_variants[0]),
+	.selfcheck = moe_selfcheck,
+};

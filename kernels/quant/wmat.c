@@ -1,0 +1,231 @@
+/*
+ * kernels/quant/wmat.c: weight-matrix format descriptions, the per-row
+ * decode used by the CPU reference ops, and the E8M0 -> f32 scale widening
+ * that prepare() steps use for kernels taking fp32 block scales.
+ */
+#include "kernels/quant/wmat.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant/quant.h"
+
+const char *kern_wfmt_name(enum kern_wfmt f)
+{
+	switch (f) {
+	case KERN_WFMT_NONE: return "none";
+	case KERN_WFMT_F32: return "f32";
+	case KERN_WFMT_BF16: return "bf16";
+	case KERN_WFMT_FP8_E8M0_B128: return "fp8_e8m0_b128";
+	case KERN_WFMT_FP8_F32_B128: return "fp8_f32_b128";
+	case KERN_WFMT_MXFP4: return "mxfp4";
+	case KERN_WFMT_NVFP4: return "nvfp4";
+	default: return "unknown";
+	}
+}
+
+int kern_wfmt_block_rows(enum kern_wfmt f)
+{
+	switch (f) {
+	case KERN_WFMT_FP8_E8M0_B128:
+	case KERN_WFMT_FP8_F32_B128: return 128;
+	case KERN_WFMT_MXFP4:
+	case KERN_WFMT_NVFP4: return 1;
+	default: return 0;
+	}
+}
+
+int kern_wfmt_block_cols(enum kern_wfmt f)
+{
+	switch (f) {
+	case KERN_WFMT_FP8_E8M0_B128:
+	case KERN_WFMT_FP8_F32_B128: return 128;
+	case KERN_WFMT_MXFP4: return 32;
+	case KERN_WFMT_NVFP4: return 16;
+	default: return 0;
+	}
+}
+
+size_t kern_wmat_data_bytes(const struct kern_wmat *m)
+{
+	size_t n = (size_t)m->rows * (size_t)m->cols;
+	switch (m->fmt) {
+	case KERN_WFMT_F32: return n * 4;
+	case KERN_WFMT_BF16: return n * 2;
+	case KERN_WFMT_FP8_E8M0_B128:
+	case KERN_WFMT_FP8_F32_B128: return n;
+	case KERN_WFMT_MXFP4:
+	case KERN_WFMT_NVFP4: return n / 2;
+	default: return 0;
+	}
+}
+
+size_t kern_wmat_scale_bytes(const struct kern_wmat *m)
+{
+	int br = kern_wfmt_block_rows(m->fmt), bc = kern_wfmt_block_cols(m->fmt);
+	if (!br)
+		return 0;
+	size_t n = (size_t)((m->rows + br - 1) / br) * (size_t)((m->cols + bc - 1) / bc);
+	return m->fmt == KERN_WFMT_FP8_F32_B128 ? n * 4 : n;
+}
+
+enum status kern_wmat_validate(const struct kern_wmat *m, const char *what, struct err *e)
+{
+	if (m->fmt <= KERN_WFMT_NONE || m->fmt >= KERN_WFMT_COUNT)
+		return err_set(e, ST_INVALID, "%s: unknown weight format %d", what, (int)m->fmt);
+	if (m->rows <= 0 || m->cols <= 0)
+		return err_set(e, ST_INVALID, "%s: shape [%lld, %lld] is empty", what, (long long)m->rows,
+			       (long long)m->cols);
+	int bc = kern_wfmt_block_cols(m->fmt);
+	if ((m->fmt == KERN_WFMT_MXFP4 || m->fmt == KERN_WFMT_NVFP4) && m->cols % bc)
+		return err_set(e, ST_INVALID, "%s: %s needs in (%lld) to be a multiple of %d", what,
+			       kern_wfmt_name(m->fmt), (long long)m->cols, bc);
+	if (!m->data || (kern_wfmt_block_rows(m->fmt) && !m->scale))
+		return err_set(e, ST_INVALID, "%s: %s data or scale pointer missing", what,
+			       kern_wfmt_name(m->fmt));
+	return ST_OK;
+}
+
+void kern_wmat_decode_row(const struct kern_wmat *m, int64_t r, float *out)
+{
+	int64_t cols = m->cols;
+	switch (m->fmt) {
+	case KERN_WFMT_F32:
+		memcpy(out, (const float *)m->data + r * cols, (size_t)cols * sizeof(float));
+		return;
+	case KERN_WFMT_BF16: {
+		const uint16_t *d = (const uint16_t *)m->data + r * cols;
+		for (int64_t c = 0; c < cols; c++)
+			out[c] = kern_bf16_to_f32(d[c]);
+		return;
+	}
+	case KERN_WFMT_FP8_E8M0_B128:
+	case KERN_WFMT_FP8_F32_B128: {
+		const uint8_t *d = (const uint8_t *)m->data + r * cols;
+		int64_t nbc = (cols + 127) / 128;
+		int64_t srow = (r / 128) * nbc;
+		for (int64_t b = 0; b < nbc; b++) {
+			float s = m->fmt == KERN_WFMT_FP8_F32_B128 ? ((const float *)m->scale)[srow + b]
+								   : kern_e8m0_to_f32(((const uint8_t *)m->scale)[srow + b]);
+			int64_t c1 = (b + 1) * 128 < cols ? (b + 1) * 128 : cols;
+			for (int64_t c = b * 128; c < c1; c++)
+				out[c] = kern_e4m3_to_f32(d[c]) * s;
+		}
+		return;
+	}
+	case KERN_WFMT_MXFP4:
+	case KERN_WFMT_NVFP4: {
+		const uint8_t *d = (const uint8_t *)m->data + r * (cols / 2);
+		int bc = kern_wfmt_block_cols(m->fmt);
+		const uint8_t *sr = (const uint8_t *)m->scale + r * (cols / bc);
+		for (int64_t b = 0; b < cols / bc; b++) {
+			float s = m->fmt == KERN_WFMT_MXFP4 ? kern_e8m0_to_f32(sr[b])
+							    : kern_e4m3_to_f32(sr[b]) * m->global_scale;
+			for (int64_t c = b * bc; c < (b + 1) * bc; c++)
+				out[c] = kern_e2m1_to_f32(kern_e2m1_code_at(d, c)) * s;
+		}
+		return;
+	}
+	default:
+		for (int64_t c = 0; c < cols; c++)
+			out[c] = 0.0f;
+	}
+}
+
+enum status kern_wmat_widen_e8m0(const struct kern_wmat *in, struct kern_wmat *out, struct err *e)
+{
+	if (in->fmt != KERN_WFMT_FP8_E8M0_B128)
+		return err_set(e, ST_INVALID, "widen e8m0: weight is %s, not fp8_e8m0_b128", kern_wfmt_name(in->fmt));
+	size_t n = kern_wmat_scale_bytes(in);
+	float *s = malloc(n * sizeof(float) + 1);
+	if (!s)
+		return err_set(e, ST_NOMEM, "widen e8m0: %zu scales", n);
+	const uint8_t *src = in->scale;
+	for (size_t i = 0; i < n; i++)
+		s[i] = kern_e8m0_to_f32(src[i]);
+	*out = *in;
+	out->fmt = KERN_WFMT_FP8_F32_B128;
+	out->scale = s;
+	out->owned = s;
+	return ST_OK;
+}
+
+uint64_t kern_rand_u64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+float kern_rand_f32(uint64_t *state)
+{
+	return (float)((int64_t)(kern_rand_u64(state) >> 40) - (1 << 23)) * 0x1p-23f;
+}
+
+enum status kern_wmat_make_random(struct kern_wmat *m, enum kern_wfmt fmt, int64_t rows, int64_t cols,
+				  uint64_t *rng, struct err *e)
+{
+	memset(m, 0, sizeof *m);
+	m->fmt = fmt;
+	m->rows = rows;
+	m->cols = cols;
+	m->global_scale = 1.0f;
+	size_t nd = kern_wmat_data_bytes(m), ns = kern_wmat_scale_bytes(m);
+	size_t off_s = (nd + 15) & ~(size_t)15;
+	uint8_t *buf = malloc(off_s + ns + 16);
+	if (!buf)
+		return err_set(e, ST_NOMEM, "random %s [%lld, %lld]", kern_wfmt_name(fmt), (long long)rows,
+			       (long long)cols);
+	m->owned = buf;
+	m->data = buf;
+	m->scale = ns ? buf + off_s : NULL;
+	size_t n = (size_t)rows * (size_t)cols;
+	switch (fmt) {
+	case KERN_WFMT_F32:
+		for (size_t i = 0; i < n; i++)
+			((float *)buf)[i] = kern_rand_f32(rng);
+		break;
+	case KERN_WFMT_BF16:
+		for (size_t i = 0; i < n; i++)
+			((uint16_t *)buf)[i] = kern_f32_to_bf16(kern_rand_f32(rng));
+		break;
+	case KERN_WFMT_FP8_E8M0_B128:
+	case KERN_WFMT_FP8_F32_B128:
+		for (size_t i = 0; i < n; i++) {
+			uint8_t c = (uint8_t)kern_rand_u64(rng);
+			buf[i] = (c & 0x7F) == 0x7F ? (uint8_t)(c & 0xFE) : c; /* no NaN codes */
+		}
+		break;
+	case KERN_WFMT_MXFP4:
+	case KERN_WFMT_NVFP4:
+		for (size_t i = 0; i < nd; i++)
+			buf[i] = (uint8_t)kern_rand_u64(rng);
+		break;
+	default:
+		kern_wmat_release(m);
+		return err_set(e, ST_INVALID, "random weight: format %d", (int)fmt);
+	}
+	uint8_t *s8 = buf + off_s;
+	for (size_t i = 0; i < ns; i++) {
+		uint64_t r = kern_rand_u64(rng);
+		if (fmt == KERN_WFMT_FP8_E8M0_B128 || fmt == KERN_WFMT_MXFP4)
+			s8[i] = (uint8_t)(127 - 12 + (int)(r % 10)); /* 2^-12 .. 2^-3 */
+		else if (fmt == KERN_WFMT_NVFP4)
+			s8[i] = (uint8_t)(0x20 + (int)(r % 0x40)); /* e4m3 2^-3 .. ~2^4, positive */
+		else if (fmt == KERN_WFMT_FP8_F32_B128 && i % 4 == 0)
+			((float *)s8)[i / 4] = ldexpf(1.0f + (float)(r % 1000) / 1000.0f, -12 + (int)(r >> 40) % 9);
+	}
+	if (fmt == KERN_WFMT_NVFP4)
+		m->global_scale = 0.01f + (float)(kern_rand_u64(rng) % 1000) / 1000.0f;
+	return ST_OK;
+}
+
+void kern_wmat_release(struct kern_wmat *m)
+{
+	if (!m)
+		return;
+	free(m->owned);
+	memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,43 @@
+/*
+ * kernels/registry/op_list.c: the list of every op table in the binary, for
+ * `dsv4 kernels --list`, for checking --disable-kernel names, and for tests
+ * that sweep all variants. Selection itself does not need this list (callers
+ * pass the op table they want), so an op missing here still works; it just
+ * is not listed.
+ *
+ * Adding an op: define `const struct kern_op kern_op_<op>` in
+ * kernels/<op>/<op>_variants.c (or next to its _ref), declare it `extern` in
+ * kernels/<op>/<op>.h, and add one `&kern_op_<op>,` line in the block of
+ * your component below (with the #include of your header).
+ */
+#include <string.h>
+
+#include "kernels/registry/registry.h"
+
+/* ---- kernels-linear ---- */
+#include "kernels/linear/linear.h"
+#include "kernels/moe_gemm/moe_gemm.h"
+/* ---- kernels-model-ops (includes) ---- */
+/* ---- end includes ---- */
+
+static const struct kern_op *const all_ops[] = {
+	/* ---- kernels-linear ---- */
+	&kern_op_linear,
+	&kern_op_moe_gemm,
+	/* ---- kernels-model-ops (one line per op) ---- */
+	/* ---- end ---- */
+};
+
+const struct kern_op *const *kern_registry_ops(int *n_ops)
+{
+	*n_ops = (int)(sizeof all_ops / sizeof all_ops[0]);
+	return all_ops;
+}
+
+const struct kern_op *kern_registry_find_op(const char *name)
+{
+	for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
+		if (!strcmp(all_ops[i]->name, name))
+			return all_ops[i];
+	return NULL;
+}
