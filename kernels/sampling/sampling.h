@@ -1,0 +1,110 @@
+/*
+ * kernels/sampling/sampling.h: per-sequence token sampling, the op that turns
+ * one row of logits into one token id (plus requested logprobs).
+ *
+ * Sampling is an executor op (design.md "The executor"): the scheduler sends
+ * these parameters with the step plan, logits never leave the device, and only
+ * the sampled id and the requested logprobs come back. This header fixes the
+ * semantics every variant must implement; sampling_ref.c is the CPU reference.
+ *
+ * Order of operations (each stage is skipped when its parameter is neutral):
+ *   0. logprobs:  log_softmax of the RAW logits (before bias, penalties and
+ *                 temperature; vLLM's default "raw_logprobs" mode). The chosen
+ *                 token's logprob and the top_logprobs come from this.
+ *   1. logit_bias: logit[id] += bias.
+ *   2. repetition_penalty r (tokens seen in prompt or output): logit > 0 ?
+ *                 logit / r : logit * r.
+ *   3. frequency / presence penalties (tokens seen in the output only):
+ *                 logit -= frequency * count + presence * (count > 0).
+ *   4. temperature == 0: exact argmax of the logits after 1-3 (lowest id on
+ *                 ties); stages 5-8 are skipped.
+ *   5. logit /= temperature; p = softmax.
+ *   6. min_p:     drop tokens with p < min_p * max(p).
+ *   7. top_k:     keep the k most probable (ties: lower id first).
+ *   8. top_p:     keep the smallest most-probable prefix whose mass >= top_p
+ *                 (of the mass left after 6-7); at least one token survives.
+ *   9. draw u = kern_sample_uniform(seed, counter) in [0,1) and pick the first
+ *      token (in descending probability, lower id on ties) whose cumulative
+ *      renormalised probability exceeds u.
+ *
+ * Determinism: the random number is a pure function of (seed, counter), where
+ * the counter is the index of the token being sampled in that sequence's
+ * output. Results therefore do not depend on batch composition, step
+ * boundaries or preemption. Every variant must use kern_sample_uniform().
+ */
+#ifndef DSV4_KERNELS_SAMPLING_H
+#define DSV4_KERNELS_SAMPLING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* OpenAI caps top_logprobs at 20. */
+#define KERN_SAMPLE_MAX_TOP_LOGPROBS 20
+
+struct kern_logit_bias {
+	int32_t token_id;
+	float bias; /* added to the logit; OpenAI allows [-100, 100] */
+};
+
+struct kern_sampling_params {
+	float temperature;        /* 0 = greedy (exact argmax); > 0 otherwise */
+	float top_p;              /* (0, 1]; 1 = off */
+	int32_t top_k;            /* <= 0 = off */
+	float min_p;              /* [0, 1]; 0 = off */
+	float presence_penalty;   /* [-2, 2]; 0 = off */
+	float frequency_penalty;  /* [-2, 2]; 0 = off */
+	float repetition_penalty; /* > 0; 1 = off */
+	uint64_t seed;            /* always set: the scheduler draws one when the request has none */
+	const struct kern_logit_bias *logit_bias; /* n_logit_bias entries, may be NULL */
+	uint32_t n_logit_bias;
+	bool logprobs;            /* return the chosen token's logprob */
+	uint32_t top_logprobs;    /* 0..KERN_SAMPLE_MAX_TOP_LOGPROBS; implies logprobs */
+};
+
+/* The token history the penalties look at (host arrays, borrowed). */
+struct kern_sample_history {
+	const int32_t *prompt_ids;
+	size_t n_prompt;
+	const int32_t *output_ids;
+	size_t n_output;
+};
+
+struct kern_sample_out {
+	int32_t token_id;
+	float logprob;      /* raw logprob of token_id (0 when not requested) */
+	uint32_t n_top;     /* number of valid top entries */
+	int32_t top_ids[KERN_SAMPLE_MAX_TOP_LOGPROBS];      /* descending logprob, lower id on ties */
+	float top_logprobs[KERN_SAMPLE_MAX_TOP_LOGPROBS];
+};
+
+/* Uniform double in [0, 1) from (seed, counter): a counter-based generator
+ * (two splitmix64 finalisation rounds over seed and counter), so any device
+ * computes the same value without carrying RNG state between steps. */
+static inline double kern_sample_uniform(uint64_t seed, uint64_t counter)
+{
+	uint64_t x = seed ^ (counter * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
+	for (int r = 0; r < 2; r++) {
+		x += 0x9E3779B97F4A7C15ull;
+		x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+		x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+		x ^= x >> 31;
+	}
+	return (double)(x >> 11) * 0x1.0p-53;
+}
+
+/* Bytes of scratch kern_sample_ref() needs for a vocabulary of vocab entries. */
+size_t kern_sample_workspace_bytes(uint32_t vocab);
+
+/* Sample one token from logits[vocab] (fp32, host). work: at least
+ * kern_sample_workspace_bytes(vocab) bytes, 8-byte aligned, caller-owned.
+ * counter: index of this token in the sequence's output (0 for the first).
+ * Returns ST_INVALID for bad parameters (vocab 0, temperature < 0, top_p out
+ * of (0,1], a bias or history id outside the vocabulary), ST_OK otherwise. */
+enum status kern_sample_ref(const float *logits, uint32_t vocab, const struct kern_sampling_params *p,
+			    const struct kern_sample_history *h, uint64_t counter, void *work,
+			    struct kern_sample_out *out) DSV4_WUR;
+
+#endif

@@ -1,0 +1,451 @@
+/*
+ * scheduler/plan.c: one step: plan (decodes, running prefills, admissions),
+ * run it on the executor, then process the samples (stop checks, events,
+ * prefix-cache publication, forks of n > 1 parents).
+ *
+ * Planning order (serving.md 3.3): every running decode first, each taking a
+ * new block when it crosses a block boundary and preempting the newest
+ * running sequence when none is free; then running prefills in admission
+ * order; then waiting sequences in queue order, each admitted only when the
+ * blocks for all its known tokens (minus prefix-cache hits) are free. Any
+ * prefill is chunked to what is left of max_num_batched_tokens.
+ */
+#include "sched_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+static inline uint32_t blocks_for(const struct sched *s, uint32_t tokens)
+{
+	return (tokens + s->B - 1) / s->B;
+}
+
+static bool seq_push_block(struct sched__seq *q, uint32_t id)
+{
+	if (q->n_blocks == q->cap_blocks) {
+		uint32_t c = q->cap_blocks ? q->cap_blocks * 2 : 8;
+		uint32_t *b = realloc(q->blocks, (size_t)c * sizeof(*b));
+		if (!b)
+			return false;
+		q->blocks = b;
+		q->cap_blocks = c;
+	}
+	q->blocks[q->n_blocks++] = id;
+	return true;
+}
+
+/* Hash of full block k of q, computing the chain up to it on demand. */
+static bool seq_hash_upto(struct sched *s, struct sched__seq *q, uint32_t n_full)
+{
+	if (!sched__seq_reserve_hashes(q, n_full))
+		return false;
+	for (uint32_t k = q->n_hashes; k < n_full; k++) {
+		struct sched_block_hash parent = k ? q->hashes[k - 1] : sched_block_hash_root(q->req->salt);
+		q->hashes[k] = sched_block_hash_next(parent, q->tokens + (size_t)k * s->B, s->B);
+	}
+	if (n_full > q->n_hashes)
+		q->n_hashes = n_full;
+	return true;
+}
+
+/* Recompute preemption: q gives back all its blocks and waits again. */
+void sched__preempt(struct sched *s, struct sched__seq *q)
+{
+	sched__running_remove(s, q);
+	sched__release_blocks(s, q);
+	q->n_computed = 0;
+	s->st.n_preemptions++;
+	q->req->timing.n_preemptions++;
+	log_msg(LOG_DEBUG, "sched", "request %" PRIu64 " choice %d preempted at %u tokens", q->req->id,
+		q->choice == SCHED__PARENT ? -1 : (int)q->choice, q->n_tokens);
+	if (!sched__waiting_insert(s, q))
+		sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, time_mono_s());
+}
+
+/* ---- Admission ---- */
+
+/* Admit the waiting head q if its blocks fit; false leaves everything unchanged. */
+static bool admit(struct sched *s, struct sched__seq *q, double now)
+{
+	struct sched__req *r = q->req;
+	uint32_t n_hit = 0, n_hit_free = 0;
+	if (!s->opt.disable_prefix_caching) {
+		/* At least one token is recomputed so that the last one yields logits;
+		 * a parent samples nothing and may be served entirely from cache. */
+		uint32_t max_hit = q->choice == SCHED__PARENT ? q->n_target / s->B : (q->n_target - 1) / s->B;
+		if (!seq_hash_upto(s, q, max_hit))
+			return false;
+		while (n_hit < max_hit) {
+			uint32_t id = sched_blocks_lookup(&s->bm, q->hashes[n_hit]);
+			if (id == SCHED_BLOCK_NONE)
+				break;
+			n_hit_free += s->bm.b[id].in_free;
+			n_hit++;
+		}
+	}
+	uint32_t need = blocks_for(s, q->n_target) - n_hit;
+	if (sched_blocks_n_free(&s->bm) - n_hit_free < need)
+		return false;
+	for (uint32_t k = 0; k < n_hit; k++) {
+		uint32_t id = sched_blocks_lookup(&s->bm, q->hashes[k]);
+		sched_blocks_ref(&s->bm, id);
+		if (!seq_push_block(q, id)) {
+			sched_blocks_release(&s->bm, id);
+			sched__release_blocks(s, q);
+			return false;
+		}
+	}
+	for (uint32_t k = 0; k < need; k++) {
+		uint32_t id = sched_blocks_alloc(&s->bm);
+		CHECK(id != SCHED_BLOCK_NONE);
+		if (!seq_push_block(q, id)) {
+			sched_blocks_release(&s->bm, id);
+			sched__release_blocks(s, q);
+			return false;
+		}
+	}
+	q->n_computed = n_hit * s->B;
+	if (!s->opt.disable_prefix_caching) {
+		s->st.prefix_cache_queries_tokens += q->n_target;
+		s->st.prefix_cache_hits_tokens += (uint64_t)n_hit * s->B;
+	}
+	if (!r->looked_up) {
+		r->looked_up = true;
+		r->n_cached_tokens = q->n_computed < r->n_prompt ? q->n_computed : r->n_prompt;
+	}
+	if (r->timing.first_scheduled_s == 0.0)
+		r->timing.first_scheduled_s = now;
+	memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof(*s->waiting));
+	s->n_waiting--;
+	if (!sched__running_append(s, q)) {
+		sched__release_blocks(s, q);
+		q->n_computed = 0;
+		sched__waiting_insert(s, q);
+		return false;
+	}
+	return true;
+}
+
+/* The parent of an n > 1 request has computed the shared full blocks: create
+ * the children on top of them. A child that does not fit now (sequence limit
+ * or blocks) waits without blocks and later finds the prefix in the cache
+ * (or recomputes it when caching is off). */
+static void fork_parent(struct sched *s, struct sched__seq *parent, double now)
+{
+	struct sched__req *r = parent->req;
+	for (uint32_t i = 0; i < r->n; i++) {
+		if (r->finished[i] || r->seqs[i])
+			continue;
+		struct sched__seq *c = sched__seq_new(s, r, i, r->n_prompt);
+		if (!c || !sched__seq_reserve_hashes(c, parent->n_hashes)) {
+			sched__seq_free(c);
+			continue; /* leaves the choice unfinished; the request aborts below */
+		}
+		memcpy(c->hashes, parent->hashes, (size_t)parent->n_hashes * sizeof(*c->hashes));
+		c->n_hashes = parent->n_hashes;
+		r->seqs[i] = c;
+		uint32_t extra = blocks_for(s, c->n_target) - parent->n_blocks;
+		bool fits = s->n_running < s->opt.max_num_seqs && sched_blocks_n_free(&s->bm) >= extra;
+		bool ok = fits;
+		for (uint32_t k = 0; ok && k < parent->n_blocks; k++) {
+			sched_blocks_ref(&s->bm, parent->blocks[k]);
+			ok = seq_push_block(c, parent->blocks[k]);
+			if (!ok)
+				sched_blocks_release(&s->bm, parent->blocks[k]);
+		}
+		for (uint32_t k = 0; ok && k < extra; k++) {
+			uint32_t id = sched_blocks_alloc(&s->bm);
+			ok = id != SCHED_BLOCK_NONE && seq_push_block(c, id);
+			if (!ok && id != SCHED_BLOCK_NONE)
+				sched_blocks_release(&s->bm, id);
+		}
+		if (ok && sched__running_append(s, c)) {
+			c->n_computed = parent->n_computed;
+			continue;
+		}
+		sched__release_blocks(s, c);
+		c->n_computed = 0;
+		if (!sched__waiting_insert(s, c))
+			sched__finish_seq(s, c, SCHED_FINISH_ERROR, -1, -1, now);
+	}
+	sched__finish_seq(s, parent, SCHED_FINISH_NONE, -1, -1, now);
+	bool lost = false;
+	for (uint32_t i = 0; i < r->n; i++)
+		lost |= !r->finished[i] && !r->seqs[i];
+	if (lost) {
+		log_msg(LOG_ERROR, "sched", "request %" PRIu64 ": out of memory forking %u choices", r->id, r->n);
+		sched_abort(s, r->id, SCHED_FINISH_ERROR);
+	}
+}
+
+/* ---- Sample processing ---- */
+
+static bool is_stop_token(const struct sched__req *r, int32_t tok, int32_t eos)
+{
+	if (!r->ignore_eos && eos >= 0 && tok == eos)
+		return true;
+	for (uint32_t i = 0; i < r->n_stop_ids; i++)
+		if (r->stop_ids[i] == tok)
+			return true;
+	return false;
+}
+
+static void process_sample(struct sched *s, struct sched__seq *q, const struct kern_sample_out *so, double now)
+{
+	struct sched__req *r = q->req;
+	int32_t tok = so->token_id;
+	if (!sched__seq_push_token(q, tok)) {
+		sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
+		return;
+	}
+	q->n_target = q->n_tokens;
+	s->st.generation_tokens++;
+	if (r->timing.first_token_s == 0.0)
+		r->timing.first_token_s = now;
+	uint32_t n_out = q->n_tokens - r->n_prompt;
+	bool stop_tok = is_stop_token(r, tok, s->ex->info.eos_token_id);
+	bool length = n_out >= r->max_tokens || q->n_tokens >= s->opt.max_model_len;
+	int32_t stop_str = -1;
+	struct sched_event ev = {.kind = SCHED_EV_TOKEN, .choice = q->choice, .token_id = tok, .time_s = now,
+				 .sample = *so, .stop_token_id = -1, .stop_string_index = -1};
+	if (s->opt.detokenize) {
+		char buf[SCHED_MAX_TOKEN_BYTES];
+		uint32_t nb = stop_tok ? 0 : s->opt.detokenize(s->opt.detok_ctx, tok, buf, sizeof(buf));
+		if (nb > sizeof(buf))
+			nb = sizeof(buf);
+		bool nomem = false;
+		stop_str = sched_stop_feed(&q->stop, &r->stops, buf, nb, stop_tok || length, &ev.text, &ev.text_bytes,
+					   &nomem);
+		if (nomem) {
+			sched_event_clear(&ev);
+			sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
+			return;
+		}
+	}
+	sched__emit(s, r, &ev);
+	if (stop_tok)
+		sched__finish_seq(s, q, SCHED_FINISH_STOP, tok, -1, now);
+	else if (stop_str >= 0)
+		sched__finish_seq(s, q, SCHED_FINISH_STOP, -1, stop_str, now);
+	else if (length)
+		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
+}
+
+/* Publish q's newly completed blocks in the prefix cache. */
+static void publish_blocks(struct sched *s, struct sched__seq *q, uint32_t old_computed)
+{
+	uint32_t from = old_computed / s->B, to = q->n_computed / s->B;
+	if (s->opt.disable_prefix_caching || to <= from || !seq_hash_upto(s, q, to))
+		return;
+	for (uint32_t k = from; k < to; k++)
+		sched_blocks_publish(&s->bm, q->blocks[k], q->hashes[k]);
+}
+
+/* ---- The step ---- */
+
+static void schedule_chunk(struct sched *s, struct sched__seq *q, uint32_t *budget, uint32_t *n_sched)
+{
+	uint32_t pending = q->n_target - q->n_computed;
+	uint32_t chunk = pending < *budget ? pending : *budget;
+	if (!chunk || q->sched_tokens)
+		return;
+	q->sched_tokens = chunk;
+	q->sched_sample = q->choice != SCHED__PARENT && q->n_computed + chunk == q->n_target;
+	*budget -= chunk;
+	s->step_seq_ptr[(*n_sched)++] = q;
+}
+
+static uint32_t plan(struct sched *s, double now)
+{
+	uint32_t budget = s->opt.max_num_batched_tokens, n_sched = 0;
+	for (uint32_t i = 0; i < s->n_running; i++)
+		s->running[i]->sched_tokens = 0;
+
+	/* 1. decodes */
+	for (uint32_t i = 0; i < s->n_running && budget; i++) {
+		struct sched__seq *q = s->running[i];
+		if (q->n_target - q->n_computed != 1)
+			continue;
+		bool preempted_self = false;
+		while (q->n_blocks < blocks_for(s, q->n_target)) {
+			uint32_t id = sched_blocks_alloc(&s->bm);
+			if (id != SCHED_BLOCK_NONE) {
+				if (!seq_push_block(q, id)) {
+					sched_blocks_release(&s->bm, id);
+					sched__preempt(s, q);
+					preempted_self = true;
+					break;
+				}
+				continue;
+			}
+			struct sched__seq *victim = s->running[s->n_running - 1];
+			sched__preempt(s, victim);
+			if (victim == q) {
+				preempted_self = true;
+				break;
+			}
+		}
+		if (preempted_self) {
+			i--; /* q left the list; the next one moved into slot i */
+			continue;
+		}
+		schedule_chunk(s, q, &budget, &n_sched);
+	}
+	/* 2. running prefills */
+	for (uint32_t i = 0; i < s->n_running && budget; i++)
+		schedule_chunk(s, s->running[i], &budget, &n_sched);
+	/* 3. admissions */
+	while (s->n_waiting && budget && s->n_running < s->opt.max_num_seqs) {
+		struct sched__seq *q = s->waiting[0];
+		if (!admit(s, q, now))
+			break;
+		if (q->choice == SCHED__PARENT && q->n_computed == q->n_target) {
+			uint32_t first_new = s->n_running - 1; /* q's slot; children append after it */
+			fork_parent(s, q, now);
+			for (uint32_t i = first_new; i < s->n_running && budget; i++)
+				schedule_chunk(s, s->running[i], &budget, &n_sched);
+			continue;
+		}
+		schedule_chunk(s, q, &budget, &n_sched);
+	}
+	return n_sched;
+}
+
+static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
+{
+	uint32_t n_tok = 0, n_bid = 0, n_sample = 0;
+	for (uint32_t j = 0; j < n_sched; j++)
+		n_bid += s->step_seq_ptr[j]->n_blocks;
+	if (n_bid > s->cap_block_ids) {
+		uint32_t c = s->cap_block_ids;
+		while (c < n_bid)
+			c *= 2;
+		uint32_t *p = realloc(s->step_block_ids, (size_t)c * sizeof(*p));
+		if (!p)
+			return false;
+		s->step_block_ids = p;
+		s->cap_block_ids = c;
+	}
+	n_bid = 0;
+	for (uint32_t j = 0; j < n_sched; j++) {
+		struct sched__seq *q = s->step_seq_ptr[j];
+		struct sched__req *r = q->req;
+		struct exec_seq *es = &s->step_seqs[j];
+		s->step_query_start[j] = n_tok;
+		for (uint32_t t = 0; t < q->sched_tokens; t++) {
+			s->step_tokens[n_tok] = q->tokens[q->n_computed + t];
+			s->step_positions[n_tok] = (int32_t)(q->n_computed + t);
+			n_tok++;
+		}
+		*es = (struct exec_seq){
+			.seq_id = q->seq_id,
+			.n_cached_tokens = q->n_computed,
+			.n_context_tokens = q->n_computed + q->sched_tokens,
+			.n_blocks = blocks_for(s, q->n_computed + q->sched_tokens),
+			.block_table_start = n_bid,
+			.sample = q->sched_sample,
+		};
+		memcpy(s->step_block_ids + n_bid, q->blocks, (size_t)es->n_blocks * sizeof(uint32_t));
+		n_bid += es->n_blocks;
+		if (q->sched_sample) {
+			es->sampling = &q->sampling;
+			es->prompt_ids = r->prompt;
+			es->n_prompt = r->n_prompt;
+			es->output_ids = q->tokens + r->n_prompt;
+			es->n_output = q->n_tokens - r->n_prompt;
+			n_sample++;
+		}
+	}
+	s->step_query_start[n_sched] = n_tok;
+	*st = (struct exec_step){
+		.n_tokens = n_tok,
+		.token_ids = s->step_tokens,
+		.positions = s->step_positions,
+		.n_seqs = n_sched,
+		.seqs = s->step_seqs,
+		.query_start = s->step_query_start,
+		.block_ids = s->step_block_ids,
+		.n_block_ids = n_bid,
+		.n_sample = n_sample,
+	};
+	return true;
+}
+
+/* An executor failure: every request with a sequence in the step ends with an error. */
+static void fail_step(struct sched *s, uint32_t n_sched)
+{
+	uint64_t *ids = malloc((size_t)n_sched * sizeof(uint64_t));
+	for (uint32_t j = 0; j < n_sched; j++) {
+		if (ids)
+			ids[j] = s->step_seq_ptr[j]->req->id;
+		else
+			sched__finish_seq(s, s->step_seq_ptr[j], SCHED_FINISH_ERROR, -1, -1, time_mono_s());
+	}
+	for (uint32_t j = 0; ids && j < n_sched; j++)
+		sched_abort(s, ids[j], SCHED_FINISH_ERROR); /* ST_NOTFOUND for repeats: fine */
+	free(ids);
+}
+
+enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
+{
+	double now = time_mono_s();
+	if (n_tokens_out)
+		*n_tokens_out = 0;
+	sched__check_deadlines(s, now);
+	uint32_t n_sched = plan(s, now);
+	if (!n_sched) {
+		sched__publish_stats(s);
+		return ST_OK;
+	}
+	struct exec_step st;
+	if (!build_step(s, n_sched, &st)) {
+		fail_step(s, n_sched);
+		sched__publish_stats(s);
+		return err_set(e, ST_NOMEM, "sched: out of memory building a step");
+	}
+	enum status rc = s->ex->ops->step(s->ex->ctx, &st, s->step_samples, e);
+	if (rc) {
+		log_msg(LOG_ERROR, "sched", "executor step failed (%s): %s; aborting %u sequences", status_str(rc),
+			e ? e->msg : "", n_sched);
+		fail_step(s, n_sched);
+		sched__publish_stats(s);
+		return rc;
+	}
+	now = time_mono_s();
+	for (uint32_t j = 0; j < n_sched; j++) {
+		struct sched__seq *q = s->step_seq_ptr[j];
+		uint32_t old = q->n_computed;
+		q->n_computed += q->sched_tokens;
+		uint32_t last_known = q->n_tokens - 1; /* a decode's one token is the last sampled one */
+		s->st.prefill_computed_tokens += q->sched_tokens - (q->sched_sample && old == last_known);
+		publish_blocks(s, q, old);
+	}
+	/* Samples come back in batch order; seqs may finish (and requests free)
+	 * below, so nothing reads step_seq_ptr[j] after its own sample. */
+	uint32_t k = 0;
+	for (uint32_t j = 0; j < n_sched; j++) {
+		struct sched__seq *q = s->step_seq_ptr[j];
+		if (q->choice == SCHED__PARENT) {
+			if (q->n_computed == q->n_target)
+				fork_parent(s, q, now);
+			continue;
+		}
+		if (!q->sched_sample)
+			continue;
+		CHECK(k < st.n_sample && s->step_samples[k].seq_index == j);
+		struct sched__req *r = q->req;
+		process_sample(s, q, &s->step_samples[k++].out, now);
+		sched__req_maybe_free(s, r);
+	}
+	s->st.n_steps++;
+	s->st.last_step_tokens = st.n_tokens;
+	sched__publish_stats(s);
+	if (n_tokens_out)
+		*n_tokens_out = st.n_tokens;
+	return ST_OK;
+}

@@ -1,0 +1,129 @@
+/*
+ * scheduler/sched_internal.h: the core's data structures, shared by sched.c
+ * (requests, admission, events, stats) and plan.c (step planning and
+ * result processing). Not for use outside scheduler/.
+ *
+ * Unit of scheduling is the sequence. A request with n choices has n child
+ * sequences; when n > 1 and its prompt covers at least one full block before
+ * the last token, a PARENT sequence first computes those full blocks once
+ * (no sampling), then forks: every child takes a reference on the parent's
+ * blocks and continues from the boundary with blocks of its own.
+ *
+ * Invariants:
+ *   a waiting sequence holds no blocks;
+ *   a running sequence holds ceil(n_target / B) blocks, where n_target is
+ *   the number of tokens it will have computed when its pending work is done
+ *   (prompt blocks are reserved at admission, decode blocks one at a time);
+ *   n_computed <= n_target <= n_tokens.
+ */
+#ifndef DSV4_SCHEDULER_SCHED_INTERNAL_H
+#define DSV4_SCHEDULER_SCHED_INTERNAL_H
+
+#include <pthread.h>
+
+#include "scheduler/blocks.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/stop.h"
+
+enum sched__seq_state { SEQ_WAITING = 1, SEQ_RUNNING, SEQ_DONE };
+
+#define SCHED__PARENT UINT32_MAX /* choice of a parent sequence */
+
+struct sched__req;
+
+struct sched__seq {
+	uint64_t seq_id;
+	struct sched__req *req;
+	uint32_t choice;              /* 0..n-1, or SCHED__PARENT */
+	enum sched__seq_state state;
+	int32_t *tokens;              /* prompt followed by generated tokens */
+	uint32_t n_tokens, cap_tokens;
+	uint32_t n_target;            /* see the invariants above */
+	uint32_t n_computed;          /* tokens whose state is in the blocks */
+	uint32_t *blocks;
+	uint32_t n_blocks, cap_blocks;
+	struct sched_block_hash *hashes; /* chained hashes of its first n_hashes full blocks */
+	uint32_t n_hashes, cap_hashes;
+	struct kern_sampling_params sampling; /* the request's, with this choice's seed */
+	struct sched_stop stop;
+	uint32_t sched_tokens;        /* tokens scheduled in the step being planned */
+	bool sched_sample;
+};
+
+struct sched__req {
+	uint64_t id;
+	struct sched__req *prev, *next; /* list of live requests */
+	int32_t *prompt;
+	uint32_t n_prompt;
+	struct kern_sampling_params sampling;
+	struct kern_logit_bias *bias;
+	uint32_t max_tokens;          /* resolved: never 0 */
+	bool ignore_eos;
+	int32_t *stop_ids;
+	uint32_t n_stop_ids;
+	struct sched_stop_set stops;
+	uint32_t n;
+	struct sched__seq *parent;    /* NULL once forked or when not used */
+	struct sched__seq **seqs;     /* [n]; NULL entries until created (fork) */
+	uint32_t n_unfinished;        /* choices that have not had their FINISH event */
+	bool *finished;               /* [n] */
+	int32_t priority;
+	uint64_t order;               /* arrival order */
+	uint64_t salt;
+	double deadline_s;
+	struct sched_timing timing;
+	uint32_t n_cached_tokens;
+	bool looked_up;               /* first prefix lookup done (n_cached_tokens fixed) */
+	sched_event_fn on_event;
+	void *user;
+};
+
+struct sched {
+	struct sched_options opt;     /* resolved: no zeros */
+	struct exec *ex;
+	uint32_t B;                   /* block tokens */
+	struct sched_blocks bm;
+
+	struct sched__req *reqs_head; /* every live request */
+	uint32_t n_reqs;
+	uint64_t next_req_id, next_seq_id, next_order;
+
+	struct sched__seq **running;  /* admission order: oldest first */
+	uint32_t n_running, cap_running;
+	struct sched__seq **waiting;  /* sorted by (priority, order, choice) */
+	uint32_t n_waiting, cap_waiting;
+
+	/* Step buffers, sized at create. */
+	int32_t *step_tokens, *step_positions;
+	struct exec_seq *step_seqs;
+	struct sched__seq **step_seq_ptr;
+	uint32_t *step_query_start;
+	uint32_t *step_block_ids;
+	uint32_t cap_block_ids;
+	struct exec_sample *step_samples;
+
+	struct sched_stats st;        /* owned by the step thread */
+	pthread_mutex_t pub_mu;       /* guards pub */
+	struct sched_stats pub;
+};
+
+/* sched.c */
+void sched__emit(struct sched *s, struct sched__req *r, struct sched_event *ev);
+struct sched__seq *sched__seq_new(struct sched *s, struct sched__req *r, uint32_t choice, uint32_t n_target);
+void sched__seq_free(struct sched__seq *q);
+bool sched__running_append(struct sched *s, struct sched__seq *q);
+void sched__check_deadlines(struct sched *s, double now);
+void sched__finish_seq(struct sched *s, struct sched__seq *q, enum sched_finish_reason r, int32_t stop_tok,
+		       int32_t stop_str, double now);
+void sched__release_blocks(struct sched *s, struct sched__seq *q);
+bool sched__waiting_insert(struct sched *s, struct sched__seq *q);
+void sched__running_remove(struct sched *s, struct sched__seq *q);
+void sched__publish_stats(struct sched *s);
+void sched__req_maybe_free(struct sched *s, struct sched__req *r);
+bool sched__seq_reserve_hashes(struct sched__seq *q, uint32_t n);
+bool sched__seq_push_token(struct sched__seq *q, int32_t tok);
+
+/* plan.c */
+void sched__preempt(struct sched *s, struct sched__seq *q);
+
+#endif

@@ -1,0 +1,250 @@
+/*
+ * scheduler/scheduler.h: requests, admission, step planning, paged blocks with
+ * prefix caching, preemption, stop handling and the metrics snapshot.
+ *
+ * Two layers:
+ *   struct sched       the single-threaded core. sched_submit / sched_abort /
+ *                      sched_step are called from ONE thread (the step loop,
+ *                      or a test). Events go out through each request's
+ *                      on_event callback, called on that thread.
+ *   struct sched_loop  the threaded wrapper the server uses: a step-loop
+ *                      thread owns the core and the executor; other threads
+ *                      submit and abort through locked queues and pull token
+ *                      events from a per-request struct sched_stream without
+ *                      ever blocking the step loop.
+ * sched_stats_get() and sched_loop_stats() may be called from any thread.
+ *
+ * Policy (serving.md 3.3): each step schedules every running decode first,
+ * then running prefills, then admits waiting requests, chunking prefills to
+ * fill max_num_batched_tokens (chunked prefill is always on). A request's
+ * prompt blocks are reserved when it is admitted; decodes that find no free
+ * block preempt the newest running sequence (recompute: its blocks are
+ * released and it returns to the head of the waiting queue, keeping its
+ * generated tokens, which it later recomputes; the counter-based RNG makes its
+ * final output identical).
+ */
+#ifndef DSV4_SCHEDULER_SCHEDULER_H
+#define DSV4_SCHEDULER_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "model/exec.h"
+#include "scheduler/limits.h"
+
+/* ---- Options ---- */
+
+/* Text of one token, for stop strings: write the bytes token_id decodes to
+ * (byte-level BPE: the concatenation of pieces is the text; special tokens
+ * may return 0 bytes) into buf (cap bytes) and return the count (<= cap).
+ * Called on the step-loop thread only. */
+typedef uint32_t (*sched_detok_fn)(void *ctx, int32_t token_id, char *buf, uint32_t cap);
+
+enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY = 1 };
+
+struct sched_options {
+	uint32_t max_num_seqs;           /* running sequences per step; 0 = default */
+	uint32_t max_num_batched_tokens; /* tokens per step; 0 = default (clamped to the executor's) */
+	uint32_t max_queued_requests;    /* waiting requests; 0 = default */
+	uint32_t max_model_len;          /* prompt + output tokens; 0 = the executor's */
+	enum sched_policy policy;
+	bool disable_prefix_caching;     /* prefix caching is on unless set */
+	sched_detok_fn detokenize;       /* (optional) needed for stop strings and event text */
+	void *detok_ctx;
+};
+
+/* ---- Requests ---- */
+
+enum sched_event_kind { SCHED_EV_TOKEN = 1, SCHED_EV_FINISH = 2 };
+
+enum sched_finish_reason {
+	SCHED_FINISH_NONE = 0,
+	SCHED_FINISH_STOP,     /* eos, a stop token id or a stop string */
+	SCHED_FINISH_LENGTH,   /* max_tokens or max_model_len */
+	SCHED_FINISH_ABORT,    /* client disconnect or explicit abort */
+	SCHED_FINISH_TIMEOUT,  /* deadline passed */
+	SCHED_FINISH_SHUTDOWN, /* server stopping */
+	SCHED_FINISH_ERROR,    /* executor failure */
+	SCHED_FINISH_N_REASONS
+};
+const char *sched_finish_reason_str(enum sched_finish_reason r); /* "stop", "length", "abort", ... */
+
+/* Why submit said no; the server maps them to HTTP codes. */
+enum sched_refusal {
+	SCHED_ACCEPTED = 0,
+	SCHED_REFUSE_INVALID,    /* 400: bad parameter */
+	SCHED_REFUSE_TOO_LONG,   /* 400: prompt + max_tokens over max_model_len or the whole KV cache */
+	SCHED_REFUSE_QUEUE_FULL, /* 429: max_queued_requests reached */
+	SCHED_REFUSE_DRAINING,   /* 503: shutting down */
+	SCHED_REFUSE_NOMEM,      /* 503: allocation failed */
+	SCHED_REFUSE_N
+};
+int sched_refusal_http_status(enum sched_refusal r); /* 200, 400, 429, 503 */
+
+/* Per-request timing (monotonic seconds, time_mono_s()); 0 = not yet. */
+struct sched_timing {
+	double arrival_s;
+	double first_scheduled_s;
+	double first_token_s;
+	double finish_s;
+	uint32_t n_preemptions;
+};
+
+/* One event. Token events carry the sampled id, the text it released (held
+ * back while it might start a stop string; never includes a stop string),
+ * and logprobs if asked. The finish event of a choice is its last event. */
+struct sched_event {
+	enum sched_event_kind kind;
+	uint64_t request_id;
+	uint32_t choice;                  /* 0..n-1 */
+	int32_t token_id;                 /* TOKEN: the sampled id; FINISH: -1 */
+	char *text;                       /* released bytes (heap, owned by the event; may be NULL) */
+	uint32_t text_bytes;
+	double time_s;                    /* when the step that produced it finished */
+	struct kern_sample_out sample;    /* logprob / top_logprobs when requested */
+	/* FINISH only: */
+	enum sched_finish_reason finish;
+	int32_t stop_token_id;            /* the stop token / eos that ended it, or -1 */
+	int32_t stop_string_index;        /* index into stop_strings that matched, or -1 */
+	uint32_t n_prompt_tokens;
+	uint32_t n_output_tokens;
+	uint32_t n_cached_tokens;         /* prompt tokens served from the prefix cache (first admission) */
+	struct sched_timing timing;
+};
+/* Free what an event owns (its text). */
+void sched_event_clear(struct sched_event *ev);
+
+/* Called on the step-loop thread for every event; must not block. The
+ * callee takes ownership of ev->text (or calls sched_event_clear). */
+typedef void (*sched_event_fn)(void *user, struct sched_event *ev);
+
+struct sched_request_params {
+	uint64_t request_id;            /* 0 = let the scheduler assign one */
+	const int32_t *prompt_ids;      /* copied */
+	uint32_t n_prompt;
+	struct kern_sampling_params sampling; /* logit_bias copied; seed used only if has_seed */
+	bool has_seed;                  /* without a seed the scheduler draws one (kept across preemption) */
+	uint32_t max_tokens;            /* 0 = up to max_model_len */
+	bool ignore_eos;
+	const int32_t *stop_token_ids;  /* copied */
+	uint32_t n_stop_token_ids;
+	const char *const *stop_strings; /* copied; need options.detokenize */
+	uint32_t n_stop_strings;
+	uint32_t n;                     /* choices; 0 = 1 */
+	int32_t priority;               /* SCHED_POLICY_PRIORITY: lower runs first; must be 0 under FCFS */
+	uint64_t cache_salt;            /* mixed into the first block's hash (tenant isolation); 0 = none */
+	double arrival_s;               /* 0 = now */
+	double deadline_s;              /* monotonic; 0 = none */
+	sched_event_fn on_event;
+	void *user;
+};
+
+/* ---- Metrics snapshot (serving.md 2.1 names in comments) ---- */
+
+struct sched_stats {
+	uint32_t n_requests_running;       /* vllm:num_requests_running */
+	uint32_t n_requests_waiting;       /* vllm:num_requests_waiting */
+	uint32_t n_seqs_running, n_seqs_waiting;
+	uint32_t n_blocks_total, n_blocks_used, n_blocks_cached_free;
+	double kv_usage;                   /* vllm:kv_cache_usage_perc, used / total */
+	uint64_t prefix_cache_queries_tokens; /* vllm:prefix_cache_queries_total */
+	uint64_t prefix_cache_hits_tokens;    /* vllm:prefix_cache_hits_total */
+	uint64_t n_preemptions;            /* vllm:num_preemptions_total */
+	uint64_t prompt_tokens;            /* vllm:prompt_tokens_total (prompt tokens of admitted requests) */
+	uint64_t prefill_computed_tokens;  /* prompt + recompute tokens actually run */
+	uint64_t generation_tokens;        /* vllm:generation_tokens_total */
+	uint64_t n_steps;
+	uint64_t last_step_tokens;         /* vllm:iteration_tokens_total sample */
+	uint64_t n_finished[SCHED_FINISH_N_REASONS]; /* vllm:request_success_total{finished_reason} */
+	uint64_t n_refused[SCHED_REFUSE_N];          /* vllm:admission_rejections_total */
+};
+
+/* ---- Core (single thread) ---- */
+
+struct sched;
+
+/* ex is borrowed and must outlive the scheduler. Fails on a block size the
+ * layer mix rejects or an executor without blocks. */
+enum status sched_create(struct sched **out, const struct sched_options *opt, struct exec *ex, struct err *e) DSV4_WUR;
+/* Frees everything; requests still present are dropped without events. NULL is a no-op. */
+void sched_destroy(struct sched *s);
+
+/* Check a request against the limits without submitting it (any thread:
+ * reads only immutable configuration). */
+enum sched_refusal sched_check(const struct sched *s, const struct sched_request_params *p, struct err *e);
+
+/* Queue a request. On refusal returns ST_INVALID / ST_BUSY / ST_NOMEM, sets
+ * *why and e, and emits no events. On success *id_out (may be NULL) is the
+ * request id; its events then arrive through p->on_event. */
+enum status sched_submit(struct sched *s, const struct sched_request_params *p, uint64_t *id_out,
+			 enum sched_refusal *why, struct err *e) DSV4_WUR;
+
+/* Abort a request in any state; its blocks are released at once and every
+ * unfinished choice gets a FINISH event with reason. ST_NOTFOUND if unknown
+ * or already finished. */
+enum status sched_abort(struct sched *s, uint64_t request_id, enum sched_finish_reason reason);
+
+/* Abort everything (shutdown). */
+void sched_abort_all(struct sched *s, enum sched_finish_reason reason);
+
+/* Plan one step, run it on the executor, process the samples and emit events.
+ * *n_tokens_out (may be NULL) = tokens in the step (0 when idle). An executor
+ * failure aborts the step's requests with SCHED_FINISH_ERROR and returns its status. */
+enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e);
+
+bool sched_has_work(const struct sched *s);
+
+/* Thread-safe copy of the counters (updated at the end of each step and on submit/abort). */
+void sched_stats_get(struct sched *s, struct sched_stats *out);
+
+/* Debug / tests: check the block accounting invariants (every block either
+ * free or referenced the right number of times, free list consistent, hash
+ * table consistent). ST_OK or ST_INVALID with the first violation. */
+enum status sched_check_invariants(struct sched *s, struct err *e);
+
+/* Seed choice i of a request uses (choice 0 uses the request's seed). */
+uint64_t sched_choice_seed(uint64_t seed, uint32_t choice);
+
+/* ---- Threaded wrapper ---- */
+
+struct sched_loop;
+struct sched_stream;
+
+/* Creates the core and starts the step-loop thread, which owns ex from now on. */
+enum status sched_loop_create(struct sched_loop **out, const struct sched_options *opt, struct exec *ex,
+			      struct err *e) DSV4_WUR;
+/* Aborts every request (SCHED_FINISH_SHUTDOWN), joins the thread, frees. Streams
+ * still held by callers stay valid until released. NULL is a no-op. */
+void sched_loop_destroy(struct sched_loop *l);
+
+/* Stop accepting (later submits refuse with SCHED_REFUSE_DRAINING); running
+ * requests continue. */
+void sched_loop_drain(struct sched_loop *l);
+/* Requests waiting or running (0 when drained). */
+uint32_t sched_loop_n_active(struct sched_loop *l);
+
+/* Submit from any thread. p->on_event / p->user are ignored: events go to the
+ * returned stream, which the caller must sched_stream_release(). Admission
+ * refusals are synchronous. */
+enum status sched_loop_submit(struct sched_loop *l, const struct sched_request_params *p,
+			      struct sched_stream **stream_out, uint64_t *id_out, enum sched_refusal *why,
+			      struct err *e) DSV4_WUR;
+/* Abort from any thread (asynchronous: blocks are freed on the loop's next turn,
+ * before it plans another step). */
+void sched_loop_abort(struct sched_loop *l, uint64_t request_id, enum sched_finish_reason reason);
+void sched_loop_stats(struct sched_loop *l, struct sched_stats *out);
+
+/* Move up to max events into evs. timeout_ms: 0 = do not wait, < 0 = wait
+ * until at least one event or the stream ends. Returns the number moved.
+ * Never blocks the step loop. */
+uint32_t sched_stream_pull(struct sched_stream *st, struct sched_event *evs, uint32_t max, int timeout_ms);
+/* True once every choice's FINISH event has been pulled. */
+bool sched_stream_done(struct sched_stream *st);
+/* (optional) fn(user) is called on the step-loop thread when events arrive
+ * (e.g. to resume a suspended libmicrohttpd connection); must not block. */
+void sched_stream_set_notify(struct sched_stream *st, void (*fn)(void *user), void *user);
+/* Drop the caller's reference; an unfinished request is aborted (client gone). */
+void sched_stream_release(struct sched_stream *st);
+
+#endif

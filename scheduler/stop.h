@@ -1,0 +1,38 @@
+/*
+ * scheduler/stop.h: stop strings matched across token boundaries (internal).
+ *
+ * Generated text arrives one token's bytes at a time. The matcher releases
+ * bytes only when they can no longer be part of a stop string: it holds back
+ * the longest suffix that is a proper prefix of some stop string, and (until
+ * the end) an incomplete trailing UTF-8 sequence, so the server never sees
+ * half a character or the start of a stop string it must not emit.
+ */
+#ifndef DSV4_SCHEDULER_STOP_H
+#define DSV4_SCHEDULER_STOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+struct sched_stop_set {
+	char **strs;    /* n owned copies */
+	uint32_t *lens; /* bytes of each */
+	uint32_t n;
+};
+
+struct sched_stop {
+	char *pending; /* bytes not yet released */
+	uint32_t n_pending, cap;
+};
+
+/* Feed n bytes. Released bytes are appended to *out (heap, grown; *out_n
+ * updated). final: no more bytes will come (release everything left).
+ * Returns the index of the stop string that matched (the text from its start
+ * on is dropped and the matcher is done), or -1. ST_NOMEM is reported via
+ * *nomem. */
+int32_t sched_stop_feed(struct sched_stop *m, const struct sched_stop_set *set, const char *bytes, uint32_t n,
+			bool final, char **out, uint32_t *out_n, bool *nomem);
+void sched_stop_fini(struct sched_stop *m);
+
+#endif
