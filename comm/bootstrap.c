@@ -379,7 +379,22 @@ static enum status boot__master(struct comm_boot *b, const struct comm_boot_opti
 		enum boot_type type;
 		size_t n;
 		bool eof;
-		st = boot__recv_frame(fd, &type, payload, &n, deadline_s, who, &eof, e);
+		/* A hello comes right after connect; a connection that stays
+		 * silent (a port probe, a health check) is dropped after a few
+		 * seconds and the master keeps waiting, so it cannot block the
+		 * real workers. Bytes that are not a hello are an error. */
+		double hello_deadline_s = time_mono_s() + COMM_BOOT_HELLO_TIMEOUT_MS / 1000.0;
+		if (hello_deadline_s > deadline_s)
+			hello_deadline_s = deadline_s;
+		st = boot__recv_frame(fd, &type, payload, &n, hello_deadline_s, who, &eof, e);
+		if ((st == ST_IO && eof) || (st == ST_TIMEOUT && time_mono_s() < deadline_s)) {
+			log_msg(LOG_WARN, "comm", "bootstrap master: connection from %s %s without a hello (a port probe?); "
+				"still waiting", who, eof ? "closed" : "stayed silent");
+			close(fd);
+			st = ST_OK;
+			err_clear(e);
+			continue;
+		}
 		if (st == ST_OK && type != BOOT_HELLO)
 			st = err_set(e, ST_IO, "bootstrap master: %s: expected a hello, got message type %d: garbage", who,
 				     (int)type);

@@ -24,6 +24,9 @@
 #define COMM_BOOT_DEFAULT_TIMEOUT_MS 120000
 /* Pause between connect attempts of a worker whose master is not up yet. */
 #define COMM_BOOT_CONNECT_RETRY_MS 200
+/* A connection to the master must say hello within this time, or it is
+ * dropped (a port probe) and the master keeps waiting for real workers. */
+#define COMM_BOOT_HELLO_TIMEOUT_MS 5000
 /* Largest bootstrap message payload; the hello is < 200 bytes, so anything
  * bigger is garbage and is refused before allocating. */
 #define COMM_BOOT_MAX_PAYLOAD_BYTES 4096

@@ -354,6 +354,8 @@ static pid_t spawn_raw_client(int port, const uint8_t *bytes, size_t n, int want
 		_exit(40);
 	if (send(s, bytes, n, MSG_NOSIGNAL) != (ssize_t)n)
 		_exit(41);
+	if (want_type < 0) /* a port probe: connect, close */
+		_exit(0);
 	uint8_t buf[4096 + 13];
 	size_t got = 0;
 	for (;;) {
@@ -390,6 +392,30 @@ static size_t make_hello(uint8_t *p, uint32_t rank, uint32_t n_ranks, uint32_t l
 	memcpy(p + 28, &vl, 2);
 	memcpy(p + 30, v, vlen);
 	return 12 + n;
+}
+
+/* A port probe (connect, close) does not disturb the master, which then
+ * accepts the real worker. */
+static void test_probe_ignored(void)
+{
+	int port = free_port();
+	struct comm_boot *b = NULL;
+	struct err e;
+	pid_t probe = spawn_raw_client(port, (const uint8_t *)"", 0, -1, "");
+	sleep_ms(100);
+	pid_t w = -1;
+	pid_t m = fork();
+	if (m == 0) {
+		/* the worker starts a little after the probe has connected */
+		sleep_ms(300);
+		w = spawn_worker_ok(2, 1, port, AFTER_DESTROY);
+		_exit(wait_child(w));
+	}
+	struct comm_boot_options o = opts(2, 0, port, 10000);
+	T_CHECKF(comm_boot_create(&b, &o, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(wait_child(probe) == 0);
+	T_CHECK(wait_child(m) == 0);
+	comm_boot_destroy(b);
 }
 
 static void test_master_refuses_raw(void)
@@ -497,6 +523,7 @@ int main(void)
 	test_mismatches();
 	test_duplicate_rank();
 	test_master_refuses_raw();
+	test_probe_ignored();
 	test_worker_refuses_garbage();
 	return test_exit();
 }
