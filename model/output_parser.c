@@ -111,7 +111,7 @@ struct model_oparse {
 	size_t tag_len, ws_bytes;
 	/* invoke / parameter head text (bounded by max_tag_bytes) */
 	struct buf head;
-	bool head_quoted;
+	bool head_unquoted; /* no quote seen yet: a bare > ends the head */
 	/* markup consumed but not yet accounted for: given back as content on
 	 * malformation (bounded: whitespace and heads are bounded) */
 	struct buf raw;
@@ -347,7 +347,7 @@ static void enter(struct model_oparse *p, enum state s)
 	p->tag_len = 0;
 	p->ws_bytes = 0;
 	p->head.len = 0;
-	p->head_quoted = false;
+	p->head_unquoted = true;
 }
 
 static void raw_put(struct model_oparse *p, const void *s, size_t n)
@@ -367,57 +367,54 @@ static void malformed(struct model_oparse *p)
 	enter(p, S_CONTENT);
 }
 
-/* Find attribute attr="value" in a head; false when the head is not a
- * sequence of such attributes. Sets *val to NULL and *val_len to 0 if absent. */
-static bool head_attr(const char *h, size_t n, const char *attr, const char **val,
-		      size_t *val_len)
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Parse a head the way DeepSeek's decoder reads it: ` name="N"` for an
+ * invoke, ` name="K" string="true|false"` for a parameter. The name runs to
+ * the last ` string="` (parameters) or the closing quote, so names that
+ * contain quotes survive. *str is NULL when a parameter has no string attr. */
+static bool head_parse(const char *h, size_t n, bool is_param, const char **name,
+		       size_t *name_len, const char **str, size_t *str_len)
 {
-	size_t i = 0, alen = strlen(attr);
-	*val = NULL;
-	*val_len = 0;
-	for (;;) {
-		while (i < n && (h[i] == ' ' || h[i] == '\t' || h[i] == '\n' || h[i] == '\r'))
-			i++;
-		if (i == n)
-			return true;
-		size_t name0 = i;
-		while (i < n && (h[i] == '_' || h[i] == '-' || (h[i] >= 'a' && h[i] <= 'z') ||
-				 (h[i] >= 'A' && h[i] <= 'Z') || (h[i] >= '0' && h[i] <= '9')))
-			i++;
-		size_t name1 = i;
-		while (i < n && h[i] == ' ')
-			i++;
-		if (name1 == name0 || i == n || h[i] != '=')
-			return false;
+	static const char name_attr[] = "name=\"", str_attr[] = "\" string=\"";
+	size_t i = 0;
+	*str = NULL;
+	*str_len = 0;
+	while (i < n && is_ws(h[i]))
 		i++;
-		while (i < n && h[i] == ' ')
-			i++;
-		if (i == n || h[i] != '"')
-			return false;
-		size_t v0 = ++i;
-		while (i < n && h[i] != '"')
-			i++;
-		if (i == n)
-			return false;
-		if (name1 - name0 == alen && memcmp(h + name0, attr, alen) == 0 && !*val) {
-			*val = h + v0;
-			*val_len = i - v0;
+	while (n > i && is_ws(h[n - 1]))
+		n--;
+	if (n - i < sizeof name_attr || memcmp(h + i, name_attr, sizeof name_attr - 1) != 0 ||
+	    h[n - 1] != '"')
+		return false;
+	i += sizeof name_attr - 1;
+	size_t end = n - 1; /* the closing quote */
+	if (is_param) {
+		for (size_t k = end; k-- > i;) {
+			if (end - k >= sizeof str_attr - 1 &&
+			    memcmp(h + k, str_attr, sizeof str_attr - 1) == 0) {
+				*str = h + k + sizeof str_attr - 1;
+				*str_len = end - (k + sizeof str_attr - 1);
+				end = k;
+				break;
+			}
 		}
-		i++;
 	}
+	*name = h + i;
+	*name_len = end - i;
+	return !memchr(*name, 0, *name_len);
 }
 
 static void head_done(struct model_oparse *p)
 {
 	const char *name, *str;
 	size_t name_len, str_len;
-	bool ok = head_attr(p->head.p, p->head.len, "name", &name, &name_len) && name &&
-		  !memchr(name, 0, name_len);
-	if (!ok) {
+	bool is_param = p->state == S_PARAM_HEAD;
+	if (!head_parse(p->head.p, p->head.len, is_param, &name, &name_len, &str, &str_len)) {
 		malformed(p);
 		return;
 	}
-	if (p->state == S_INVOKE_HEAD) {
+	if (!is_param) {
 		char *nm = strndup(name, name_len);
 		if (!nm) {
 			fail_nomem(p);
@@ -428,11 +425,9 @@ static void head_done(struct model_oparse *p)
 		p->raw.len = 0;
 		enter(p, S_INVOKE_BODY);
 	} else {
-		(void)head_attr(p->head.p, p->head.len, "string", &str, &str_len);
-		bool is_string = !(str && str_len == 5 && memcmp(str, "false", 5) == 0) &&
-				 !(str == NULL);
-		/* string="true" (or any other word): a raw string; "false" or no
-		 * attribute: a JSON value, validated at the end */
+		/* string="false" or no attribute: a JSON value, validated at the
+		 * end; anything else ("true"): a raw string */
+		bool is_string = str && !(str_len == 5 && memcmp(str, "false", 5) == 0);
 		param_begin(p, name, name_len, is_string);
 		p->raw.len = 0;
 		enter(p, S_PARAM_VALUE);
@@ -574,7 +569,11 @@ static void tag_byte(struct model_oparse *p, unsigned char c, const struct marke
 
 static void head_byte(struct model_oparse *p, unsigned char c)
 {
-	if (c == '>' && !p->head_quoted) {
+	/* A head ends at `">`, or at `>` when it has no quote at all. */
+	size_t k = p->head.len;
+	while (k && is_ws(p->head.p[k - 1]))
+		k--;
+	if (c == '>' && (p->head_unquoted || (k && p->head.p[k - 1] == '"'))) {
 		raw_put(p, &c, 1);
 		head_done(p);
 		return;
@@ -585,7 +584,7 @@ static void head_byte(struct model_oparse *p, unsigned char c)
 		return;
 	}
 	if (c == '"')
-		p->head_quoted = !p->head_quoted;
+		p->head_unquoted = false;
 	raw_put(p, &c, 1);
 	if (!buf_put(&p->head, &c, 1))
 		fail_nomem(p);

@@ -270,8 +270,9 @@ static const char *const text_pieces[] = {
 	"<｜end▁of", "tool_call", "<" DSML "invoke",
 };
 static const char *const names[] = {"get_weather", "web_search", "翻译", "f", "a.b-c_d",
-				    "tool with space"};
-static const char *const keys[] = {"city", "q", "top_k", "ключ", "a b", "x_y", "empty", "日"};
+				    "tool with space", "q\"uote"};
+static const char *const keys[] = {"city", "q", "top_k", "ключ", "a b", "x_y", "empty", "日",
+				   "say \"hi\"", "\"", "a\\b"};
 static const char *const json_values[] = {
 	"1", "-3", "0", "2.5", "1e-07", "1e+22", "true", "false", "null", "[]", "{}", "[1, 2, 3]",
 	"{\"a\": {\"b\": [true, null, \"x\\\"y\"]}}", "\"quoted \\u00e9 \\n str\"",
