@@ -451,6 +451,63 @@ static void test_device_refused(void)
 	comm_cpu_group_destroy(g);
 }
 
+/* Many small collectives back to back (slot reuse between rounds is where a
+ * missing barrier would show), each checked. */
+struct stress_ctx {
+	struct comm_cpu_group *g;
+	int rank;
+	int n_failed;
+};
+
+static void *stress_main(void *arg)
+{
+	struct stress_ctx *x = arg;
+	struct comm *c = NULL;
+	struct err e;
+	if (comm_cpu_create(&c, x->g, x->rank, &e) != ST_OK) {
+		x->n_failed++;
+		return NULL;
+	}
+	int nr = comm_n_ranks(c);
+	for (int it = 0; it < 300; it++) {
+		float v[3] = { (float)(x->rank + it), 1.0f, (float)it };
+		if (comm_all_reduce_sum(c, v, v, 3, COMM_DTYPE_F32, COMM_MEM_HOST, &e) != ST_OK ||
+		    v[0] != (float)(nr * (nr - 1) / 2 + nr * it) || v[1] != (float)nr || v[2] != (float)(nr * it))
+			x->n_failed++;
+		int mine = x->rank * 1000 + it, all[4] = { 0 };
+		if (comm_all_gather(c, &mine, all, sizeof mine, COMM_DTYPE_BYTES, COMM_MEM_HOST, &e) != ST_OK)
+			x->n_failed++;
+		for (int k = 0; k < nr; k++)
+			if (all[k] != k * 1000 + it)
+				x->n_failed++;
+		uint8_t b = (uint8_t)(x->rank == it % nr ? it : 0);
+		if (comm_broadcast(c, &b, &b, 1, COMM_DTYPE_BYTES, it % nr, COMM_MEM_HOST, &e) != ST_OK ||
+		    b != (uint8_t)it)
+			x->n_failed++;
+	}
+	comm_destroy(c);
+	return NULL;
+}
+
+static void test_stress(void)
+{
+	struct comm_cpu_group *g;
+	struct err e;
+	struct comm_cpu_group_options opt = { .n_ranks = 4, .timeout_ms = 30000 };
+	T_CHECK(comm_cpu_group_create(&g, &opt, &e) == ST_OK);
+	pthread_t th[4];
+	struct stress_ctx x[4];
+	for (int r = 0; r < 4; r++) {
+		x[r] = (struct stress_ctx){ .g = g, .rank = r };
+		pthread_create(&th[r], NULL, stress_main, &x[r]);
+	}
+	for (int r = 0; r < 4; r++) {
+		pthread_join(th[r], NULL);
+		T_CHECKF(x[r].n_failed == 0, "stress rank %d: %d failures", r, x[r].n_failed);
+	}
+	comm_cpu_group_destroy(g);
+}
+
 static void test_bad_group(void)
 {
 	struct comm_cpu_group *g = (struct comm_cpu_group *)1;
@@ -475,6 +532,7 @@ int main(void)
 		for (size_t s = 0; s < ARRAY_LEN(sizes); s++)
 			run_world(worlds[w], sizes[s]);
 	test_bad_group();
+	test_stress();
 	test_abort();
 	test_timeout();
 	test_rank_gone();
