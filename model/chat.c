@@ -211,6 +211,8 @@ static enum status json_parse(const char *what, const char *text, size_t len, js
 {
 	json_error_t je;
 	*out = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+	if (!*out && json_error_code(&je) == json_error_numeric_overflow)
+		return err_set(e, ST_UNSUPPORTED, "%s: number out of range: %s", what, je.text);
 	if (!*out)
 		return err_set(e, ST_INVALID, "%s: invalid JSON at line %d column %d: %s", what,
 			       je.line, je.column, je.text);
@@ -476,6 +478,9 @@ static enum status render_tool_call(struct enc *x, const struct model_chat_tool_
 	const char *args = nz(tc->arguments_json);
 	json_error_t je;
 	json_t *obj = json_loadb(args, strlen(args), JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+	if (!obj && json_error_code(&je) == json_error_numeric_overflow)
+		return err_set(x->e, ST_UNSUPPORTED, "chat: tool call %s: arguments: %s", nz(tc->name),
+			       je.text);
 	if (!obj) {
 		/* not JSON: one string parameter named "arguments" */
 		sb_puts(b, "<" DSML "parameter name=\"arguments\" string=\"true\">");
@@ -542,7 +547,8 @@ static enum status render_assistant(struct enc *x, size_t idx, long last_user, b
 		}
 		sb_puts(b, "\n</" DSML "tool_calls>");
 	}
-	sb_puts(b, MODEL_CHAT_EOS);
+	if (!(x->opt->continue_final && idx + 1 == x->n_items))
+		sb_puts(b, MODEL_CHAT_EOS);
 	return ST_OK;
 }
 

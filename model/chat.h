@@ -95,6 +95,9 @@ struct model_chat_options {
 	 * system message as "## Response Format" (the encoder's feature). */
 	const char *response_format_json;
 	bool no_bos; /* true: do not start with <｜begin▁of▁sentence｜> */
+	/* The last message is an assistant turn to be continued: render it
+	 * without the closing <｜end▁of▁sentence｜> (the encoder's wo_eos). */
+	bool continue_final;
 };
 
 /*
@@ -102,7 +105,9 @@ struct model_chat_options {
  * UTF-8, the caller frees it) and its byte length into *out_len (may be
  * NULL). opt may be NULL (all defaults). Errors: ST_INVALID for bad JSON in
  * tools / arguments / response_format, an empty developer message, text with
- * a NUL from a JSON \u0000 that would have to be rendered raw; ST_NOMEM.
+ * a NUL from a JSON \u0000 that would have to be rendered raw;
+ * ST_UNSUPPORTED for JSON the encoder accepts but this one cannot render the
+ * same (integers beyond 64 bits); ST_NOMEM.
  * On error *out_prompt is NULL.
  */
 enum status model_chat_encode(const struct model_chat_message *messages, size_t n_messages,

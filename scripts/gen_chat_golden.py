@@ -142,10 +142,10 @@ def hand_cases():
     C = []
 
     def add(name, messages, tools=None, thinking=False, effort="none", keep=False,
-            response_format=None, tools_indent=None):
+            response_format=None, tools_indent=None, continue_final=False):
         C.append(dict(name=name, messages=messages, tools=tools, thinking=thinking,
                       effort=effort, keep_thinking=keep, response_format=response_format,
-                      tools_indent=tools_indent))
+                      tools_indent=tools_indent, continue_final=continue_final))
 
     add("single_user_chat", [user("Hello!")])
     add("single_user_thinking", [user("Hello!")], thinking=True)
@@ -307,6 +307,11 @@ def hand_cases():
     add("long_content", [user("word " * 500), asst("y" * 1000, reasoning="z" * 700),
                          user("more " * 300)], thinking=True, keep=True)
     add("keep_thinking_chat_mode", multi, keep=True)
+    add("continue_final_thinking", [user("u1"), asst("a1", reasoning="r1"), user("u2"),
+                                    asst("The answer starts", reasoning="partial")],
+        thinking=True, continue_final=True)
+    add("continue_final_chat_tools", [user("x"), asst("Calling", calls=[
+        call("z", "get_weather", {"city": "Rome"})])], tools=[WEATHER], continue_final=True)
     return C
 
 
@@ -382,7 +387,7 @@ def random_cases(n, seed):
         out.append(dict(name=f"random_{ci:02d}", messages=msgs, tools=tools,
                         thinking=r.random() < 0.6, effort=r.choice(["none", "high", "max"]),
                         keep_thinking=r.random() < 0.2, response_format=None,
-                        tools_indent=r.choice([None, 2])))
+                        tools_indent=r.choice([None, 2]), continue_final=False))
     return out
 
 
@@ -395,6 +400,8 @@ def encode_case(enc, case):
             messages[0]["tools"] = copy.deepcopy(case["tools"])
         if case["response_format"]:
             messages[0]["response_format"] = case["response_format"]
+    if case["continue_final"]:
+        messages[-1]["wo_eos"] = True
     effort = None if case["effort"] == "none" else case["effort"]
     return enc.encode_messages(messages, thinking_mode="thinking" if case["thinking"] else "chat",
                                drop_thinking=not case["keep_thinking"], reasoning_effort=effort)
@@ -426,6 +433,7 @@ def main():
             "thinking": c["thinking"],
             "effort": c["effort"],
             "keep_thinking": c["keep_thinking"],
+            "continue_final": c["continue_final"],
             "expected": expected,
         })
     names = [c["name"] for c in out]

@@ -80,6 +80,7 @@ static void run_case(json_t *c)
 	struct model_chat_options opt = {
 		.thinking = json_is_true(json_object_get(c, "thinking")),
 		.keep_thinking = json_is_true(json_object_get(c, "keep_thinking")),
+		.continue_final = json_is_true(json_object_get(c, "continue_final")),
 		.tools_json = jstr(c, "tools_json"),
 		.response_format_json = jstr(c, "response_format_json"),
 	};
@@ -156,6 +157,8 @@ static void errors(void)
 		{.role = MODEL_CHAT_ROLE_USER, .content = "u"},
 		{.role = MODEL_CHAT_ROLE_ASSISTANT, .tool_calls = &tc, .n_tool_calls = 1}};
 	T_CHECK(enc1(a, 2, NULL, &out) == ST_INVALID);
+	tc.arguments_json = "{\"n\": 123456789012345678901234567890}"; /* Python keeps it */
+	T_CHECK(enc1(a, 2, NULL, &out) == ST_UNSUPPORTED);
 	tc.arguments_json = "{\"s\": \"a\\u0000b\"}"; /* raw NUL cannot go in the prompt */
 	T_CHECK(enc1(a, 2, NULL, &out) == ST_INVALID);
 	tc.arguments_json = "{\"s\": [\"a\\u0000b\"]}"; /* escaped inside JSON is fine */
@@ -203,6 +206,8 @@ static void pydumps(void)
 		     "{\"a\": [1, {\"b\": null}], \"c\": \"é😀\\u001f/\"}");
 	pydumps_case(" [ ] ", "[]");
 	pydumps_case("{\"z\":1,\"a\":2}", "{\"z\": 1, \"a\": 2}");
+	/* duplicate keys: the last value, in the first key's place (a dict) */
+	pydumps_case("{\"a\":1,\"b\":2,\"a\":3}", "{\"a\": 3, \"b\": 2}");
 	/* random doubles survive the round trip through the repr */
 	uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&s;
 	for (int i = 0; i < 2000; i++) {
