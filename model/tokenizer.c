@@ -236,7 +236,7 @@ static enum status parse_pretok_one(struct model_tokenizer *tok, json_t *p, bool
 		const char *re = jstr(pat, "Regex"), *lit = jstr(pat, "String");
 		if (!re && !lit)
 			return err_set(e, ST_INVALID, "pre_tokenizer: Split without a pattern");
-		enum tok__behavior b;
+		enum tok__behavior b = TOK_SPLIT_ISOLATED;
 		enum status s = parse_behavior(jstr(p, "behavior"), &b, e);
 		if (s != ST_OK)
 			return s;
