@@ -421,8 +421,10 @@ enum status comm_nccl_create(struct comm **out, const struct comm_nccl_options *
 		free(c);
 		return st;
 	}
-	log_msg(LOG_INFO, "comm", "nccl rank %d/%d: ready on CUDA device %d (NCCL %d)", opt->rank, opt->n_ranks, x->device,
-		NCCL_VERSION_CODE);
+	int runtime_version = 0;
+	(void)ncclGetVersion(&runtime_version);
+	log_msg(LOG_INFO, "comm", "nccl rank %d/%d: ready on CUDA device %d (NCCL %d, built against %d)", opt->rank,
+		opt->n_ranks, x->device, runtime_version, NCCL_VERSION_CODE);
 	*out = c;
 	return ST_OK;
 }
