@@ -146,7 +146,8 @@ static void fork_parent(struct sched *s, struct sched__seq *parent, double now)
 			sched__seq_free(c);
 			continue; /* leaves the choice unfinished; the request aborts below */
 		}
-		memcpy(c->hashes, parent->hashes, (size_t)parent->n_hashes * sizeof(*c->hashes));
+		if (parent->n_hashes)
+			memcpy(c->hashes, parent->hashes, (size_t)parent->n_hashes * sizeof(*c->hashes));
 		c->n_hashes = parent->n_hashes;
 		r->seqs[i] = c;
 		uint32_t extra = blocks_for(s, c->n_target) - parent->n_blocks;

@@ -684,7 +684,8 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 			n_wait += q->state == SEQ_WAITING;
 			if (q->state == SEQ_WAITING && q->n_blocks)
 				st = err_set(e, ST_INVALID, "waiting seq %" PRIu64 " holds %u blocks", q->seq_id, q->n_blocks);
-			else if (q->state == SEQ_RUNNING && q->n_blocks != (q->n_target + s->B - 1) / s->B)
+			else if (q->state == SEQ_RUNNING && q->n_blocks != (q->n_target + s->B - 1) / s->B &&
+				 !(q->n_target - q->n_computed == 1 && q->n_blocks == (q->n_target - 1 + s->B - 1) / s->B))
 				st = err_set(e, ST_INVALID, "running seq %" PRIu64 " holds %u blocks for %u tokens",
 					     q->seq_id, q->n_blocks, q->n_target);
 			else if (q->n_computed > q->n_target || q->n_target > q->n_tokens)

@@ -13,7 +13,8 @@
  *   a waiting sequence holds no blocks;
  *   a running sequence holds ceil(n_target / B) blocks, where n_target is
  *   the number of tokens it will have computed when its pending work is done
- *   (prompt blocks are reserved at admission, decode blocks one at a time);
+ *   (prompt blocks are reserved at admission); a decode (one pending token)
+ *   may hold one block less until the next plan allocates it;
  *   n_computed <= n_target <= n_tokens.
  */
 #ifndef DSV4_SCHEDULER_SCHED_INTERNAL_H

@@ -58,7 +58,8 @@ static void release(struct sched_stop *m, uint32_t k, char **out, uint32_t *out_
 	}
 	*out = buf;
 	*out_n = n;
-	memmove(m->pending, m->pending + k, m->n_pending - k);
+	if (m->n_pending > k)
+		memmove(m->pending, m->pending + k, m->n_pending - k);
 	m->n_pending -= k;
 }
 

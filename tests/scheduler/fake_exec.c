@@ -1,0 +1,240 @@
+/*
+ * tests/scheduler/fake_exec.c: the deterministic fake executor (fake_exec.h).
+ */
+#include "fake_exec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xBF58476D1CE4E5B9ull;
+	x ^= x >> 27;
+	x *= 0x94D049BB133111EBull;
+	return x ^ (x >> 31);
+}
+
+static inline uint64_t state_init(const struct fake_exec_options *o)
+{
+	return mix64(o->model_seed ^ 0x5151);
+}
+
+static inline uint64_t state_next(uint64_t h, int32_t tok, uint32_t pos)
+{
+	return mix64(h ^ mix64(((uint64_t)(uint32_t)tok << 32) ^ pos ^ 0xABCDEF));
+}
+
+static void make_logits(const struct fake_exec_options *o, uint64_t h, float *l)
+{
+	for (uint32_t v = 0; v < o->vocab; v++) {
+		uint64_t x = mix64(h + v * 0x9E3779B97F4A7C15ull);
+		l[v] = (float)((double)(x >> 11) * 0x1.0p-53 * 8.0 - 4.0);
+	}
+	if (o->eos_token_id >= 0 && (uint32_t)o->eos_token_id < o->vocab)
+		l[o->eos_token_id] += o->eos_bias;
+}
+
+struct exec_layer_mix fake_layer_mix(uint32_t block_tokens)
+{
+	uint32_t w = block_tokens < 32 ? block_tokens : 32;
+	struct exec_layer_mix m = {
+		.sliding_window = w,
+		.swa = {.n_layers = 2, .ring_entry_bytes = 128},
+		.csa = {.n_layers = 2, .compress_ratio = 4, .overlap = true, .kv_entry_bytes = 128,
+			.indexer_entry_bytes = 64, .ring_entry_bytes = 128, .compressor_token_bytes = 512},
+		.hca = {.n_layers = 2, .compress_ratio = 8, .kv_entry_bytes = 128, .ring_entry_bytes = 128,
+			.compressor_token_bytes = 256},
+	};
+	return m;
+}
+
+static enum status fail(struct fake_exec *f, struct err *e, const char *fmt, unsigned a, unsigned b, unsigned c)
+{
+	char m[256];
+	snprintf(m, sizeof(m), fmt, a, b, c);
+	if (!f->error[0])
+		snprintf(f->error, sizeof(f->error), "step %llu: %s", (unsigned long long)f->n_steps, m);
+	return err_set(e, ST_INVALID, "fake executor: %s", m);
+}
+
+static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_sample *out, struct err *e)
+{
+	struct fake_exec *f = ctx;
+	const struct fake_exec_options *o = &f->opt;
+	uint32_t B = o->block_tokens;
+	f->n_steps++;
+	if (f->fail_at_step >= 0 && f->n_steps == (uint64_t)f->fail_at_step + 1) {
+		f->fail_at_step = -1;
+		return err_set(e, ST_CUDA, "fake executor: injected failure");
+	}
+	if (!st->n_tokens || st->n_tokens > o->max_step_tokens || st->n_seqs > o->max_step_seqs)
+		return fail(f, e, "batch of %u tokens / %u seqs over capacity (%u)", st->n_tokens, st->n_seqs,
+			    o->max_step_tokens);
+	if (st->query_start[0] != 0 || st->query_start[st->n_seqs] != st->n_tokens)
+		return fail(f, e, "query_start does not span the batch (%u..%u of %u)", st->query_start[0],
+			    st->query_start[st->n_seqs], st->n_tokens);
+	struct fake_step_record rec = {.n_tokens = st->n_tokens, .n_seqs = st->n_seqs, .n_sample = st->n_sample};
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < st->n_seqs; i++) {
+		const struct exec_seq *s = &st->seqs[i];
+		uint32_t q0 = st->query_start[i], q1 = st->query_start[i + 1];
+		if (q1 <= q0 || q1 - q0 != s->n_context_tokens - s->n_cached_tokens)
+			return fail(f, e, "seq %u: %u query tokens for context %u", i, q1 - q0, s->n_context_tokens);
+		if (s->n_blocks != (s->n_context_tokens + B - 1) / B || s->block_table_start + s->n_blocks > st->n_block_ids)
+			return fail(f, e, "seq %u: %u blocks for %u tokens", i, s->n_blocks, s->n_context_tokens);
+		const uint32_t *bt = st->block_ids + s->block_table_start;
+		for (uint32_t b = 0; b < s->n_blocks; b++)
+			if (bt[b] >= o->n_blocks)
+				return fail(f, e, "seq %u: block id %u >= %u", i, bt[b], o->n_blocks);
+		uint32_t p0 = s->n_cached_tokens;
+		uint64_t h = state_init(o);
+		if (p0) {
+			uint32_t src = bt[(p0 - 1) / B];
+			if (f->blk_last_pos[src] != (int64_t)p0 - 1)
+				return fail(f, e, "seq %u: state block %u last written at %u, not at p-1", i, src,
+					    (unsigned)f->blk_last_pos[src]);
+			h = f->blk_state[src];
+		}
+		for (uint32_t t = q0; t < q1; t++) {
+			uint32_t pos = (uint32_t)st->positions[t];
+			if (pos != p0 + (t - q0))
+				return fail(f, e, "seq %u: position %u, expected %u", i, pos, p0 + (t - q0));
+			uint32_t b = bt[pos / B];
+			if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
+				return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
+			h = state_next(h, st->token_ids[t], pos);
+			f->blk_state[b] = h;
+			f->blk_last_pos[b] = pos;
+		}
+		if (i < 64) {
+			rec.seq_tokens[i] = q1 - q0;
+			rec.seq_sample[i] = s->sample;
+			rec.seq_ids[i] = s->seq_id;
+		}
+		if (s->sample) {
+			make_logits(o, h, f->logits);
+			struct kern_sample_history hist = {s->prompt_ids, s->n_prompt, s->output_ids, s->n_output};
+			out[k].seq_index = i;
+			enum status rc = kern_sample_ref(f->logits, o->vocab, s->sampling, &hist, s->n_output, f->work, &out[k].out);
+			if (rc)
+				return fail(f, e, "seq %u: sampling failed (%u)", i, (unsigned)-rc, 0);
+			k++;
+		}
+	}
+	if (k != st->n_sample)
+		return fail(f, e, "n_sample %u but %u seqs sample", st->n_sample, k, 0);
+	f->n_tokens_total += st->n_tokens;
+	f->last = rec;
+	if (f->n_records == f->cap_records) {
+		uint32_t c = f->cap_records ? f->cap_records * 2 : 64;
+		struct fake_step_record *r = realloc(f->records, c * sizeof(*r));
+		if (r) {
+			f->records = r;
+			f->cap_records = c;
+		}
+	}
+	if (f->n_records < f->cap_records)
+		f->records[f->n_records++] = rec;
+	return ST_OK;
+}
+
+static void fake_release(void *ctx, uint64_t seq_id)
+{
+	(void)seq_id;
+	((struct fake_exec *)ctx)->n_released++;
+}
+
+static const struct exec_ops fake_ops = {.step = fake_step, .seq_release = fake_release};
+
+int fake_exec_init(struct fake_exec *f, const struct fake_exec_options *o)
+{
+	memset(f, 0, sizeof(*f));
+	f->opt = *o;
+	f->fail_at_step = -1;
+	f->blk_state = calloc(o->n_blocks, sizeof(uint64_t));
+	f->blk_last_pos = malloc(o->n_blocks * sizeof(int64_t));
+	f->logits = malloc(o->vocab * sizeof(float));
+	f->work = malloc(kern_sample_workspace_bytes(o->vocab));
+	if (!f->blk_state || !f->blk_last_pos || !f->logits || !f->work)
+		return -1;
+	for (uint32_t i = 0; i < o->n_blocks; i++)
+		f->blk_last_pos[i] = -1;
+	f->ex.ops = &fake_ops;
+	f->ex.ctx = f;
+	f->ex.info = (struct exec_info){
+		.mix = fake_layer_mix(o->block_tokens),
+		.block_tokens = o->block_tokens,
+		.n_blocks = o->n_blocks,
+		.vocab_size = o->vocab,
+		.eos_token_id = o->eos_token_id,
+		.max_step_tokens = o->max_step_tokens,
+		.max_step_seqs = o->max_step_seqs,
+		.max_model_len = o->max_model_len,
+	};
+	return 0;
+}
+
+void fake_exec_fini(struct fake_exec *f)
+{
+	free(f->blk_state);
+	free(f->blk_last_pos);
+	free(f->logits);
+	free(f->work);
+	free(f->records);
+	memset(f, 0, sizeof(*f));
+}
+
+uint32_t fake_reference(const struct fake_exec_options *o, const int32_t *prompt, uint32_t n_prompt,
+			const struct kern_sampling_params *sp, uint32_t max_tokens, bool ignore_eos,
+			const int32_t *stop_ids, uint32_t n_stop_ids, uint32_t max_model_len, int32_t *out,
+			int32_t *stopped_by)
+{
+	float *l = malloc(o->vocab * sizeof(float));
+	void *work = malloc(kern_sample_workspace_bytes(o->vocab));
+	uint64_t h = state_init(o);
+	uint32_t pos = 0, n = 0;
+	for (; pos < n_prompt; pos++)
+		h = state_next(h, prompt[pos], pos);
+	*stopped_by = -1;
+	while (n < max_tokens && n_prompt + n < max_model_len) {
+		make_logits(o, h, l);
+		struct kern_sample_history hist = {prompt, n_prompt, out, n};
+		struct kern_sample_out so;
+		if (kern_sample_ref(l, o->vocab, sp, &hist, n, work, &so))
+			break;
+		out[n++] = so.token_id;
+		bool stop = !ignore_eos && so.token_id == o->eos_token_id;
+		for (uint32_t i = 0; i < n_stop_ids; i++)
+			stop |= so.token_id == stop_ids[i];
+		if (stop) {
+			*stopped_by = so.token_id;
+			break;
+		}
+		h = state_next(h, so.token_id, pos++);
+	}
+	free(l);
+	free(work);
+	return n;
+}
+
+uint32_t fake_detok(void *ctx, int32_t token_id, char *buf, uint32_t cap)
+{
+	(void)ctx;
+	if (cap < 3)
+		return 0;
+	if (token_id % 17 == 5) {
+		buf[0] = (char)0xC3;
+		return 1;
+	}
+	if (token_id % 17 == 6) {
+		buf[0] = (char)0xA9;
+		return 1;
+	}
+	uint64_t x = mix64((uint64_t)token_id * 7919u + 17);
+	uint32_t n = 1 + (uint32_t)(x % 3);
+	for (uint32_t i = 0; i < n; i++)
+		buf[i] = "abcd"[(x >> (8 + 2 * i)) & 3];
+	return n;
+}

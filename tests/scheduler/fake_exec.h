@@ -1,0 +1,68 @@
+/*
+ * tests/scheduler/fake_exec.h: a deterministic executor behind model/exec.h.
+ *
+ * It models the per-sequence state contract exactly: each block keeps a
+ * 64-bit "state" (a rolling hash of every token up to the last one written
+ * into it, standing in for the ring and the open compressor windows) and the
+ * position it was last written at. A step reads the state the contract says
+ * (initial at position 0, else the block holding token p-1), checks that
+ * writes are contiguous, and derives the logits of each sampled sequence from
+ * its state. So any scheduler mistake (a wrong block table, a reused block
+ * that was overwritten, a lost prefix) changes the output, and fake_reference()
+ * computes what the output must be without any scheduler at all.
+ */
+#ifndef DSV4_TESTS_SCHEDULER_FAKE_EXEC_H
+#define DSV4_TESTS_SCHEDULER_FAKE_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/exec.h"
+
+struct fake_exec_options {
+	uint32_t n_blocks, block_tokens, vocab, max_step_tokens, max_step_seqs, max_model_len;
+	int32_t eos_token_id;
+	float eos_bias; /* added to the eos logit (negative: rarely stop) */
+	uint64_t model_seed;
+};
+
+struct fake_step_record {
+	uint32_t n_tokens, n_seqs, n_sample;
+	uint32_t seq_tokens[64];  /* per sequence (first 64) */
+	bool seq_sample[64];
+	uint64_t seq_ids[64];
+};
+
+struct fake_exec {
+	struct exec ex;
+	struct fake_exec_options opt;
+	uint64_t *blk_state;
+	int64_t *blk_last_pos;
+	float *logits;
+	void *work;
+	uint64_t n_steps, n_tokens_total, n_released;
+	int32_t fail_at_step; /* >= 0: that step returns ST_CUDA once */
+	char error[512];      /* first contract violation seen, "" if none */
+	struct fake_step_record last, *records;
+	uint32_t n_records, cap_records;
+};
+
+int fake_exec_init(struct fake_exec *f, const struct fake_exec_options *o);
+void fake_exec_fini(struct fake_exec *f);
+/* A small DSv4-like layer mix that passes exec_layer_mix_check for block_tokens. */
+struct exec_layer_mix fake_layer_mix(uint32_t block_tokens);
+
+/* What the scheduler must produce for one choice. Returns the number of
+ * generated tokens written to out (<= max_tokens); *stopped_by = token id
+ * that stopped it or -1 (length). */
+uint32_t fake_reference(const struct fake_exec_options *o, const int32_t *prompt, uint32_t n_prompt,
+			const struct kern_sampling_params *sp, uint32_t max_tokens, bool ignore_eos,
+			const int32_t *stop_ids, uint32_t n_stop_ids, uint32_t max_model_len, int32_t *out,
+			int32_t *stopped_by);
+
+/* Detokenizer for tests: every token decodes to 1-3 ASCII letters from "abcd",
+ * except tokens = 5 (mod 17), which decode to the two bytes of U+00E9 split
+ * across tokens 5 and 6 (mod 17) (the first byte alone / the second alone). */
+uint32_t fake_detok(void *ctx, int32_t token_id, char *buf, uint32_t cap);
+
+#endif
