@@ -18,7 +18,9 @@
  *         comm_sync() waits for it (with the timeout) and reports asynchronous
  *         NCCL errors. Host buffers are supported through a device staging
  *         buffer allocated at create time (chunked when larger); such calls
- *         are synchronous. Only built with CUDA (comm_nccl_create() returns
+ *         are synchronous. Sums follow NCCL's own order and rounding (bf16
+ *         may round per step), so they can differ in the last bits from the
+ *         cpu backend. Only built with CUDA (comm_nccl_create() returns
  *         ST_UNSUPPORTED otherwise). NCCL's environment (NCCL_SOCKET_IFNAME,
  *         NCCL_IB_HCA, NCCL_DEBUG, ...) is passed through untouched.
  *
@@ -151,7 +153,9 @@ DSV4_WUR enum status comm_nccl_unique_id(uint8_t id[COMM_UNIQUE_ID_BYTES], struc
 
 /* Joins the group (ncclCommInitRankConfig, non-blocking, polled up to the
  * timeout: a rank that never comes is ST_TIMEOUT, not a hang). Every rank
- * calls it, each from its own thread or process. ST_UNSUPPORTED without CUDA. */
+ * calls it, each from its own thread or process; it makes cuda_device the
+ * calling thread's current device, and host-memory calls do the same.
+ * ST_UNSUPPORTED without CUDA or without a GPU. */
 DSV4_WUR enum status comm_nccl_create(struct comm **out, const struct comm_nccl_options *opt, struct err *e);
 
 #endif

@@ -145,6 +145,17 @@ static enum status nccl_sync(struct comm *c, struct err *e)
 	}
 }
 
+/* Host paths issue CUDA copies: make sure they target this rank's GPU even
+ * when the calling thread's current device is another one. */
+static enum status nccl__device(struct comm *c, struct err *e)
+{
+	int cur = -1;
+	struct nccl_ctx *x = c->ctx;
+	if (cudaGetDevice(&cur) == cudaSuccess && cur == x->device)
+		return ST_OK;
+	return nccl__cuda(c, cudaSetDevice(x->device), "cudaSetDevice", e);
+}
+
 static ncclDataType_t nccl__dtype(enum comm_dtype dt)
 {
 	switch (dt) {
@@ -170,6 +181,9 @@ static enum status nccl_all_reduce_sum(struct comm *c, const void *send, void *r
 	ncclDataType_t t = nccl__dtype(dt);
 	if (mem == COMM_MEM_DEVICE)
 		return nccl__settle(c, ncclAllReduce(send, recv, n_elems, t, ncclSum, x->nc, x->stream), "all_reduce_sum", e);
+	enum status dst = nccl__device(c, e);
+	if (dst != ST_OK)
+		return dst;
 	size_t esz = comm_dtype_bytes(dt), chunk = x->staging_bytes / esz;
 	for (size_t off = 0; off < n_elems; off += chunk) {
 		size_t m = n_elems - off < chunk ? n_elems - off : chunk;
@@ -201,6 +215,9 @@ static enum status nccl_all_gather(struct comm *c, const void *send, void *recv,
 		return nccl__settle(c, ncclAllGather(send, recv, n_elems, t, x->nc, x->stream), "all_gather", e);
 	/* Host: gather chunks of each rank's part into the staging buffer
 	 * (rank-major), then scatter them to their places in recv. */
+	enum status dst = nccl__device(c, e);
+	if (dst != ST_OK)
+		return dst;
 	size_t esz = comm_dtype_bytes(dt), n_ranks = (size_t)c->n_ranks;
 	size_t chunk = x->staging_bytes / esz / n_ranks;
 	if (chunk == 0)
@@ -236,6 +253,9 @@ static enum status nccl_broadcast(struct comm *c, const void *send, void *recv, 
 	if (mem == COMM_MEM_DEVICE)
 		return nccl__settle(c, ncclBroadcast(c->rank == root ? send : recv, recv, n_elems, t, root, x->nc, x->stream),
 				    "broadcast", e);
+	enum status dst = nccl__device(c, e);
+	if (dst != ST_OK)
+		return dst;
 	size_t esz = comm_dtype_bytes(dt), chunk = x->staging_bytes / esz;
 	for (size_t off = 0; off < n_elems; off += chunk) {
 		size_t m = n_elems - off < chunk ? n_elems - off : chunk;
