@@ -18,5 +18,13 @@
 #include "kernels/moe_gemm/moe_gemm.h"
 
 /* ---- kernels-model-ops ---- */
+#include "kernels/norm/norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/hc/hc.h"
+#include "kernels/attention/attention.h"
+#include "kernels/compressor/compressor.h"
+#include "kernels/indexer/indexer.h"
+#include "kernels/routing/routing.h"
+#include "kernels/act/act.h"
 
 #endif

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 struct kern_swiglu_args {
 	const float *gate;        /* [n_rows, gate_stride] w1 output */
@@ -31,6 +32,7 @@ struct kern_swiglu_args {
 	int64_t out_stride;       /* 0 means dim */
 	float limit;              /* swiglu_limit (10); <= 0 disables both clamps */
 	bool bf16_out;            /* round the result to bf16 values */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* CPU reference. ST_INVALID for NULL pointers, dim <= 0, short strides. */
@@ -38,5 +40,12 @@ enum status kern_swiglu_ref(const struct kern_swiglu_args *a) DSV4_WUR;
 
 /* silu(x) = x / (1 + e^-x), in place over n values. */
 void kern_silu_ref(float *x, int64_t n);
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every swiglu variant. */
+typedef enum status (*kern_swiglu_fn)(const struct kern_swiglu_args *a);
+/* The registry table of op "swiglu" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_swiglu;
 
 #endif

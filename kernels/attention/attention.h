@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 #define KERN_ATTN_MAX_SRC 3
 
@@ -48,6 +49,7 @@ struct kern_sparse_attn_args {
 	int n_heads;                          /* 64 (a TP rank's share) */
 	int head_dim;                         /* 512 */
 	bool bf16_out;                        /* round o to bf16 values */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* CPU reference. ST_INVALID for NULL pointers, bad dims, or an index outside
@@ -90,8 +92,21 @@ struct kern_attn_index_args {
 	int32_t *idx;              /* out [n_tokens, idx_stride] */
 	int32_t *idx_len;          /* out [n_tokens] */
 	int idx_stride;            /* capacity per token; ST_INVALID if a set does not fit */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 enum status kern_attn_index_ref(const struct kern_attn_index_args *a) DSV4_WUR;
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every sparse_attn variant. */
+typedef enum status (*kern_sparse_attn_fn)(const struct kern_sparse_attn_args *a);
+/* The registry table of op "sparse_attn" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_sparse_attn;
+
+/* Signature of run / run_host of every attn_index variant. */
+typedef enum status (*kern_attn_index_fn)(const struct kern_attn_index_args *a);
+/* The registry table of op "attn_index" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_attn_index;
 
 #endif

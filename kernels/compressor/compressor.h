@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 enum kern_cmp_post {
 	KERN_CMP_POST_FP8_NOPE = 0,
@@ -71,6 +72,7 @@ struct kern_compressor_args {
 	const int64_t *out_row0;   /* [n_seqs] pool row of each sequence's entry 0 */
 	int64_t n_out_rows;
 	float *pooled;             /* optional pool [n_out_rows, d]: C_w before the norm (tests, debugging) */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* Run the state machine over the batch. ST_INVALID for bad sizes, a state
@@ -86,5 +88,12 @@ static inline int64_t kern_compressor_n_emitted(int64_t start_pos, int64_t n_tok
 {
 	return (start_pos + n_tokens) / ratio - start_pos / ratio;
 }
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every compressor variant. */
+typedef enum status (*kern_compressor_fn)(const struct kern_compressor_args *a);
+/* The registry table of op "compressor" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_compressor;
 
 #endif

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 #define KERN_HC_MAX_STREAMS 8 /* n = hc_mult = 4; the bound sizes stack scratch */
 
@@ -43,6 +44,7 @@ struct kern_hc_prenorm_args {
 	int64_t n_tokens;  /* 0 is valid */
 	int k;             /* n·D = 16384 */
 	int n_out;         /* (2+n)·n = 24, or n = 4 for HCHead */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 enum status kern_hc_prenorm_ref(const struct kern_hc_prenorm_args *a) DSV4_WUR;
@@ -62,6 +64,7 @@ struct kern_hc_split_args {
 	float *pre;           /* out [n_tokens, n] */
 	float *post;          /* out [n_tokens, n]; unused in head mode */
 	float *comb;          /* out [n_tokens, n, n] row-major comb[j][k]; unused in head mode */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 enum status kern_hc_split_ref(const struct kern_hc_split_args *a) DSV4_WUR;
@@ -74,6 +77,7 @@ struct kern_hc_pre_combine_args {
 	int n_streams;
 	int dim;           /* D */
 	bool bf16_out;     /* round u to bf16 (the reference casts before the norm) */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 enum status kern_hc_pre_combine_ref(const struct kern_hc_pre_combine_args *a) DSV4_WUR;
@@ -88,8 +92,31 @@ struct kern_hc_post_args {
 	int n_streams;
 	int dim;
 	bool bf16_out;     /* round the new streams to bf16 (reference: type_as(x)) */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 enum status kern_hc_post_ref(const struct kern_hc_post_args *a) DSV4_WUR;
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every hc_prenorm variant. */
+typedef enum status (*kern_hc_prenorm_fn)(const struct kern_hc_prenorm_args *a);
+/* The registry table of op "hc_prenorm" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_hc_prenorm;
+
+/* Signature of run / run_host of every hc_split variant. */
+typedef enum status (*kern_hc_split_fn)(const struct kern_hc_split_args *a);
+/* The registry table of op "hc_split" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_hc_split;
+
+/* Signature of run / run_host of every hc_pre_combine variant. */
+typedef enum status (*kern_hc_pre_combine_fn)(const struct kern_hc_pre_combine_args *a);
+/* The registry table of op "hc_pre_combine" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_hc_pre_combine;
+
+/* Signature of run / run_host of every hc_post variant. */
+typedef enum status (*kern_hc_post_fn)(const struct kern_hc_post_args *a);
+/* The registry table of op "hc_post" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_hc_post;
 
 #endif

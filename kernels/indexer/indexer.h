@@ -25,13 +25,22 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 /* In place over n_rows rows of n values (n a power of two). ST_INVALID otherwise. */
 enum status kern_hadamard_ref(float *x, int64_t n_rows, int n) DSV4_WUR;
 
 /* In place: Hadamard over each row of dim values, then FP4 qdq with
- * block-value ue8m0 blocks (fp4_block = 32; 0 skips the quantisation). */
-enum status kern_indexer_rotate_quant_ref(float *x, int64_t n_rows, int dim, int fp4_block) DSV4_WUR;
+ * fp4_block-value ue8m0 blocks (32; 0 skips the quantisation). */
+struct kern_indexer_rotate_args {
+	float *x;                  /* [n_rows, dim] in place */
+	int64_t n_rows;
+	int dim;                   /* power of two: index_head_dim = 128 */
+	int fp4_block;             /* 32, or 0: Hadamard only */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
+};
+
+enum status kern_indexer_rotate_quant_ref(const struct kern_indexer_rotate_args *a) DSV4_WUR;
 
 struct kern_indexer_topk_args {
 	const float *q;           /* [n_tokens, n_heads, head_dim] prepared queries */
@@ -54,10 +63,23 @@ struct kern_indexer_topk_args {
 	float *work;              /* optional scratch [work_len] floats: with work_len >= #visible,
 				   * each score is computed once instead of once per output slot */
 	int64_t work_len;
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* CPU reference. ST_INVALID for bad sizes or a visible entry whose row is
  * outside the pool. Results are identical with and without work. */
 enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a) DSV4_WUR;
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every indexer_rotate variant. */
+typedef enum status (*kern_indexer_rotate_fn)(const struct kern_indexer_rotate_args *a);
+/* The registry table of op "indexer_rotate" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_indexer_rotate;
+
+/* Signature of run / run_host of every indexer_topk variant. */
+typedef enum status (*kern_indexer_topk_fn)(const struct kern_indexer_topk_args *a);
+/* The registry table of op "indexer_topk" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_indexer_topk;
 
 #endif

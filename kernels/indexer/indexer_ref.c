@@ -28,15 +28,15 @@ enum status kern_hadamard_ref(float *x, int64_t n_rows, int n)
 	return ST_OK;
 }
 
-enum status kern_indexer_rotate_quant_ref(float *x, int64_t n_rows, int dim, int fp4_block)
+enum status kern_indexer_rotate_quant_ref(const struct kern_indexer_rotate_args *a)
 {
-	if (fp4_block < 0)
+	if (!a || a->fp4_block < 0)
 		return ST_INVALID;
-	enum status st = kern_hadamard_ref(x, n_rows, dim);
-	if (st != ST_OK || !fp4_block)
+	enum status st = kern_hadamard_ref(a->x, a->n_rows, a->dim);
+	if (st != ST_OK || !a->fp4_block)
 		return st;
-	for (int64_t r = 0; r < n_rows; r++)
-		kern__fp4_qdq(x + r * dim, dim, fp4_block);
+	for (int64_t r = 0; r < a->n_rows; r++)
+		kern__fp4_qdq(a->x + r * a->dim, a->dim, a->fp4_block);
 	return ST_OK;
 }
 

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 struct kern_rmsnorm_args {
 	const float *x;         /* [n_rows, x_stride] input rows (fp32 values) */
@@ -37,10 +38,18 @@ struct kern_rmsnorm_args {
 	float eps;              /* added to mean(x²); rms_norm_eps = 1e-6 */
 	bool bf16_in;           /* round x to bf16 before normalising */
 	bool bf16_out;          /* round y to bf16 values */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* CPU reference. Returns ST_INVALID (and writes nothing) for a NULL pointer,
  * dim <= 0, n_rows < 0, a stride smaller than dim, or both weights given. */
 enum status kern_rmsnorm_ref(const struct kern_rmsnorm_args *a) DSV4_WUR;
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every rmsnorm variant. */
+typedef enum status (*kern_rmsnorm_fn)(const struct kern_rmsnorm_args *a);
+/* The registry table of op "rmsnorm" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_rmsnorm;
 
 #endif

@@ -18,6 +18,14 @@
 #include "kernels/linear/linear.h"
 #include "kernels/moe_gemm/moe_gemm.h"
 /* ---- kernels-model-ops (includes) ---- */
+#include "kernels/norm/norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/hc/hc.h"
+#include "kernels/attention/attention.h"
+#include "kernels/compressor/compressor.h"
+#include "kernels/indexer/indexer.h"
+#include "kernels/routing/routing.h"
+#include "kernels/act/act.h"
 /* ---- end includes ---- */
 
 static const struct kern_op *const all_ops[] = {
@@ -25,6 +33,20 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_linear,
 	&kern_op_moe_gemm,
 	/* ---- kernels-model-ops (one line per op) ---- */
+	&kern_op_rmsnorm,
+	&kern_op_rope,
+	&kern_op_hc_prenorm,
+	&kern_op_hc_split,
+	&kern_op_hc_pre_combine,
+	&kern_op_hc_post,
+	&kern_op_sparse_attn,
+	&kern_op_attn_index,
+	&kern_op_compressor,
+	&kern_op_indexer_rotate,
+	&kern_op_indexer_topk,
+	&kern_op_route,
+	&kern_op_moe_group,
+	&kern_op_swiglu,
 	/* ---- end ---- */
 };
 

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 /* The YaRN numbers of config.json rope_scaling (§1.1). */
 struct kern_rope_yarn {
@@ -58,9 +59,17 @@ struct kern_rope_args {
 			      * (1 normally; m for compressed entries given as w). 0 means 1 */
 	bool inverse;        /* rotate by -t */
 	bool bf16_out;       /* round the rotated values to bf16 */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* CPU reference. ST_INVALID for NULL pointers or inconsistent dims. */
 enum status kern_rope_ref(const struct kern_rope_args *a) DSV4_WUR;
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every rope variant. */
+typedef enum status (*kern_rope_fn)(const struct kern_rope_args *a);
+/* The registry table of op "rope" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_rope;
 
 #endif

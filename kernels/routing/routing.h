@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/registry/registry.h"
 
 struct kern_route_args {
 	const float *logits;     /* [n_tokens, n_experts] gate logits (fp32) */
@@ -35,6 +36,7 @@ struct kern_route_args {
 	float route_scale;       /* routed_scaling_factor = 1.5 */
 	int32_t *expert_ids;     /* out [n_tokens, top_k] */
 	float *weights;          /* out [n_tokens, top_k] */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 #define KERN_ROUTE_MAX_TOPK 64 /* far above the 6 (Flash) / 8 (Pro) the models use */
@@ -59,8 +61,21 @@ struct kern_moe_group_args {
 	int32_t *offsets;          /* out [n_local + 1] */
 	int32_t *pair_token;       /* out [n_tokens·top_k], first offsets[n_local] used */
 	int32_t *pair_slot;        /* out [n_tokens·top_k] */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 enum status kern_moe_group_ref(const struct kern_moe_group_args *a) DSV4_WUR;
+
+/* ---- registry ---- */
+
+/* Signature of run / run_host of every route variant. */
+typedef enum status (*kern_route_fn)(const struct kern_route_args *a);
+/* The registry table of op "route" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_route;
+
+/* Signature of run / run_host of every moe_group variant. */
+typedef enum status (*kern_moe_group_fn)(const struct kern_moe_group_args *a);
+/* The registry table of op "moe_group" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_moe_group;
 
 #endif

@@ -92,7 +92,8 @@ static void test_fp4(void)
 	float y[128], z[128];
 	mt_fill(y, 128, -1, 1);
 	memcpy(z, y, sizeof y);
-	T_CHECK(kern_indexer_rotate_quant_ref(y, 1, 128, 32) == ST_OK);
+	struct kern_indexer_rotate_args ra = {.x = y, .n_rows = 1, .dim = 128, .fp4_block = 32};
+	T_CHECK(kern_indexer_rotate_quant_ref(&ra) == ST_OK);
 	T_CHECK(kern_hadamard_ref(z, 1, 128) == ST_OK);
 	kern__fp4_qdq(z, 128, 32);
 	T_CHECK(memcmp(y, z, sizeof y) == 0);

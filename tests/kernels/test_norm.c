@@ -1,10 +1,13 @@
 /*
  * tests/kernels/test_norm.c: kern_rmsnorm_ref against a double-precision
  * computation written here, for weighted (bf16 and f32), unweighted per-head,
- * strided, in-place and bf16-rounded uses (dsv4.md §2.3, §3.3).
+ * strided, in-place and bf16-rounded uses (dsv4.md §2.3, §3.3); and the
+ * private low-precision helpers of kernels/norm/lowp_sim.h against
+ * kernels/quant (written independently): bit-identical results.
  */
 #include "kernels/norm/lowp_sim.h"
 #include "kernels/norm/norm.h"
+#include "kernels/quant/quant.h"
 #include "tests/kernels/mops_util.h"
 #include "tests/test.h"
 
@@ -61,9 +64,55 @@ static void run_case(int64_t rows, int dim, int wkind, int64_t xs_extra, bool in
 	free(ref);
 }
 
+/* lowp_sim.h and kernels/quant must agree bit for bit, or the model ops and
+ * the GEMMs would simulate the reference's roundings differently. */
+static void test_lowp_vs_quant(void)
+{
+	enum { N = 64 * 40 };
+	float *x = xcalloc(N, 4), *a = xcalloc(N, 4), *b = xcalloc(N, 4);
+	for (int blk = 0; blk < N / 64; blk++) {
+		float mag = ldexpf(1.0f, mt_int(-30, 30));
+		for (int i = 0; i < 64; i++) {
+			float v = mt_unif(-mag, mag);
+			x[blk * 64 + i] = (i % 9 == 0) ? kern__bf16_round(v) : v;
+		}
+	}
+	x[5] = 0;
+	x[6] = -0.0f;
+	for (int i = 0; i < 64; i++) /* one all-zero block */
+		x[64 + i] = 0;
+	int bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += kern__f32_to_bf16(x[i]) != kern_f32_to_bf16(x[i]);
+	T_CHECKF(bad == 0, "bf16: %d differ", bad);
+	int blocks[] = {64, 128, 32};
+	for (int k = 0; k < 3; k++) {
+		memcpy(a, x, N * 4);
+		memcpy(b, x, N * 4);
+		kern__fp8_qdq(a, N, blocks[k]);
+		kern_act_quant_fp8_sim(b, 1, N, N, blocks[k]);
+		bad = 0;
+		for (int i = 0; i < N; i++)
+			bad += memcmp(&a[i], &b[i], 4) != 0 && !(a[i] == 0 && b[i] == 0);
+		T_CHECKF(bad == 0, "fp8 block %d: %d differ", blocks[k], bad);
+	}
+	memcpy(a, x, N * 4);
+	memcpy(b, x, N * 4);
+	kern__fp4_qdq(a, N, 32);
+	kern_act_quant_fp4_sim(b, 1, N, N, 32);
+	bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += memcmp(&a[i], &b[i], 4) != 0 && !(a[i] == 0 && b[i] == 0);
+	T_CHECKF(bad == 0, "fp4 block 32: %d differ", bad);
+	free(x);
+	free(a);
+	free(b);
+}
+
 int main(void)
 {
 	mt_seed_from_env("test_norm");
+	test_lowp_vs_quant();
 	/* weighted bf16 (attn_norm), f32 weight, unweighted per-head q norm */
 	run_case(7, 64, 1, 0, false);
 	run_case(5, 4096, 1, 0, false);

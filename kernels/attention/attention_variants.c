@@ -1,0 +1,44 @@
+/*
+ * kernels/attention/attention_variants.c: the registry tables of ops "sparse_attn", "attn_index".
+ *
+ * Variants (priority order, highest first):
+ *   <op>_cpu_ref   the CPU reference (attention_ref.c), every shape; the oracle
+ *                  for GPU variants and for load-time self-checks.
+ * GPU variants implement the same args contract on device buffers and are
+ * added above the reference with their guards (style.md rule 9).
+ */
+#include "kernels/attention/attention.h"
+
+static const struct kern_variant sparse_attn_variants[] = {
+	{
+		.name = "sparse_attn_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_sparse_attn_ref),
+		.run_host = KERN_FN(kern_sparse_attn_ref),
+		.desc = "CPU reference: sparse MQA attention with sink and inverse rope",
+	},
+};
+
+const struct kern_op kern_op_sparse_attn = {
+	.name = "sparse_attn",
+	.variants = sparse_attn_variants,
+	.n_variants = (int)(sizeof sparse_attn_variants / sizeof sparse_attn_variants[0]),
+};
+
+static const struct kern_variant attn_index_variants[] = {
+	{
+		.name = "attn_index_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_attn_index_ref),
+		.run_host = KERN_FN(kern_attn_index_ref),
+		.desc = "CPU reference: SWA/CSA/HCA index sets for a flat batch",
+	},
+};
+
+const struct kern_op kern_op_attn_index = {
+	.name = "attn_index",
+	.variants = attn_index_variants,
+	.n_variants = (int)(sizeof attn_index_variants / sizeof attn_index_variants[0]),
+};

@@ -1,0 +1,79 @@
+/*
+ * kernels/hc/hc_variants.c: the registry tables of ops "hc_prenorm", "hc_split",
+ * "hc_pre_combine", "hc_post".
+ *
+ * Variants (priority order, highest first):
+ *   <op>_cpu_ref   the CPU reference (hc_ref.c), every shape; the oracle
+ *                  for GPU variants and for load-time self-checks.
+ * GPU variants implement the same args contract on device buffers and are
+ * added above the reference with their guards (style.md rule 9).
+ */
+#include "kernels/hc/hc.h"
+
+static const struct kern_variant hc_prenorm_variants[] = {
+	{
+		.name = "hc_prenorm_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_hc_prenorm_ref),
+		.run_host = KERN_FN(kern_hc_prenorm_ref),
+		.desc = "CPU reference: mHC prenorm GEMM v·fnᵀ + Σv², fp32 loops",
+	},
+};
+
+const struct kern_op kern_op_hc_prenorm = {
+	.name = "hc_prenorm",
+	.variants = hc_prenorm_variants,
+	.n_variants = (int)(sizeof hc_prenorm_variants / sizeof hc_prenorm_variants[0]),
+};
+
+static const struct kern_variant hc_split_variants[] = {
+	{
+		.name = "hc_split_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_hc_split_ref),
+		.run_host = KERN_FN(kern_hc_split_ref),
+		.desc = "CPU reference: mHC sigmoid/softmax + col-first Sinkhorn, HCHead",
+	},
+};
+
+const struct kern_op kern_op_hc_split = {
+	.name = "hc_split",
+	.variants = hc_split_variants,
+	.n_variants = (int)(sizeof hc_split_variants / sizeof hc_split_variants[0]),
+};
+
+static const struct kern_variant hc_pre_combine_variants[] = {
+	{
+		.name = "hc_pre_combine_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_hc_pre_combine_ref),
+		.run_host = KERN_FN(kern_hc_pre_combine_ref),
+		.desc = "CPU reference: mHC u = Σ pre_j X_j",
+	},
+};
+
+const struct kern_op kern_op_hc_pre_combine = {
+	.name = "hc_pre_combine",
+	.variants = hc_pre_combine_variants,
+	.n_variants = (int)(sizeof hc_pre_combine_variants / sizeof hc_pre_combine_variants[0]),
+};
+
+static const struct kern_variant hc_post_variants[] = {
+	{
+		.name = "hc_post_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_hc_post_ref),
+		.run_host = KERN_FN(kern_hc_post_ref),
+		.desc = "CPU reference: mHC X'_k = post_k f + Σ_j comb[j][k] X_j",
+	},
+};
+
+const struct kern_op kern_op_hc_post = {
+	.name = "hc_post",
+	.variants = hc_post_variants,
+	.n_variants = (int)(sizeof hc_post_variants / sizeof hc_post_variants[0]),
+};

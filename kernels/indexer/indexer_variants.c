@@ -1,0 +1,44 @@
+/*
+ * kernels/indexer/indexer_variants.c: the registry tables of ops "indexer_rotate", "indexer_topk".
+ *
+ * Variants (priority order, highest first):
+ *   <op>_cpu_ref   the CPU reference (indexer_ref.c), every shape; the oracle
+ *                  for GPU variants and for load-time self-checks.
+ * GPU variants implement the same args contract on device buffers and are
+ * added above the reference with their guards (style.md rule 9).
+ */
+#include "kernels/indexer/indexer.h"
+
+static const struct kern_variant indexer_rotate_variants[] = {
+	{
+		.name = "indexer_rotate_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_indexer_rotate_quant_ref),
+		.run_host = KERN_FN(kern_indexer_rotate_quant_ref),
+		.desc = "CPU reference: Hadamard + FP4 qdq of indexer q/k",
+	},
+};
+
+const struct kern_op kern_op_indexer_rotate = {
+	.name = "indexer_rotate",
+	.variants = indexer_rotate_variants,
+	.n_variants = (int)(sizeof indexer_rotate_variants / sizeof indexer_rotate_variants[0]),
+};
+
+static const struct kern_variant indexer_topk_variants[] = {
+	{
+		.name = "indexer_topk_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_indexer_topk_ref),
+		.run_host = KERN_FN(kern_indexer_topk_ref),
+		.desc = "CPU reference: indexer scores + top-k over a flat batch",
+	},
+};
+
+const struct kern_op kern_op_indexer_topk = {
+	.name = "indexer_topk",
+	.variants = indexer_topk_variants,
+	.n_variants = (int)(sizeof indexer_topk_variants / sizeof indexer_topk_variants[0]),
+};
