@@ -161,6 +161,26 @@ static void test_prefix_cache(void)
 	T_CHECK(!h_submit(&h, d));
 	h_run(&h, 1000);
 	T_CHECK(d->ch[0].fin.n_cached_tokens == 0 && !h_check_ref(&h, d));
+	/* chained hashes, the case that needs the chain: [P,Q] and [Q,R] cached,
+	 * [P,R,...] may reuse P but not R (R's cached state follows Q, not P) */
+	int32_t P[16], Q[16], R[16], pq[33], qr[33], pr[40];
+	h_rand_tokens(P, 16, fo.vocab, &g_rng);
+	h_rand_tokens(Q, 16, fo.vocab, &g_rng);
+	h_rand_tokens(R, 16, fo.vocab, &g_rng);
+	memcpy(pq, P, 64), memcpy(pq + 16, Q, 64), pq[32] = 9;
+	memcpy(qr, Q, 64), memcpy(qr + 16, R, 64), qr[32] = 9;
+	memcpy(pr, P, 64), memcpy(pr + 16, R, 64), memcpy(pr + 32, P, 32);
+	struct h_req *c1 = h_req_new(pq, 33, 1, 2, h_sp(0, 0)), *c2 = h_req_new(qr, 33, 1, 2, h_sp(0, 0));
+	struct h_req *c3 = h_req_new(pr, 40, 1, 4, h_sp(0, 0));
+	T_CHECK(!h_submit(&h, c1) && !h_submit(&h, c2));
+	h_run(&h, 1000);
+	T_CHECK(!h_submit(&h, c3));
+	h_run(&h, 1000);
+	T_CHECKF(c3->ch[0].fin.n_cached_tokens == 16, "%u", c3->ch[0].fin.n_cached_tokens);
+	T_CHECK(!h_check_ref(&h, c1) && !h_check_ref(&h, c2) && !h_check_ref(&h, c3));
+	h_req_free(c1);
+	h_req_free(c2);
+	h_req_free(c3);
 	/* a cache salt isolates tenants */
 	struct h_req *s2 = h_req_new(prompt, 100, 1, 4, h_sp(0, 0));
 	struct sched_request_params p = h_params(s2);
@@ -172,8 +192,8 @@ static void test_prefix_cache(void)
 	T_CHECK(s2->ch[0].fin.n_cached_tokens == 0 && !h_check_ref(&h, s2));
 	struct sched_stats st;
 	sched_stats_get(h.s, &st);
-	T_CHECK(st.prefix_cache_hits_tokens == 96 + 80);
-	T_CHECK(st.prefix_cache_queries_tokens == 100 + 130 + 96 + 64 + 100);
+	T_CHECK(st.prefix_cache_hits_tokens == 96 + 80 + 16);
+	T_CHECK(st.prefix_cache_queries_tokens == 100 + 130 + 96 + 64 + 33 + 33 + 40 + 100);
 	T_CHECK(st.n_blocks_used == 0 && st.n_blocks_cached_free > 0);
 	h_close(&h);
 	h_req_free(a);
