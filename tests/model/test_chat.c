@@ -12,6 +12,8 @@
 #include "model/chat.h"
 #include "tests/test.h"
 
+#define ARRAY_N(a) (sizeof(a) / sizeof((a)[0]))
+
 static const char *jstr(json_t *o, const char *k)
 {
 	json_t *v = json_object_get(o, k);
@@ -232,9 +234,53 @@ static void pydumps(void)
 	}
 }
 
+/* Random (often invalid) inputs: every call returns OK with a NUL-terminated
+ * prompt of the stated length, or an error with a message and no prompt. */
+static void fuzz(void)
+{
+	static const char *const strs[] = {
+		NULL, "", "hi", "{", "{}", "[]", "{\"a\": 1}", "{\"a\": [1, {\"b\": \"\\u00e9\"}]}",
+		"[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "[1]", "null",
+		"\"str\"", "1e999", "{\"x\": 1e400}", "</think>", "<｜User｜>", "\xff\xfe", "日本語",
+		"[{\"function\": {\"name\": \"g\", \"parameters\": {\"type\": \"object\"}}}]",
+		"{\"n\": -9223372036854775808, \"m\": 9223372036854775808}"};
+	uint64_t s = 0x1234567ull ^ (uint64_t)(uintptr_t)&s;
+#define PICK() (s = s * 6364136223846793005ull + 1442695040888963407ull, strs[(s >> 33) % ARRAY_N(strs)])
+#define PICKN(n) (s = s * 6364136223846793005ull + 1442695040888963407ull, (size_t)((s >> 33) % (n)))
+	for (int it = 0; it < 3000; it++) {
+		struct model_chat_message m[6];
+		struct model_chat_tool_call tc[6][2];
+		size_t n = PICKN(7);
+		for (size_t i = 0; i < n; i++) {
+			for (size_t k = 0; k < 2; k++)
+				tc[i][k] = (struct model_chat_tool_call){PICK(), PICK(), PICK()};
+			m[i] = (struct model_chat_message){
+				.role = (enum model_chat_role)PICKN(7), .content = PICK(),
+				.reasoning_content = PICK(), .tool_calls = tc[i],
+				.n_tool_calls = PICKN(3), .tool_call_id = PICK(), .name = PICK()};
+		}
+		struct model_chat_options o = {.thinking = PICKN(2), .effort = PICKN(3),
+					       .keep_thinking = PICKN(2), .tools_json = PICK(),
+					       .response_format_json = PICKN(4) ? NULL : PICK(),
+					       .no_bos = PICKN(2), .continue_final = PICKN(2)};
+		char *out = (char *)1;
+		size_t len = 7;
+		struct err e = {0};
+		enum status st = model_chat_encode(m, n, &o, &out, &len, &e);
+		if (st == ST_OK)
+			T_CHECK(out && strlen(out) == len);
+		else
+			T_CHECK(out == NULL && len == 0 && e.msg[0]);
+		free(st == ST_OK ? out : NULL);
+	}
+#undef PICK
+#undef PICKN
+}
+
 int main(void)
 {
 	golden();
+	fuzz();
 	errors();
 	pydumps();
 	return test_exit();
