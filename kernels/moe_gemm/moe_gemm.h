@@ -48,7 +48,9 @@ struct kern_moe_gemm_args {
 	void *y;                        /* [n_rows, ldy] */
 	enum kern_dtype y_dtype;
 	int64_t ldy;                    /* elements; 0 = out */
-	const struct kern_wmat *w;      /* [n_experts]: same fmt, rows, cols; prepared for the variant */
+	const struct kern_wmat *w;      /* [n_experts] host array: same fmt, rows, cols; prepared for the
+					 * variant; data/scale point where run() reads (device for CUDA) */
+	const struct kern_wmat *w_dev;  /* CUDA variants: a device copy of the w array (built once at load) */
 	int act_quant_block;            /* 0 or 128 */
 	void *stream;                   /* cudaStream_t for CUDA variants */
 };
@@ -67,8 +69,8 @@ extern const struct kern_op kern_op_moe_gemm;
 /* ---- CUDA variants (kernels/moe_gemm/moe_gemm_generic.cu) ---- */
 
 /* Generic FP4 (MXFP4 / NVFP4) expert GEMM for cc >= 8.0: e2m1 decoded in
- * shared memory, f32 FMA. a->w points to a DEVICE array of kern_wmat whose
- * data/scale are device pointers; offsets and row_src are device arrays. */
+ * shared memory, f32 FMA. x, y, expert_offsets, row_src and w_dev are device
+ * memory; w (host array) gives the shape and format. */
 enum status kern_moe_gemm_cuda_generic(const struct kern_moe_gemm_args *a);
 /* The same on host buffers (copies everything in and out). */
 enum status kern_moe_gemm_cuda_generic_host(const struct kern_moe_gemm_args *a);

@@ -56,8 +56,8 @@ static bool moe_cuda_generic_supports(const struct kern_problem *p, const struct
 	if (!moe_shape_ok(p, why, n))
 		return false;
 	const struct kern_moe_gemm_shape *s = p->shape;
-	if (s->in % 64) {
-		snprintf(why, n, "in %lld not a multiple of 64", (long long)s->in);
+	if (s->in % 32) {
+		snprintf(why, n, "in %lld not a multiple of 32", (long long)s->in);
 		return false;
 	}
 	if (s->max_rows > INT32_MAX / 2) {
@@ -86,7 +86,7 @@ static enum status moe_selfcheck(const struct kern_op *op, const struct kern_var
 		return ST_OK;
 	struct kern_moe_gemm_shape small = *s;
 	int64_t mult = kern_wfmt_block_cols(p->wfmt) > 0 ? kern_wfmt_block_cols(p->wfmt) : 1;
-	small.in = shrink_dim(s->in, mult < 64 ? 64 : mult);
+	small.in = shrink_dim(s->in, mult < 32 ? 32 : mult);
 	small.out = shrink_dim(s->out, 1);
 	small.n_experts = s->n_experts < 4 ? s->n_experts : 4;
 	small.max_rows = 9;
