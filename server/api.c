@@ -1,0 +1,294 @@
+/*
+ * server/api.c: routing, auth, request ids, errors and the engine-free
+ * endpoints. Every reply carries X-Request-Id (the client's, if it sent a
+ * sane one; ours otherwise) so routers and logs can follow a request.
+ */
+#include "api.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "common/strbuf.h"
+
+#define API_MAX_ROUTES 32
+
+struct route {
+	char method[8];
+	char path[64];
+	const char *label;
+	api_route_fn fn;
+	void *ctx;
+};
+
+struct api {
+	char *model;
+	char *api_key;
+	int max_model_len;
+	long created;
+	atomic_int state;
+	atomic_ullong next_id;
+	struct metrics *metrics;
+	struct route routes[API_MAX_ROUTES];
+	int n_routes;
+};
+
+void api_error(struct http_response *resp, int status, const char *type, const char *param, const char *code,
+	       const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	struct strbuf b;
+	strbuf_init(&b);
+	strbuf_puts(&b, "{\"error\":{\"message\":");
+	strbuf_json_string(&b, msg, strlen(msg));
+	strbuf_puts(&b, ",\"type\":");
+	strbuf_json_string(&b, type, strlen(type));
+	strbuf_puts(&b, ",\"param\":");
+	if (param)
+		strbuf_json_string(&b, param, strlen(param));
+	else
+		strbuf_puts(&b, "null");
+	strbuf_puts(&b, ",\"code\":");
+	if (code)
+		strbuf_json_string(&b, code, strlen(code));
+	else
+		strbuf_printf(&b, "%d", status);
+	strbuf_puts(&b, "}}");
+	size_t n;
+	char *body = strbuf_take(&b, &n);
+	http_reply(resp, body ? status : 500, "application/json", body, n);
+}
+
+enum status api_create(struct api **out, const struct api_options *opt, struct err *e)
+{
+	*out = NULL;
+	struct api *a = calloc(1, sizeof *a);
+	if (!a)
+		return err_set(e, ST_NOMEM, "api: out of memory");
+	a->model = strdup(opt->served_model_name ? opt->served_model_name : "dsv4");
+	a->api_key = (opt->api_key && opt->api_key[0]) ? strdup(opt->api_key) : NULL;
+	a->max_model_len = opt->max_model_len;
+	a->created = (long)time(NULL);
+	if (!a->model || (opt->api_key && opt->api_key[0] && !a->api_key)) {
+		api_destroy(a);
+		return err_set(e, ST_NOMEM, "api: out of memory");
+	}
+	enum status st = metrics_create(&a->metrics, a->model, e);
+	if (st) {
+		api_destroy(a);
+		return st;
+	}
+	*out = a;
+	return ST_OK;
+}
+
+void api_destroy(struct api *a)
+{
+	if (!a)
+		return;
+	metrics_destroy(a->metrics);
+	free(a->model);
+	free(a->api_key);
+	free(a);
+}
+
+enum status api_route(struct api *a, const char *method, const char *path, const char *label, api_route_fn fn,
+		      void *ctx)
+{
+	if (a->n_routes >= API_MAX_ROUTES || strlen(method) >= sizeof a->routes[0].method ||
+	    strlen(path) >= sizeof a->routes[0].path)
+		return ST_INVALID;
+	struct route *r = &a->routes[a->n_routes++];
+	snprintf(r->method, sizeof r->method, "%s", method);
+	snprintf(r->path, sizeof r->path, "%s", path);
+	r->label = label;
+	r->fn = fn;
+	r->ctx = ctx;
+	return ST_OK;
+}
+
+void api_set_state(struct api *a, enum api_state st) { atomic_store(&a->state, (int)st); }
+enum api_state api_get_state(const struct api *a) { return (enum api_state)atomic_load(&((struct api *)a)->state); }
+struct metrics *api_metrics(struct api *a) { return a->metrics; }
+const char *api_model_name(const struct api *a) { return a->model; }
+
+/* Constant time in the length of the expected key. */
+static bool key_matches(const char *expected, const char *given)
+{
+	size_t n = strlen(expected), m = strlen(given);
+	unsigned diff = (unsigned)(n ^ m);
+	for (size_t i = 0; i < n; i++)
+		diff |= (unsigned char)expected[i] ^ (unsigned char)(i < m ? given[i] : 0);
+	return diff == 0;
+}
+
+static bool authorized(struct api *a, const struct http_request *req)
+{
+	if (!a->api_key)
+		return true;
+	const char *h = http_request_header(req, "Authorization");
+	if (!h || strncasecmp(h, "Bearer ", 7))
+		return false;
+	h += 7;
+	while (*h == ' ')
+		h++;
+	return key_matches(a->api_key, h);
+}
+
+/* The client's X-Request-Id if it is short and printable, else ours. */
+static void set_request_id(struct api *a, const struct http_request *req, struct http_response *resp)
+{
+	const char *rid = http_request_header(req, "X-Request-Id");
+	bool ok = rid && rid[0] && strlen(rid) < 128;
+	for (const char *p = rid; ok && *p; p++)
+		ok = *p > 0x20 && *p < 0x7f;
+	if (ok)
+		snprintf(resp->header_storage, sizeof resp->header_storage, "%s", rid);
+	else
+		snprintf(resp->header_storage, sizeof resp->header_storage, "dsv4-%llx-%llu",
+			 (unsigned long long)a->created, (unsigned long long)atomic_fetch_add(&a->next_id, 1));
+	for (int i = 0; i < 4; i++)
+		if (!resp->headers[i].name) {
+			resp->headers[i].name = "X-Request-Id";
+			resp->headers[i].value = resp->header_storage;
+			break;
+		}
+}
+
+static void route_health(struct api *a, struct http_response *resp)
+{
+	static const char *names[] = {"loading", "ready", "draining", "failed"};
+	enum api_state st = api_get_state(a);
+	char body[64];
+	snprintf(body, sizeof body, "{\"status\":\"%s\"}", names[st]);
+	http_reply_copy(resp, st == API_READY ? 200 : 503, "application/json", body);
+}
+
+static void route_metrics(struct api *a, struct http_response *resp)
+{
+	struct strbuf b;
+	strbuf_init(&b);
+	metrics_render(a->metrics, &b);
+	size_t n;
+	char *body = strbuf_take(&b, &n);
+	if (!body) {
+		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		return;
+	}
+	http_reply(resp, 200, "text/plain; version=0.0.4; charset=utf-8", body, n);
+}
+
+static void model_object(struct api *a, struct strbuf *b)
+{
+	strbuf_puts(b, "{\"id\":");
+	strbuf_json_string(b, a->model, strlen(a->model));
+	strbuf_printf(b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"dsv4\",\"root\":", a->created);
+	strbuf_json_string(b, a->model, strlen(a->model));
+	strbuf_printf(b, ",\"parent\":null,\"max_model_len\":%d}", a->max_model_len);
+}
+
+static void route_models(struct api *a, const char *path, struct http_response *resp)
+{
+	struct strbuf b;
+	strbuf_init(&b);
+	if (!strcmp(path, "/v1/models")) {
+		strbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
+		model_object(a, &b);
+		strbuf_puts(&b, "]}");
+	} else {
+		const char *id = path + strlen("/v1/models/");
+		if (strcmp(id, a->model)) {
+			strbuf_free(&b);
+			api_error(resp, 404, "not_found_error", "model", "model_not_found",
+				  "The model '%.200s' does not exist", id);
+			return;
+		}
+		model_object(a, &b);
+	}
+	size_t n;
+	char *body = strbuf_take(&b, &n);
+	if (!body) {
+		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		return;
+	}
+	http_reply(resp, 200, "application/json", body, n);
+}
+
+static void handler(void *app, const struct http_request *req, struct http_response *resp,
+		    struct http_stream **stream)
+{
+	struct api *a = app;
+	const char *p = req->path;
+	bool get = !strcmp(req->method, "GET");
+	bool v1 = !strncmp(p, "/v1/", 4);
+	if (v1 && !authorized(a, req)) {
+		resp->route = "unauthorized";
+		api_error(resp, 401, "authentication_error", NULL, "invalid_api_key",
+			  "Missing or invalid API key (expected 'Authorization: Bearer <key>')");
+	} else if (!strcmp(p, "/health")) {
+		resp->route = "/health";
+		if (get)
+			route_health(a, resp);
+		else
+			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET %s", p);
+	} else if (!strcmp(p, "/metrics")) {
+		resp->route = "/metrics";
+		if (get)
+			route_metrics(a, resp);
+		else
+			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET %s", p);
+	} else if (!strcmp(p, "/v1/models") || !strncmp(p, "/v1/models/", 11)) {
+		resp->route = "/v1/models";
+		if (get)
+			route_models(a, p, resp);
+		else
+			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET %s", p);
+	} else {
+		const struct route *hit = NULL;
+		bool path_known = false;
+		for (int i = 0; i < a->n_routes; i++) {
+			if (strcmp(a->routes[i].path, p))
+				continue;
+			path_known = true;
+			if (!strcmp(a->routes[i].method, req->method))
+				hit = &a->routes[i];
+		}
+		if (hit) {
+			resp->route = hit->label;
+			hit->fn(hit->ctx, a, req, resp, *stream);
+		} else if (path_known) {
+			resp->route = "other";
+			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed",
+				  "method %s not allowed on %s", req->method, p);
+		} else {
+			resp->route = "other";
+			api_error(resp, 404, "not_found_error", NULL, "not_found", "no route %s %.200s", req->method,
+				  p);
+		}
+	}
+	set_request_id(a, req, resp);
+}
+
+static void on_complete(void *app, const char *route, int status, double seconds)
+{
+	struct api *a = app;
+	metrics_http(a->metrics, route, status, seconds);
+	if (status == 499)
+		metrics_client_disconnect(a->metrics);
+}
+
+void api_http_bind(struct api *a, struct http_options *opt)
+{
+	opt->handler = handler;
+	opt->app = a;
+	opt->on_complete = on_complete;
+}

@@ -1,0 +1,54 @@
+/*
+ * server/api.h: the OpenAI-shaped HTTP API over server/http.h: routing,
+ * authentication, request ids, error bodies, /health, /metrics, /v1/models.
+ *
+ * Routes that need the engine (chat, completions, tokenize) register
+ * themselves with api_route(); this module knows nothing about the model.
+ * Error bodies are {"error": {"message", "type", "param", "code"}} with
+ * the status codes of design.md ("The server").
+ */
+#ifndef DSV4_SERVER_API_H
+#define DSV4_SERVER_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/status.h"
+#include "server/http.h"
+#include "server/metrics.h"
+
+struct api;
+
+enum api_state { API_LOADING = 0, API_READY = 1, API_DRAINING = 2, API_FAILED = 3 };
+
+struct api_options {
+	const char *served_model_name; /* id in /v1/models and "model" checks */
+	const char *api_key;           /* NULL or "" = no authentication */
+	int max_model_len;             /* reported by /v1/models */
+};
+
+/* A route handler: req is complete; fill resp (and use stream for SSE). */
+typedef void (*api_route_fn)(void *ctx, struct api *api, const struct http_request *req,
+			     struct http_response *resp, struct http_stream *stream);
+
+enum status api_create(struct api **out, const struct api_options *opt, struct err *e) DSV4_WUR;
+void api_destroy(struct api *api);
+
+/* Register METHOD PATH (exact match). Up to 32 routes. Call before serving. */
+enum status api_route(struct api *api, const char *method, const char *path, const char *label, api_route_fn fn,
+		      void *ctx) DSV4_WUR;
+
+void api_set_state(struct api *api, enum api_state st);
+enum api_state api_get_state(const struct api *api);
+struct metrics *api_metrics(struct api *api);
+const char *api_model_name(const struct api *api);
+
+/* Fill http_options' handler/app/on_complete for this api. */
+void api_http_bind(struct api *api, struct http_options *opt);
+
+/* OpenAI error reply. type: "invalid_request_error", "authentication_error",
+ * "not_found_error", "server_error", ...; param and code may be NULL. */
+void api_error(struct http_response *resp, int status, const char *type, const char *param, const char *code,
+	       const char *fmt, ...) DSV4_PRINTF(6, 7);
+
+#endif

@@ -1,0 +1,423 @@
+/*
+ * server/http.c: libmicrohttpd daemon, body collection with limits, buffered
+ * and streamed responses (suspend/resume), disconnect detection.
+ *
+ * Ownership: each connection gets a struct http_conn on the first call of
+ * the access handler (*con_cls); it is freed only in the request-completed
+ * callback, which is also where a stream learns whether it finished or the
+ * client went away. Suspended connections are not polled by libmicrohttpd,
+ * so a housekeeping thread resumes them twice a second: a closed socket is
+ * then noticed even when the producer has nothing to say.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
+
+struct http_stream {
+	pthread_mutex_t mu;
+	struct MHD_Connection *conn;
+	struct http_server *srv;
+	struct http_stream_ops ops;
+	void *ctx;
+	bool suspended;      /* we suspended the connection and nobody resumed it */
+	bool wake_pending;   /* a wake arrived while not suspended */
+	bool ended;          /* read returned END */
+	bool closed;         /* close callback ran */
+	struct http_stream *next, *prev; /* srv->streams, under srv->mu */
+};
+
+struct http_conn {
+	char *body;
+	size_t len, cap;
+	bool too_big;
+	bool answered;
+	double t0;
+	int status;
+	const char *route; /* static label from the handler, for metrics */
+	struct http_stream *stream;
+};
+
+struct http_server {
+	struct MHD_Daemon *d;
+	struct http_options opt;
+	int port;
+	atomic_int in_flight;
+	pthread_mutex_t mu;
+	struct http_stream *streams; /* live streams, for the housekeeping wake */
+	pthread_t housekeeper;
+	bool hk_running;
+	pthread_cond_t hk_cv;
+	bool stopping;
+};
+
+/* ---- helpers for handlers ---- */
+
+void http_reply(struct http_response *resp, int status, const char *content_type, char *body, size_t len)
+{
+	resp->status = status;
+	resp->content_type = content_type;
+	resp->body = body;
+	resp->body_len = len;
+}
+
+void http_reply_copy(struct http_response *resp, int status, const char *content_type, const char *body)
+{
+	size_t n = strlen(body);
+	char *b = malloc(n + 1);
+	if (b)
+		memcpy(b, body, n + 1);
+	http_reply(resp, b ? status : 500, content_type, b, b ? n : 0);
+}
+
+const char *http_request_header(const struct http_request *req, const char *name)
+{
+	return MHD_lookup_connection_value((struct MHD_Connection *)req->conn, MHD_HEADER_KIND, name);
+}
+
+/* ---- streams ---- */
+
+static void stream_unlink(struct http_server *s, struct http_stream *st)
+{
+	pthread_mutex_lock(&s->mu);
+	if (st->prev)
+		st->prev->next = st->next;
+	else if (s->streams == st)
+		s->streams = st->next;
+	if (st->next)
+		st->next->prev = st->prev;
+	st->next = st->prev = NULL;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void http_stream_wake(struct http_stream *st)
+{
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->mu);
+	if (st->suspended) {
+		st->suspended = false;
+		MHD_resume_connection(st->conn);
+	} else {
+		st->wake_pending = true;
+	}
+	pthread_mutex_unlock(&st->mu);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	struct http_stream *st = cls;
+	for (;;) {
+		pthread_mutex_lock(&st->mu);
+		st->wake_pending = false;
+		pthread_mutex_unlock(&st->mu);
+		/* Called without our lock: the producer wakes under its own lock,
+		 * and read() takes that lock, so holding ours here would invert. */
+		ssize_t n = st->ops.read(st->ctx, buf, max);
+		if (n > 0)
+			return n;
+		pthread_mutex_lock(&st->mu);
+		if (n < 0) {
+			st->ended = true;
+			pthread_mutex_unlock(&st->mu);
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		}
+		if (st->wake_pending) { /* data came while we were reading */
+			pthread_mutex_unlock(&st->mu);
+			continue;
+		}
+		st->suspended = true;
+		MHD_suspend_connection(st->conn);
+		pthread_mutex_unlock(&st->mu);
+		return 0;
+	}
+}
+
+static void stream_free_noop(void *cls) { (void)cls; }
+
+static void *housekeeper_main(void *arg)
+{
+	struct http_server *s = arg;
+	pthread_mutex_lock(&s->mu);
+	while (!s->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 500 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->hk_cv, &s->mu, &ts);
+		if (s->stopping)
+			break;
+		for (struct http_stream *st = s->streams; st; st = st->next)
+			http_stream_wake(st); /* lock order: srv->mu then st->mu, same everywhere */
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* ---- libmicrohttpd callbacks ---- */
+
+static enum MHD_Result queue_plain(struct MHD_Connection *c, struct http_conn *hc, int status, const char *ct,
+				   const char *body)
+{
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, "Content-Type", ct);
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+	MHD_destroy_response(r);
+	hc->status = status;
+	hc->route = "other";
+	hc->answered = true;
+	return ret;
+}
+
+static const char *too_large_body =
+	"{\"error\":{\"message\":\"request body too large\",\"type\":\"invalid_request_error\","
+	"\"param\":null,\"code\":\"request_too_large\"}}";
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+				 const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
+{
+	(void)version;
+	struct http_server *s = cls;
+	struct http_conn *hc = *con_cls;
+	if (!hc) {
+		hc = calloc(1, sizeof *hc);
+		if (!hc)
+			return MHD_NO;
+		hc->t0 = time_mono_s();
+		hc->status = 500;
+		*con_cls = hc;
+		atomic_fetch_add(&s->in_flight, 1);
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+		if (cl) {
+			char *end = NULL;
+			errno = 0;
+			unsigned long long v = strtoull(cl, &end, 10);
+			if (errno || end == cl || v > s->opt.max_body_bytes) {
+				/* Answer at once: the client may never send the rest. */
+				hc->too_big = true;
+				return queue_plain(c, hc, 413, "application/json", too_large_body);
+			}
+		}
+		return MHD_YES;
+	}
+	if (hc->answered) { /* e.g. the rest of an oversized upload */
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		size_t n = *upload_size;
+		*upload_size = 0;
+		if (hc->too_big || hc->len + n > s->opt.max_body_bytes) {
+			hc->too_big = true;
+			return MHD_YES;
+		}
+		if (hc->len + n + 1 > hc->cap) {
+			size_t cap = hc->cap ? hc->cap : 4096;
+			while (cap < hc->len + n + 1)
+				cap *= 2;
+			char *b = realloc(hc->body, cap);
+			if (!b)
+				return MHD_NO;
+			hc->body = b;
+			hc->cap = cap;
+		}
+		memcpy(hc->body + hc->len, upload_data, n);
+		hc->len += n;
+		return MHD_YES;
+	}
+	if (hc->too_big)
+		return queue_plain(c, hc, 413, "application/json", too_large_body);
+
+	char empty = '\0';
+	if (hc->body)
+		hc->body[hc->len] = '\0';
+	struct http_request req = {
+		.method = method, .path = url, .body = hc->body ? hc->body : &empty, .body_len = hc->len, .conn = c};
+	struct http_response resp;
+	memset(&resp, 0, sizeof resp);
+	resp.status = 500;
+	struct http_stream *st = calloc(1, sizeof *st);
+	if (!st)
+		return MHD_NO;
+	pthread_mutex_init(&st->mu, NULL);
+	st->conn = c;
+	st->srv = s;
+	s->opt.handler(s->opt.app, &req, &resp, &st);
+
+	struct MHD_Response *r;
+	if (resp.stream.read) {
+		st->ops = resp.stream;
+		st->ctx = resp.stream_ctx;
+		hc->stream = st;
+		pthread_mutex_lock(&s->mu);
+		st->next = s->streams;
+		if (s->streams)
+			s->streams->prev = st;
+		s->streams = st;
+		pthread_mutex_unlock(&s->mu);
+		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, st, stream_free_noop);
+	} else {
+		pthread_mutex_destroy(&st->mu);
+		free(st);
+		const char *body = resp.body ? resp.body : "";
+		r = MHD_create_response_from_buffer(resp.body_len, (void *)body, MHD_RESPMEM_MUST_COPY);
+		free(resp.body);
+	}
+	if (!r)
+		return MHD_NO;
+	if (resp.content_type)
+		MHD_add_response_header(r, "Content-Type", resp.content_type);
+	for (size_t i = 0; i < sizeof resp.headers / sizeof resp.headers[0] && resp.headers[i].name; i++)
+		MHD_add_response_header(r, resp.headers[i].name, resp.headers[i].value);
+	if (resp.stream.read) {
+		MHD_add_response_header(r, "Cache-Control", "no-cache");
+		MHD_add_response_header(r, "X-Accel-Buffering", "no");
+	}
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)resp.status, r);
+	MHD_destroy_response(r);
+	hc->status = resp.status;
+	hc->route = resp.route;
+	hc->answered = true;
+	return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	(void)c;
+	struct http_server *s = cls;
+	struct http_conn *hc = *con_cls;
+	if (!hc)
+		return;
+	*con_cls = NULL;
+	struct http_stream *st = hc->stream;
+	if (st) {
+		stream_unlink(s, st);
+		pthread_mutex_lock(&st->mu);
+		bool aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || !st->ended;
+		bool run_close = !st->closed && st->ops.close;
+		st->closed = true;
+		pthread_mutex_unlock(&st->mu);
+		/* Without our lock held, so that the producer can serialize its
+		 * wakes against close with its own lock (http.h). */
+		if (run_close)
+			st->ops.close(st->ctx, aborted);
+		pthread_mutex_destroy(&st->mu);
+		free(st);
+		if (aborted && hc->status == 200)
+			hc->status = 499; /* nginx's "client closed request", for metrics */
+	}
+	if (s->opt.on_complete && hc->answered)
+		s->opt.on_complete(s->opt.app, hc->route ? hc->route : "other", hc->status, time_mono_s() - hc->t0);
+	free(hc->body);
+	free(hc);
+	atomic_fetch_sub(&s->in_flight, 1);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	char line[512];
+	vsnprintf(line, sizeof line, fmt, ap);
+	size_t n = strlen(line);
+	while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	log_msg(LOG_DEBUG, "http", "%s", line);
+}
+
+enum status http_server_create(struct http_server **out, const struct http_options *opt, struct err *e)
+{
+	*out = NULL;
+	if (!opt->handler || opt->n_threads < 1 || opt->port < 0 || opt->port > 65535)
+		return err_set(e, ST_INVALID, "http: bad options (handler, threads >= 1, port 0..65535)");
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+	struct addrinfo *ai = NULL;
+	char portstr[16];
+	snprintf(portstr, sizeof portstr, "%d", opt->port);
+	int gai = getaddrinfo(opt->host, portstr, &hints, &ai);
+	if (gai || !ai)
+		return err_set(e, ST_INVALID, "--host '%s': not a numeric IPv4 or IPv6 address (%s)", opt->host,
+			       gai_strerror(gai));
+	struct http_server *s = calloc(1, sizeof *s);
+	if (!s) {
+		freeaddrinfo(ai);
+		return err_set(e, ST_NOMEM, "http: out of memory");
+	}
+	s->opt = *opt;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->hk_cv, NULL);
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	s->d = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, on_access, s,
+				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opt->n_threads,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
+				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+				MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!s->d) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->hk_cv);
+		free(s);
+		return err_set(e, ST_IO, "cannot listen on %s:%d (address in use, or not permitted)", opt->host,
+			       opt->port);
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = di ? di->port : opt->port;
+	if (pthread_create(&s->housekeeper, NULL, housekeeper_main, s) == 0)
+		s->hk_running = true;
+	*out = s;
+	return ST_OK;
+}
+
+int http_server_port(const struct http_server *s) { return s->port; }
+
+int http_server_in_flight(const struct http_server *s) { return atomic_load(&((struct http_server *)s)->in_flight); }
+
+void http_server_quiesce(struct http_server *s)
+{
+	if (s && s->d) {
+		MHD_socket fd = MHD_quiesce_daemon(s->d);
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+	}
+}
+
+void http_server_destroy(struct http_server *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	pthread_cond_broadcast(&s->hk_cv);
+	pthread_mutex_unlock(&s->mu);
+	if (s->hk_running)
+		pthread_join(s->housekeeper, NULL);
+	if (s->d)
+		MHD_stop_daemon(s->d);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->hk_cv);
+	free(s);
+}
