@@ -362,7 +362,8 @@ static void *loop_main(void *arg)
 		}
 		if (n_ab)
 			memcpy(ab, l->aborts, (size_t)n_ab * sizeof(*ab));
-		memmove(l->aborts, l->aborts + n_ab, (size_t)(l->n_aborts - n_ab) * sizeof(*ab));
+		if (l->n_aborts > n_ab)
+			memmove(l->aborts, l->aborts + n_ab, (size_t)(l->n_aborts - n_ab) * sizeof(*ab));
 		l->n_aborts -= n_ab;
 		bool stop = l->stop;
 		pthread_mutex_unlock(&l->mu);
