@@ -151,6 +151,109 @@ enum status kern_wmat_widen_e8m0(const struct kern_wmat *in, struct kern_wmat *o
 	return ST_OK;
 }
 
+/* ---- shards and fusion ---- */
+
+/* Bytes per element of the data array, as a fraction num/den. */
+static void data_elem_bytes(enum kern_wfmt f, int *num, int *den)
+{
+	*den = 1;
+	switch (f) {
+	case KERN_WFMT_F32: *num = 4; break;
+	case KERN_WFMT_BF16: *num = 2; break;
+	case KERN_WFMT_MXFP4:
+	case KERN_WFMT_NVFP4: *num = 1; *den = 2; break;
+	default: *num = 1; break;
+	}
+}
+
+static int scale_elem_bytes(enum kern_wfmt f)
+{
+	return f == KERN_WFMT_FP8_F32_B128 ? 4 : 1;
+}
+
+enum status kern_wmat_slice(const struct kern_wmat *m, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+			    struct kern_wmat *out, struct err *e)
+{
+	memset(out, 0, sizeof *out);
+	if (r0 < 0 || r1 > m->rows || r0 >= r1 || c0 < 0 || c1 > m->cols || c0 >= c1)
+		return err_set(e, ST_INVALID, "slice [%lld:%lld, %lld:%lld] of [%lld, %lld]", (long long)r0,
+			       (long long)r1, (long long)c0, (long long)c1, (long long)m->rows, (long long)m->cols);
+	int br = kern_wfmt_block_rows(m->fmt), bc = kern_wfmt_block_cols(m->fmt);
+	int num, den;
+	data_elem_bytes(m->fmt, &num, &den);
+	int colq = bc ? bc : den; /* column granularity */
+	if ((br && (r0 % br || (r1 % br && r1 != m->rows))) || c0 % colq || (c1 % colq && c1 != m->cols))
+		return err_set(e, ST_INVALID, "slice [%lld:%lld, %lld:%lld] of %s: not on %dx%d block boundaries",
+			       (long long)r0, (long long)r1, (long long)c0, (long long)c1, kern_wfmt_name(m->fmt),
+			       br ? br : 1, colq);
+	*out = *m;
+	out->owned = NULL;
+	out->rows = r1 - r0;
+	out->cols = c1 - c0;
+	int64_t nbc_in = bc ? (m->cols + bc - 1) / bc : 0, nbc_out = bc ? (out->cols + bc - 1) / bc : 0;
+	int sb = scale_elem_bytes(m->fmt);
+	int64_t srow0 = br ? r0 / br : 0, nsr = br ? (out->rows + br - 1) / br : 0;
+	size_t row_in = (size_t)(m->cols * num / den), row_out = (size_t)(out->cols * num / den);
+	if (c0 == 0 && c1 == m->cols) { /* a view */
+		out->data = (const uint8_t *)m->data + (size_t)r0 * row_in;
+		if (br)
+			out->scale = (const uint8_t *)m->scale + (size_t)(srow0 * nbc_in) * (size_t)sb;
+		return ST_OK;
+	}
+	size_t nd = (size_t)out->rows * row_out, ns = (size_t)(nsr * nbc_out) * (size_t)sb;
+	size_t off_s = (nd + 15) & ~(size_t)15;
+	uint8_t *buf = malloc(off_s + ns + 1);
+	if (!buf)
+		return err_set(e, ST_NOMEM, "slice of %s: %zu bytes", kern_wfmt_name(m->fmt), off_s + ns);
+	for (int64_t r = 0; r < out->rows; r++)
+		memcpy(buf + (size_t)r * row_out, (const uint8_t *)m->data + (size_t)(r0 + r) * row_in +
+			       (size_t)(c0 * num / den), row_out);
+	if (br)
+		for (int64_t r = 0; r < nsr; r++)
+			memcpy(buf + off_s + (size_t)(r * nbc_out) * (size_t)sb,
+			       (const uint8_t *)m->scale + (size_t)((srow0 + r) * nbc_in + c0 / bc) * (size_t)sb,
+			       (size_t)nbc_out * (size_t)sb);
+	out->data = buf;
+	out->scale = br ? buf + off_s : NULL;
+	out->owned = buf;
+	return ST_OK;
+}
+
+enum status kern_wmat_concat_rows(const struct kern_wmat *a, const struct kern_wmat *b, struct kern_wmat *out,
+				  struct err *e)
+{
+	memset(out, 0, sizeof *out);
+	if (a->fmt != b->fmt || a->cols != b->cols)
+		return err_set(e, ST_INVALID, "concat: %s [%lld, %lld] and %s [%lld, %lld] differ", kern_wfmt_name(a->fmt),
+			       (long long)a->rows, (long long)a->cols, kern_wfmt_name(b->fmt), (long long)b->rows,
+			       (long long)b->cols);
+	int br = kern_wfmt_block_rows(a->fmt);
+	if (br > 1 && a->rows % br)
+		return err_set(e, ST_INVALID, "concat: first part has %lld rows, not a multiple of %d", (long long)a->rows,
+			       br);
+	if (a->fmt == KERN_WFMT_NVFP4 && a->global_scale != b->global_scale)
+		return err_set(e, ST_INVALID, "concat: nvfp4 global scales %g and %g differ", a->global_scale,
+			       b->global_scale);
+	size_t da = kern_wmat_data_bytes(a), db = kern_wmat_data_bytes(b);
+	size_t sa = kern_wmat_scale_bytes(a), sbb = kern_wmat_scale_bytes(b);
+	size_t off_s = (da + db + 15) & ~(size_t)15;
+	uint8_t *buf = malloc(off_s + sa + sbb + 1);
+	if (!buf)
+		return err_set(e, ST_NOMEM, "concat: %zu bytes", off_s + sa + sbb);
+	memcpy(buf, a->data, da);
+	memcpy(buf + da, b->data, db);
+	if (sa + sbb) {
+		memcpy(buf + off_s, a->scale, sa);
+		memcpy(buf + off_s + sa, b->scale, sbb);
+	}
+	*out = *a;
+	out->rows = a->rows + b->rows;
+	out->data = buf;
+	out->scale = sa + sbb ? buf + off_s : NULL;
+	out->owned = buf;
+	return ST_OK;
+}
+
 uint64_t kern_rand_u64(uint64_t *state)
 {
 	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

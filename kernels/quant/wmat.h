@@ -76,6 +76,21 @@ void kern_wmat_decode_row(const struct kern_wmat *m, int64_t r, float *out);
  * out (release with kern_wmat_release). Other formats: ST_INVALID. */
 enum status kern_wmat_widen_e8m0(const struct kern_wmat *in, struct kern_wmat *out, struct err *e) DSV4_WUR;
 
+/* Rows [r0, r1) and columns [c0, c1) of m, for tensor-parallel shards.
+ * Boundaries must fall on scale blocks (128 for FP8 rows and columns, 32/16
+ * columns for MXFP4/NVFP4, 2 columns for packing) except at the matrix's
+ * end. A full-width row range is a view into m (no copy, out owns nothing);
+ * a column range is copied into a buffer owned by out. */
+enum status kern_wmat_slice(const struct kern_wmat *m, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+			    struct kern_wmat *out, struct err *e) DSV4_WUR;
+
+/* Rows of a then rows of b, into one matrix owned by out (fused gate/up:
+ * w1 and w3 of an expert as one [2*inter, hidden] GEMM). Same format and
+ * cols; for FP8 a->rows must be a multiple of 128; NVFP4 needs equal global
+ * scales (otherwise ST_INVALID: fold them into the block scales first). */
+enum status kern_wmat_concat_rows(const struct kern_wmat *a, const struct kern_wmat *b, struct kern_wmat *out,
+				  struct err *e) DSV4_WUR;
+
 /* A random matrix of format fmt (codes spread over the whole valid range,
  * no NaN codes; scales in a moderate power-of-two or positive range), data
  * and scales in one buffer owned by m. *rng is a splitmix64 state. For tests

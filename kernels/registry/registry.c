@@ -191,6 +191,28 @@ enum status kern_select(const struct kern_op *op, const struct kern_problem *p, 
 	return ST_OK;
 }
 
+size_t kern_select_report(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,
+			  const struct kern_disabled *disabled, char *buf, size_t n)
+{
+	const struct kern_variant *best = NULL;
+	struct err e = {0};
+	if (kern_select(op, p, dev, disabled, -1, &best, &e) != ST_OK)
+		best = NULL;
+	size_t need = 0;
+	if (n)
+		buf[0] = '\0';
+	for (int i = 0; i < op->n_variants; i++) {
+		const struct kern_variant *v = &op->variants[i];
+		char why[KERN_REASON_BYTES];
+		bool ok = kern_variant_accepts(v, p, dev, disabled, why, sizeof why);
+		int k = snprintf(need < n ? buf + need : NULL, need < n ? n - need : 0, "  %c %-28s prio %-3d %s%s\n",
+				 v == best ? '*' : ' ', v->name, v->priority,
+				 v == best ? "chosen" : ok ? "accepted" : "refused: ", ok ? "" : why);
+		need += k > 0 ? (size_t)k : 0;
+	}
+	return need;
+}
+
 enum status kern_select_checked(const struct kern_op *op, const struct kern_problem *p,
 				const struct kern_device *dev, struct kern_disabled *disabled, int layer,
 				const struct kern_variant **out, struct err *e)

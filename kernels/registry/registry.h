@@ -144,6 +144,13 @@ enum status kern_select(const struct kern_op *op, const struct kern_problem *p, 
 			const struct kern_disabled *disabled, int layer, const struct kern_variant **out,
 			struct err *e) DSV4_WUR;
 
+/* Every variant of op with its verdict for p on dev, one line each
+ * ("  * linear_cuda_generic     prio 10  chosen" / "    linear_cpu_ref  prio 0
+ * refused: cpu variant, gpu device"), for `dsv4 kernels` and start-up
+ * failures whose one-line error was truncated. Returns the length needed. */
+size_t kern_select_report(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,
+			  const struct kern_disabled *disabled, char *buf, size_t n);
+
 /* kern_select, then (when the op has a self-check and the pick is not the
  * reference) self-check it; a variant that disagrees is added to *disabled,
  * logged at WARN with the reason, and selection repeats. */

@@ -90,6 +90,63 @@ static void test_errors(uint64_t *rng)
 	kern_wmat_release(&w);
 }
 
+/* Shards and fused rows decode to exactly the corresponding parts. */
+static void check_rows_equal(const struct kern_wmat *part, int64_t pr, const struct kern_wmat *whole, int64_t wr,
+			     int64_t c0, int *bad)
+{
+	float *a = malloc(sizeof(float) * (size_t)part->cols), *b = malloc(sizeof(float) * (size_t)whole->cols);
+	kern_wmat_decode_row(part, pr, a);
+	kern_wmat_decode_row(whole, wr, b);
+	*bad += memcmp(a, b + c0, sizeof(float) * (size_t)part->cols) != 0;
+	free(a);
+	free(b);
+}
+
+static void test_shards(uint64_t *rng)
+{
+	static const enum kern_wfmt fmts[] = {KERN_WFMT_BF16, KERN_WFMT_FP8_E8M0_B128, KERN_WFMT_FP8_F32_B128,
+					      KERN_WFMT_MXFP4, KERN_WFMT_NVFP4};
+	struct err e = {0};
+	for (int i = 0; i < 5; i++) {
+		struct kern_wmat m, s, v, b, c;
+		T_CHECK(kern_wmat_make_random(&m, fmts[i], 300, 416, rng, &e) == ST_OK);
+		/* Column shard (row-parallel TP) to the ragged end: a copy. */
+		T_CHECK(kern_wmat_slice(&m, 128, 300, 128, 416, &s, &e) == ST_OK);
+		T_CHECK(s.owned && s.rows == 172 && s.cols == 288);
+		int bad = 0;
+		for (int64_t r = 0; r < s.rows; r += 7)
+			check_rows_equal(&s, r, &m, 128 + r, 128, &bad);
+		/* Row shard (column-parallel TP): a view. */
+		T_CHECK(kern_wmat_slice(&m, 256, 300, 0, 416, &v, &e) == ST_OK);
+		T_CHECK(!v.owned && v.rows == 44);
+		for (int64_t r = 0; r < v.rows; r += 5)
+			check_rows_equal(&v, r, &m, 256 + r, 0, &bad);
+		/* Fused rows: m[0:256] then another matrix. */
+		struct kern_wmat top;
+		T_CHECK(kern_wmat_slice(&m, 0, 256, 0, 416, &top, &e) == ST_OK);
+		T_CHECK(kern_wmat_make_random(&b, fmts[i], 100, 416, rng, &e) == ST_OK);
+		if (fmts[i] == KERN_WFMT_NVFP4)
+			b.global_scale = top.global_scale;
+		T_CHECK(kern_wmat_concat_rows(&top, &b, &c, &e) == ST_OK);
+		T_CHECK(c.rows == 356);
+		for (int64_t r = 0; r < 256; r += 9)
+			check_rows_equal(&c, r, &m, r, 0, &bad);
+		for (int64_t r = 0; r < 100; r += 3)
+			check_rows_equal(&c, 256 + r, &b, r, 0, &bad);
+		T_CHECKF(bad == 0, "%s: %d shard rows differ", kern_wfmt_name(fmts[i]), bad);
+		/* Misaligned shards are refused. */
+		if (fmts[i] != KERN_WFMT_BF16) {
+			T_CHECK(kern_wmat_slice(&m, 0, 300, 8, 416, &v, &e) == ST_INVALID);
+			T_CHECK(kern_wmat_slice(&m, 1, 300, 0, 416, &v, &e) ==
+				(kern_wfmt_block_rows(fmts[i]) > 1 ? ST_INVALID : ST_OK));
+		}
+		kern_wmat_release(&c);
+		kern_wmat_release(&b);
+		kern_wmat_release(&s);
+		kern_wmat_release(&m);
+	}
+}
+
 int main(void)
 {
 	uint64_t rng = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
@@ -110,5 +167,6 @@ int main(void)
 			 (enum kern_dtype)(kern_rand_u64(&rng) & 1), (enum kern_dtype)(kern_rand_u64(&rng) & 1));
 	}
 	test_errors(&rng);
+	test_shards(&rng);
 	return test_exit();
 }

@@ -327,6 +327,13 @@ static void test_real_ops(void)
 		T_STR_CONTAINS(str_(msg), "linear_cuda_generic: image sm_80 not loadable");
 #endif
 	}
+	/* The report lists every variant with its verdict. */
+	char rep[1024];
+	size_t need = kern_select_report(&kern_op_linear, &lp, &cpu, NULL, rep, sizeof rep);
+	T_CHECK(need == strlen(rep));
+	T_STR_CONTAINS(str_(rep), "* linear_cpu_ref");
+	T_STR_CONTAINS(str_(rep), "linear_cuda_generic");
+	T_STR_CONTAINS(str_(rep), "refused: cuda variant, cpu device");
 	/* MXFP4 with in not a multiple of 32 is refused with the reason. */
 	ms.in = 4000 + 16;
 	char why[KERN_REASON_BYTES];
