@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/attention/rowmap.h"
 #include "kernels/registry/registry.h"
 
 #define KERN_ATTN_MAX_SRC 3
@@ -64,7 +65,7 @@ enum status kern_sparse_attn_ref(const struct kern_sparse_attn_args *a) DSV4_WUR
  *       cur_row0 + q_off[s] + (p - start_pos[s])       (fresh KV, not yet in the ring)
  *   - raw KV of a position p < start_pos[s]: ring_row0[s] + (p mod window)
  *       (the ring of the last `window` positions before this step)
- *   - compressed entry w: cmp_row0[s] + w
+ *   - compressed entry w: cmp_row0[s] + w, or through cmp_paged (rowmap.h)
  * Keeping this step's raw KV apart from the ring lets a chunk longer than the
  * window (or a chunk that wraps it) see every key of its window; the caller
  * writes the step's KV into the ring after attention.
@@ -87,11 +88,13 @@ struct kern_attn_index_args {
 	const int64_t *ring_row0;  /* [n_seqs] row of ring slot 0; may be NULL when every start_pos is 0 */
 	int ratio;                 /* 0: sliding only; else the compress ratio m (4 CSA, 128 HCA) */
 	const int64_t *cmp_row0;   /* [n_seqs] row of compressed entry 0; needed when ratio > 0 */
+	struct kern_rowmap_paged cmp_paged; /* optional paged layout of the compressed rows (zero: row0) */
 	const int32_t *topk;       /* CSA: [n_tokens, topk_stride] entry ids (-1 none); NULL for HCA */
 	int topk_stride;
 	int32_t *idx;              /* out [n_tokens, idx_stride] */
 	int32_t *idx_len;          /* out [n_tokens] */
-	int idx_stride;            /* capacity per token; ST_INVALID if a set does not fit */
+	int idx_stride;            /* capacity per token; ST_INVALID if a set does not fit
+				    * or a row does not fit in int32 (indices are int32, as FlashMLA's) */
 	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 

@@ -113,7 +113,7 @@ enum status kern_attn_index_ref(const struct kern_attn_index_args *a)
 	if (a->n_tokens == 0)
 		return ST_OK;
 	if (!a->q_off || !a->start_pos || !a->idx || !a->idx_len || a->q_off[0] != 0 ||
-	    a->q_off[a->n_seqs] != a->n_tokens || (a->ratio > 0 && !a->cmp_row0) ||
+	    a->q_off[a->n_seqs] != a->n_tokens || (a->ratio > 0 && !a->cmp_row0 && !a->cmp_paged.block_table) ||
 	    (a->topk && (a->ratio == 0 || a->topk_stride < 0)))
 		return ST_INVALID;
 	for (int s = 0; s < a->n_seqs; s++) {
@@ -129,6 +129,8 @@ enum status kern_attn_index_ref(const struct kern_attn_index_args *a)
 					return ST_INVALID;
 				int64_t r = p >= a->start_pos[s] ? a->cur_row0 + a->q_off[s] + (p - a->start_pos[s])
 								 : a->ring_row0[s] + p % a->window;
+				if (r < 0 || r > INT32_MAX)
+					return ST_INVALID;
 				row[n++] = (int32_t)r;
 			}
 			if (a->ratio > 0) {
@@ -137,16 +139,20 @@ enum status kern_attn_index_ref(const struct kern_attn_index_args *a)
 					for (int64_t w = 0; w < n_vis; w++) {
 						if (n >= a->idx_stride)
 							return ST_INVALID;
-						row[n++] = (int32_t)(a->cmp_row0[s] + w);
+						int64_t r = kern_rowmap_row(a->cmp_row0, &a->cmp_paged, s, w);
+						if (r < 0 || r > INT32_MAX)
+							return ST_INVALID;
+						row[n++] = (int32_t)r;
 					}
 				} else {
 					const int32_t *tk = a->topk + (int64_t)i * a->topk_stride;
 					for (int j = 0; j < a->topk_stride; j++) {
 						if (tk[j] < 0)
 							continue;
-						if (tk[j] >= n_vis || n >= a->idx_stride)
+						int64_t r = kern_rowmap_row(a->cmp_row0, &a->cmp_paged, s, tk[j]);
+						if (tk[j] >= n_vis || n >= a->idx_stride || r < 0 || r > INT32_MAX)
 							return ST_INVALID;
-						row[n++] = (int32_t)(a->cmp_row0[s] + tk[j]);
+						row[n++] = (int32_t)r;
 					}
 				}
 			}

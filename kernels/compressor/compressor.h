@@ -28,7 +28,8 @@
  *
  * Flat batch: sequence s owns tokens [q_off[s], q_off[s+1]) at positions
  * start_pos[s].., its state is slot state_slot[s] of the state pools, and
- * its entry w goes to row out_row0[s] + w of the output pool. Tokens of one
+ * its entry w goes to row out_row0[s] + w of the output pool (or the paged
+ * row of out_paged, rowmap.h). Tokens of one
  * sequence must be consecutive positions continuing its state. A GPU variant
  * parallelises over (sequence, channel); the state update order matters only
  * within a sequence.
@@ -40,6 +41,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/attention/rowmap.h"
 #include "kernels/registry/registry.h"
 
 enum kern_cmp_post {
@@ -70,6 +72,7 @@ struct kern_compressor_args {
 	enum kern_cmp_post post;
 	float *out;                /* pool [n_out_rows, d] compressed entries */
 	const int64_t *out_row0;   /* [n_seqs] pool row of each sequence's entry 0 */
+	struct kern_rowmap_paged out_paged; /* optional paged layout of out/pooled (zero: out_row0) */
 	int64_t n_out_rows;
 	float *pooled;             /* optional pool [n_out_rows, d]: C_w before the norm (tests, debugging) */
 	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */

@@ -86,8 +86,8 @@ enum status kern_compressor_ref(const struct kern_compressor_args *a)
 	if (a->n_tokens == 0)
 		return ST_OK;
 	if (!a->kv_proj || !a->gate_proj || !a->ape || !a->q_off || !a->start_pos || !a->kv_state ||
-	    !a->score_state || !a->state_slot || !a->norm_w || !a->omega || !a->out || !a->out_row0 ||
-	    a->q_off[0] != 0 || a->q_off[a->n_seqs] != a->n_tokens)
+	    !a->score_state || !a->state_slot || !a->norm_w || !a->omega || !a->out ||
+	    (!a->out_row0 && !a->out_paged.block_table) || a->q_off[0] != 0 || a->q_off[a->n_seqs] != a->n_tokens)
 		return ST_INVALID;
 	for (int s = 0; s < a->n_seqs; s++) {
 		int64_t len = a->q_off[s + 1] - a->q_off[s];
@@ -95,8 +95,11 @@ enum status kern_compressor_ref(const struct kern_compressor_args *a)
 			return ST_INVALID;
 		int64_t n_new = kern_compressor_n_emitted(a->start_pos[s], len, a->ratio);
 		int64_t w0 = a->start_pos[s] / a->ratio;
-		if (n_new > 0 && (a->out_row0[s] < 0 || a->out_row0[s] + w0 + n_new > a->n_out_rows))
-			return ST_INVALID;
+		for (int64_t w = w0; w < w0 + n_new; w++) {
+			int64_t r = kern_rowmap_row(a->out_row0, &a->out_paged, s, w);
+			if (r < 0 || r >= a->n_out_rows)
+				return ST_INVALID;
+		}
 	}
 	int m = a->ratio, d = a->head_dim, c = a->overlap ? 2 : 1, cd = c * d;
 	int64_t state_floats = (int64_t)c * m * cd;
@@ -114,7 +117,7 @@ enum status kern_compressor_ref(const struct kern_compressor_args *a)
 			if ((t + 1) % m)
 				continue;
 			int64_t w = (t + 1) / m - 1;
-			int64_t orow = a->out_row0[s] + w;
+			int64_t orow = kern_rowmap_row(a->out_row0, &a->out_paged, s, w);
 			enum status st = emit(a, kv, sc, w, a->out + orow * d, a->pooled ? a->pooled + orow * d : NULL);
 			if (st != ST_OK)
 				return st;

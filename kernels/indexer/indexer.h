@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/attention/rowmap.h"
 #include "kernels/registry/registry.h"
 
 /* In place over n_rows rows of n values (n a power of two). ST_INVALID otherwise. */
@@ -53,6 +54,7 @@ struct kern_indexer_topk_args {
 	const int32_t *q_off;     /* [n_seqs + 1] */
 	const int32_t *start_pos; /* [n_seqs] position of each sequence's first token */
 	const int64_t *key_row0;  /* [n_seqs] pool row of each sequence's entry 0 */
+	struct kern_rowmap_paged key_paged; /* optional paged layout of the key rows (zero: key_row0) */
 	int ratio;                /* 4 */
 	int n_heads;              /* index_n_heads = 64 */
 	int head_dim;             /* index_head_dim = 128 */

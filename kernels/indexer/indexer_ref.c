@@ -53,6 +53,11 @@ static float score_of(const struct kern_indexer_topk_args *a, int64_t tok, const
 	return acc * a->weight_scale;
 }
 
+static inline const float *key_of(const struct kern_indexer_topk_args *a, int s, int64_t w)
+{
+	return a->keys + kern_rowmap_row(a->key_row0, &a->key_paged, s, w) * a->head_dim;
+}
+
 enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a)
 {
 	if (!a || a->n_tokens < 0 || a->n_seqs < 0 || a->ratio <= 0 || a->n_heads <= 0 || a->head_dim <= 0 ||
@@ -60,18 +65,21 @@ enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a)
 		return ST_INVALID;
 	if (a->n_tokens == 0)
 		return ST_OK;
-	if (!a->q || !a->head_w || !a->q_off || !a->start_pos || !a->key_row0 || !a->topk ||
+	if (!a->q || !a->head_w || !a->q_off || !a->start_pos || (!a->key_row0 && !a->key_paged.block_table) || !a->topk ||
 	    a->q_off[0] != 0 || a->q_off[a->n_seqs] != a->n_tokens || (a->n_key_rows > 0 && !a->keys))
 		return ST_INVALID;
 	for (int s = 0; s < a->n_seqs; s++) {
 		int64_t last = a->start_pos[s] + (a->q_off[s + 1] - a->q_off[s]) - 1;
 		int64_t n_vis_max = (last + 1) / a->ratio;
-		if (a->q_off[s + 1] < a->q_off[s] || a->start_pos[s] < 0 ||
-		    (n_vis_max > 0 && (a->key_row0[s] < 0 || a->key_row0[s] + n_vis_max > a->n_key_rows)))
+		if (a->q_off[s + 1] < a->q_off[s] || a->start_pos[s] < 0)
 			return ST_INVALID;
+		for (int64_t w = 0; w < n_vis_max; w++) {
+			int64_t r = kern_rowmap_row(a->key_row0, &a->key_paged, s, w);
+			if (r < 0 || r >= a->n_key_rows)
+				return ST_INVALID;
+		}
 	}
 	for (int s = 0; s < a->n_seqs; s++) {
-		const float *keys = a->keys + a->key_row0[s] * a->head_dim;
 		for (int64_t i = a->q_off[s]; i < a->q_off[s + 1]; i++) {
 			int64_t t = a->start_pos[s] + (i - a->q_off[s]);
 			int64_t n_vis = (t + 1) / a->ratio;
@@ -82,14 +90,14 @@ enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a)
 			 * order (score desc, w asc): O(k·n) comparisons, no sorting scratch. */
 			bool cached = a->work && a->work_len >= n_vis;
 			for (int64_t w = 0; cached && w < n_vis; w++)
-				a->work[w] = score_of(a, i, keys + w * a->head_dim);
+				a->work[w] = score_of(a, i, key_of(a, s, w));
 			float prev_s = INFINITY;
 			int64_t prev_w = -1;
 			for (int j = 0; j < n_out; j++) {
 				float best_s = -INFINITY;
 				int64_t best_w = -1;
 				for (int64_t w = 0; w < n_vis; w++) {
-					float sc = cached ? a->work[w] : score_of(a, i, keys + w * a->head_dim);
+					float sc = cached ? a->work[w] : score_of(a, i, key_of(a, s, w));
 					bool after_prev = sc < prev_s || (sc == prev_s && w > prev_w);
 					if (!after_prev)
 						continue;

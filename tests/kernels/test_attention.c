@@ -312,12 +312,46 @@ static void test_index(int n_seqs, int window, int ratio, bool csa)
 		for (int32_t i = 0; i < b.T; i++) {
 			int64_t t = b.start[0] + i;
 			if (i < b.q_off[1]) {
+				int32_t keep = topk[i * k];
 				topk[i * k] = (int32_t)((t + 1) / ratio);
 				T_CHECK(kern_attn_index_ref(&a) == ST_INVALID);
-				topk[i * k] = -1;
+				topk[i * k] = keep;
 				break;
 			}
 		}
+	}
+	/* the compressed rows through a paged table: same sets, rows remapped */
+	if (ratio) {
+		enum { PB = 3, BTS = 400 };
+		int32_t *bt = xcalloc((size_t)(n_seqs * BTS), 4);
+		for (int i = 0; i < n_seqs * BTS; i++)
+			bt[i] = mt_int(0, 1000);
+		int32_t *idx2 = xcalloc((size_t)(b.T * stride) + 1, 4), *len2 = xcalloc((size_t)b.T + 1, 4);
+		struct kern_attn_index_args pa = a;
+		pa.cmp_row0 = NULL;
+		pa.cmp_paged = (struct kern_rowmap_paged){.block_table = bt, .bt_stride = BTS, .per_block = PB};
+		pa.idx = idx2;
+		pa.idx_len = len2;
+		T_CHECK(kern_attn_index_ref(&pa) == ST_OK);
+		int pbad = 0;
+		for (int64_t i = 0; i < b.T; i++) {
+			int s = 0;
+			while (b.q_off[s + 1] <= i)
+				s++;
+			pbad += len2[i] != len[i];
+			for (int j = 0; j < len[i] && len2[i] == len[i]; j++) {
+				int64_t r = idx[i * stride + j], want = r;
+				if (r >= b.cmp0[s] && r < b.cmp0[s] + 1000) { /* a compressed entry: remap */
+					int64_t e = r - b.cmp0[s];
+					want = (int64_t)bt[s * BTS + e / PB] * PB + e % PB;
+				}
+				pbad += idx2[i * stride + j] != want;
+			}
+		}
+		T_CHECKF(pbad == 0, "paged compressed rows: %d bad", pbad);
+		free(bt);
+		free(idx2);
+		free(len2);
 	}
 	a.idx_stride = window - 1; /* too small for a full window */
 	bool has_full = false;

@@ -79,19 +79,37 @@ static void world_free(struct world *w)
 
 struct result {
 	float *out, *pooled, *kv, *sc;
+	int32_t *bt; /* paged runs: [MAXS, BT_STRIDE] block table */
 };
+
+#define BT_STRIDE 40
+#define PER_BLOCK 3
 
 /* Run the world in steps: step_len(s, done) says how many tokens sequence s
  * advances in the next step (mode 0: everything, 1: random, 2: one). */
-static void run(const struct world *w, int mode, struct result *r)
+static void run(const struct world *w, int mode, bool paged, struct result *r)
 {
 	const struct cfg *c = &w->c;
 	int cd = cdim(c), rows = (c->overlap ? 2 : 1) * c->m;
 	size_t st_n = (size_t)(rows * cd);
-	r->out = xcalloc((size_t)(w->n_out_rows * c->d) + 1, 4);
-	r->pooled = xcalloc((size_t)(w->n_out_rows * c->d) + 1, 4);
-	fill_nan(r->out, (size_t)(w->n_out_rows * c->d));
-	fill_nan(r->pooled, (size_t)(w->n_out_rows * c->d));
+	/* paged: blocks of PER_BLOCK entries, handed out in a shuffled order */
+	int64_t pool_rows = paged ? (int64_t)MAXS * BT_STRIDE * PER_BLOCK : w->n_out_rows;
+	r->bt = NULL;
+	if (paged) {
+		int n_blk = MAXS * BT_STRIDE;
+		r->bt = xcalloc((size_t)n_blk, 4);
+		for (int i = 0; i < n_blk; i++)
+			r->bt[i] = i;
+		for (int i = n_blk - 1; i > 0; i--) {
+			int j = mt_int(0, i), tmp = r->bt[i];
+			r->bt[i] = r->bt[j];
+			r->bt[j] = tmp;
+		}
+	}
+	r->out = xcalloc((size_t)(pool_rows * c->d) + 1, 4);
+	r->pooled = xcalloc((size_t)(pool_rows * c->d) + 1, 4);
+	fill_nan(r->out, (size_t)(pool_rows * c->d));
+	fill_nan(r->pooled, (size_t)(pool_rows * c->d));
 	/* the state pool holds the sequences in reversed slots */
 	r->kv = xcalloc(st_n * MAXS, 4);
 	r->sc = xcalloc(st_n * MAXS, 4);
@@ -104,7 +122,7 @@ static void run(const struct world *w, int mode, struct result *r)
 		total += w->len[s];
 	float *kp = xcalloc((size_t)(total * cd) + 1, 4), *gp = xcalloc((size_t)(total * cd) + 1, 4);
 	for (;;) {
-		int32_t q_off[MAXS + 1] = {0}, start[MAXS], slot[MAXS];
+		int32_t q_off[MAXS + 1] = {0}, start[MAXS], slot[MAXS], bt[MAXS * BT_STRIDE];
 		int64_t row0[MAXS];
 		int ns = 0, left = 0;
 		for (int s = 0; s < w->n_seqs; s++)
@@ -132,6 +150,8 @@ static void run(const struct world *w, int mode, struct result *r)
 			start[ns] = done[s];
 			slot[ns] = MAXS - 1 - s;
 			row0[ns] = w->out_row0[s];
+			if (paged)
+				memcpy(bt + ns * BT_STRIDE, r->bt + s * BT_STRIDE, sizeof(int32_t) * BT_STRIDE);
 			memcpy(kp + (int64_t)q_off[ns] * cd, w->K[s] + (int64_t)done[s] * cd, sizeof(float) * (size_t)(n * cd));
 			memcpy(gp + (int64_t)q_off[ns] * cd, w->Z[s] + (int64_t)done[s] * cd, sizeof(float) * (size_t)(n * cd));
 			q_off[ns + 1] = q_off[ns] + n;
@@ -145,7 +165,10 @@ static void run(const struct world *w, int mode, struct result *r)
 						 .ratio = c->m, .overlap = c->overlap, .head_dim = c->d,
 						 .rope_dim = c->rd, .norm_w = w->norm_w, .norm_eps = 1e-6f,
 						 .omega = w->omega, .post = c->post, .out = r->out, .out_row0 = row0,
-						 .n_out_rows = w->n_out_rows, .pooled = r->pooled};
+						 .n_out_rows = pool_rows, .pooled = r->pooled};
+		if (paged)
+			a.out_paged = (struct kern_rowmap_paged){.block_table = bt, .bt_stride = BT_STRIDE,
+								 .per_block = PER_BLOCK};
 		T_CHECK(kern_compressor_ref(&a) == ST_OK);
 	}
 	free(kp);
@@ -154,6 +177,7 @@ static void run(const struct world *w, int mode, struct result *r)
 
 static void result_free(struct result *r)
 {
+	free(r->bt);
 	free(r->out);
 	free(r->pooled);
 	free(r->kv);
@@ -195,10 +219,11 @@ static void test_world(struct cfg c, int n_seqs, int max_len)
 {
 	struct world w;
 	world_make(&w, c, n_seqs, max_len);
-	struct result r0, r1, r2;
-	run(&w, 0, &r0);
-	run(&w, 1, &r1);
-	run(&w, 2, &r2);
+	struct result r0, r1, r2, r3;
+	run(&w, 0, false, &r0);
+	run(&w, 1, false, &r1);
+	run(&w, 2, false, &r2);
+	run(&w, 1, true, &r3); /* random chunks into a paged pool */
 	size_t n_out = (size_t)(w.n_out_rows * c.d);
 	size_t st_n = (size_t)((c.overlap ? 2 : 1) * c.m * cdim(&c)) * MAXS;
 	/* bit-identical across chunkings (NaN rows: entries nobody wrote, same in all) */
@@ -210,6 +235,15 @@ static void test_world(struct cfg c, int n_seqs, int max_len)
 	diff += memcmp(r0.kv, r1.kv, st_n * 4) != 0 || memcmp(r0.kv, r2.kv, st_n * 4) != 0;
 	diff += memcmp(r0.sc, r1.sc, st_n * 4) != 0 || memcmp(r0.sc, r2.sc, st_n * 4) != 0;
 	T_CHECKF(diff == 0, "m %d d %d overlap %d: chunkings differ (%d)", c.m, c.d, c.overlap, diff);
+	/* the paged run: entry w of s at block bt[s][w / PER_BLOCK], same bits */
+	diff = 0;
+	for (int s = 0; s < n_seqs; s++)
+		for (int64_t e = 0; e < w.len[s] / c.m; e++) {
+			int64_t prow = (int64_t)r3.bt[s * BT_STRIDE + e / PER_BLOCK] * PER_BLOCK + e % PER_BLOCK;
+			const float *want = r0.out + (w.out_row0[s] + e) * c.d;
+			diff += memcmp(r3.out + prow * c.d, want, sizeof(float) * (size_t)c.d) != 0;
+		}
+	T_CHECKF(diff == 0, "m %d d %d: paged output differs (%d)", c.m, c.d, diff);
 
 	/* exactly the completed windows were written, nothing else */
 	int bad = 0, written = 0;
@@ -256,6 +290,7 @@ static void test_world(struct cfg c, int n_seqs, int max_len)
 	result_free(&r0);
 	result_free(&r1);
 	result_free(&r2);
+	result_free(&r3);
 	world_free(&w);
 }
 

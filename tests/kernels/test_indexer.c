@@ -180,6 +180,35 @@ static void test_topk(int n_seqs, int H, int d, int k, bool ties)
 	a.work_len = 200;
 	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
 	T_CHECK(memcmp(tk, tk2, sizeof(int32_t) * (size_t)(T * k)) == 0);
+	/* the same keys in a paged pool (2 entries per block, shuffled blocks) */
+	{
+		enum { PB = 2, BTS = 40 };
+		int n_blk = n_seqs * BTS;
+		int32_t *bt = xcalloc((size_t)n_blk, 4);
+		for (int i = 0; i < n_blk; i++)
+			bt[i] = i;
+		for (int i = n_blk - 1; i > 0; i--) {
+			int j = mt_int(0, i), tmp = bt[i];
+			bt[i] = bt[j];
+			bt[j] = tmp;
+		}
+		float *pk = xcalloc((size_t)(n_blk * PB * d), 4);
+		for (int s = 0; s < n_seqs; s++)
+			for (int64_t e = 0; row0[s] + e < n_rows && e < BTS * PB; e++)
+				memcpy(pk + ((int64_t)bt[s * BTS + e / PB] * PB + e % PB) * d, keys + (row0[s] + e) * d,
+				       sizeof(float) * (size_t)d);
+		struct kern_indexer_topk_args b = a;
+		b.keys = pk;
+		b.n_key_rows = n_blk * PB;
+		b.key_row0 = NULL;
+		b.key_paged = (struct kern_rowmap_paged){.block_table = bt, .bt_stride = BTS, .per_block = PB};
+		b.topk = tk2;
+		b.work = NULL;
+		T_CHECK(kern_indexer_topk_ref(&b) == ST_OK);
+		T_CHECK(memcmp(tk, tk2, sizeof(int32_t) * (size_t)(T * k)) == 0);
+		free(bt);
+		free(pk);
+	}
 	/* a pool too small for the visible entries is refused */
 	a.n_key_rows = row0[n_seqs - 1];
 	bool any = (start[n_seqs - 1] + (q_off[n_seqs] - q_off[n_seqs - 1])) / 4 > 0;
