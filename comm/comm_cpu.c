@@ -9,7 +9,9 @@
  * ranks have published, checks that all slots agree (a mismatch fails every
  * rank with the same message instead of corrupting memory), does its share of
  * the work directly on the other ranks' buffers, and waits again so that no
- * rank reuses or frees a buffer another rank is still reading.
+ * rank reuses or frees a buffer another rank is still reading. Only the
+ * first wait can time out or be aborted: past it, every rank is in bounded
+ * work and the second wait must not let anyone leave early (see cpu__exit).
  *
  * All-reduce: rank r owns the contiguous slice r of the elements; for each
  * element of its slice it adds the inputs in rank order 0..n-1 in fp32 and
@@ -118,9 +120,13 @@ static struct timespec cpu__deadline(int timeout_ms)
 	return ts;
 }
 
-/* Waits until all n_ranks ranks have entered; ST_TIMEOUT after the group's
- * timeout (which breaks the group), ST_ABORTED if the group breaks. */
-static enum status cpu__barrier(struct comm_cpu_group *g, int rank, const char *what, struct err *e)
+/* The entry barrier: publishes this rank's slot and waits until all n_ranks
+ * ranks have entered; ST_TIMEOUT after the group's timeout (which breaks the
+ * group), ST_ABORTED if the group breaks. The slot is written under the lock
+ * and only while the group is healthy, so that once a group is broken no
+ * slot changes under a rank that is still reading the slots. */
+static enum status cpu__barrier(struct comm_cpu_group *g, int rank, const struct cpu_slot *mine, const char *what,
+				struct err *e)
 {
 	pthread_mutex_lock(&g->mu);
 	if (g->broken_st != ST_OK) {
@@ -128,6 +134,7 @@ static enum status cpu__barrier(struct comm_cpu_group *g, int rank, const char *
 		pthread_mutex_unlock(&g->mu);
 		return st;
 	}
+	g->slots[rank] = *mine;
 	uint64_t my_round = g->n_completed;
 	g->n_entered[rank]++;
 	if (++g->n_arrived == g->n_ranks) {
@@ -169,8 +176,7 @@ static enum status cpu__barrier(struct comm_cpu_group *g, int rank, const char *
 static enum status cpu__enter(struct comm *c, const struct cpu_slot *mine, struct err *e)
 {
 	struct comm_cpu_group *g = c->ctx;
-	g->slots[c->rank] = *mine;
-	enum status st = cpu__barrier(g, c->rank, cpu__op_name(mine->op), e);
+	enum status st = cpu__barrier(g, c->rank, mine, cpu__op_name(mine->op), e);
 	if (st != ST_OK)
 		return st;
 	const struct cpu_slot *a = &g->slots[0];
@@ -193,10 +199,30 @@ static enum status cpu__enter(struct comm *c, const struct cpu_slot *mine, struc
 	return ST_OK;
 }
 
+/* The exit barrier: once every rank has passed the entry barrier, each one
+ * reads and writes the others' buffers until it arrives here, so no rank may
+ * leave (and free its buffers) before all have arrived. It therefore ignores
+ * aborts and has no timeout: every rank that passed the entry barrier gets
+ * here after a bounded amount of memcpy and arithmetic, with nothing in
+ * between that can block. An abort during the work is reported by the next
+ * call. */
 static enum status cpu__exit(struct comm *c, enum cpu_op op, struct err *e)
 {
+	(void)op;
+	(void)e;
 	struct comm_cpu_group *g = c->ctx;
-	return cpu__barrier(g, c->rank, cpu__op_name(op), e);
+	pthread_mutex_lock(&g->mu);
+	uint64_t my_round = g->n_completed;
+	g->n_entered[c->rank]++;
+	if (++g->n_arrived == g->n_ranks) {
+		g->n_arrived = 0;
+		g->n_completed++;
+		pthread_cond_broadcast(&g->cv);
+	}
+	while (g->n_completed == my_round)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+	return ST_OK;
 }
 
 /* Device buffers are a caller bug on this backend; fail this rank at once and
