@@ -100,6 +100,31 @@ struct kern_attn_index_args {
 
 enum status kern_attn_index_ref(const struct kern_attn_index_args *a) DSV4_WUR;
 
+/*
+ * After attention: store this step's raw KV rows into the per-sequence rings
+ * (§3.5, slot p mod window), so that the next step finds positions
+ * [end - window, end) there. Only a sequence's last `window` positions are
+ * written, so every ring slot is written at most once per step (a GPU
+ * variant has no write races, however long the chunk).
+ */
+struct kern_ring_write_args {
+	const float *src;          /* [n_tokens, src_stride] this step's raw KV, flat batch order */
+	int64_t src_stride;        /* 0 means dim */
+	float *ring;               /* ring pool [.., ring_stride] */
+	int64_t ring_stride;       /* 0 means dim */
+	const int64_t *ring_row0;  /* [n_seqs] pool row of slot 0 of each sequence's ring */
+	int64_t n_ring_rows;       /* pool rows (bounds check) */
+	int64_t n_tokens;          /* = q_off[n_seqs] */
+	int n_seqs;
+	const int32_t *q_off;      /* [n_seqs + 1] */
+	const int32_t *start_pos;  /* [n_seqs] */
+	int window;                /* 128 */
+	int dim;                   /* values per row (512) */
+	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
+};
+
+enum status kern_ring_write_ref(const struct kern_ring_write_args *a) DSV4_WUR;
+
 /* ---- registry ---- */
 
 /* Signature of run / run_host of every sparse_attn variant. */
@@ -111,5 +136,10 @@ extern const struct kern_op kern_op_sparse_attn;
 typedef enum status (*kern_attn_index_fn)(const struct kern_attn_index_args *a);
 /* The registry table of op "attn_index" (entry 0: the CPU reference). */
 extern const struct kern_op kern_op_attn_index;
+
+/* Signature of run / run_host of every ring_write variant. */
+typedef enum status (*kern_ring_write_fn)(const struct kern_ring_write_args *a);
+/* The registry table of op "ring_write" (entry 0: the CPU reference). */
+extern const struct kern_op kern_op_ring_write;
 
 #endif

@@ -163,3 +163,30 @@ enum status kern_attn_index_ref(const struct kern_attn_index_args *a)
 	}
 	return ST_OK;
 }
+
+enum status kern_ring_write_ref(const struct kern_ring_write_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_seqs < 0 || a->window <= 0 || a->dim <= 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	int64_t ss = a->src_stride ? a->src_stride : a->dim, rs = a->ring_stride ? a->ring_stride : a->dim;
+	if (!a->src || !a->ring || !a->ring_row0 || !a->q_off || !a->start_pos || ss < a->dim || rs < a->dim ||
+	    a->q_off[0] != 0 || a->q_off[a->n_seqs] != a->n_tokens)
+		return ST_INVALID;
+	for (int s = 0; s < a->n_seqs; s++)
+		if (a->q_off[s + 1] < a->q_off[s] || a->start_pos[s] < 0 ||
+		    (a->q_off[s + 1] > a->q_off[s] &&
+		     (a->ring_row0[s] < 0 || a->ring_row0[s] + a->window > a->n_ring_rows)))
+			return ST_INVALID;
+	for (int s = 0; s < a->n_seqs; s++) {
+		int64_t first = a->q_off[s + 1] - a->window > a->q_off[s] ? a->q_off[s + 1] - a->window : a->q_off[s];
+		for (int64_t i = first; i < a->q_off[s + 1]; i++) {
+			int64_t p = a->start_pos[s] + (i - a->q_off[s]);
+			float *dst = a->ring + (a->ring_row0[s] + p % a->window) * rs;
+			for (int c = 0; c < a->dim; c++)
+				dst[c] = a->src[i * ss + c];
+		}
+	}
+	return ST_OK;
+}

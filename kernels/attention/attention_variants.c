@@ -1,5 +1,6 @@
 /*
- * kernels/attention/attention_variants.c: the registry tables of ops "sparse_attn", "attn_index".
+ * kernels/attention/attention_variants.c: the registry tables of ops "sparse_attn", "attn_index",
+ * "ring_write".
  *
  * Variants (priority order, highest first):
  *   <op>_cpu_ref   the CPU reference (attention_ref.c), every shape; the oracle
@@ -41,4 +42,21 @@ const struct kern_op kern_op_attn_index = {
 	.name = "attn_index",
 	.variants = attn_index_variants,
 	.n_variants = (int)(sizeof attn_index_variants / sizeof attn_index_variants[0]),
+};
+
+static const struct kern_variant ring_write_variants[] = {
+	{
+		.name = "ring_write_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_ring_write_ref),
+		.run_host = KERN_FN(kern_ring_write_ref),
+		.desc = "CPU reference: store a step's raw KV into the sliding-window rings",
+	},
+};
+
+const struct kern_op kern_op_ring_write = {
+	.name = "ring_write",
+	.variants = ring_write_variants,
+	.n_variants = (int)(sizeof ring_write_variants / sizeof ring_write_variants[0]),
 };

@@ -41,6 +41,7 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_hc_post,
 	&kern_op_sparse_attn,
 	&kern_op_attn_index,
+	&kern_op_ring_write,
 	&kern_op_compressor,
 	&kern_op_indexer_rotate,
 	&kern_op_indexer_topk,

@@ -431,6 +431,98 @@ static void test_ring_equivalence(void)
 	free(idx2);
 }
 
+/* Several steps of random chunks (longer than the window too): the rings are
+ * kept only by kern_ring_write_ref, and every step's attention through
+ * ring + fresh KV equals attention over the whole history. */
+static void test_ring_steps(void)
+{
+	enum { W = 8, H = 2, D = 16, NS = 3, MAXP = 120 };
+	float *hist = xcalloc(NS * MAXP * D, 4), *ring = xcalloc(NS * W * D, 4);
+	mt_fill(hist, NS * MAXP * D, -1, 1);
+	fill_nan(ring, NS * W * D);
+	int done[NS] = {0};
+	int64_t ring0[NS] = {0, W, 2 * W};
+	int bad = 0, steps = 0;
+	while (steps < 40) {
+		int32_t q_off[NS + 1] = {0}, start[NS];
+		int64_t r0[NS];
+		int ns = 0;
+		for (int s = 0; s < NS; s++) {
+			int n = mt_int(0, 3) == 0 ? mt_int(0, 2 * W + 3) : mt_int(0, 2);
+			if (done[s] + n > MAXP)
+				n = MAXP - done[s];
+			start[ns] = done[s];
+			q_off[ns + 1] = q_off[ns] + n;
+			ns++;
+		}
+		int64_t T = q_off[ns];
+		steps++;
+		if (!T)
+			continue;
+		for (int k = 0; k < NS; k++) /* index space: [fresh T rows | ring pool] */
+			r0[k] = T + ring0[k];
+		float *fresh = xcalloc((size_t)(T * D), 4), *q = xcalloc((size_t)(T * H * D), 4);
+		float *o1 = xcalloc((size_t)(T * H * D), 4), *o2 = xcalloc((size_t)(T * H * D), 4);
+		int32_t *idx = xcalloc((size_t)(T * W), 4), *len = xcalloc((size_t)T, 4), *idx2 = xcalloc((size_t)(T * W), 4);
+		mt_fill(q, (size_t)(T * H * D), -1, 1);
+		for (int s = 0; s < NS; s++)
+			for (int32_t i = q_off[s]; i < q_off[s + 1]; i++)
+				memcpy(fresh + (int64_t)i * D, hist + ((int64_t)s * MAXP + start[s] + (i - q_off[s])) * D, D * 4);
+		struct kern_attn_index_args ia = {.n_tokens = T, .n_seqs = NS, .q_off = q_off, .start_pos = start,
+						  .window = W, .cur_row0 = 0, .ring_row0 = r0, .idx = idx, .idx_len = len,
+						  .idx_stride = W};
+		T_CHECK(kern_attn_index_ref(&ia) == ST_OK);
+		struct kern_sparse_attn_args a = {.q = q, .out = o1, .kv = {fresh, ring}, .kv_rows = {T, NS * W},
+						  .idx = idx, .idx_len = len, .idx_stride = W, .softmax_scale = 0.25f,
+						  .n_tokens = T, .n_heads = H, .head_dim = D};
+		T_CHECK(kern_sparse_attn_ref(&a) == ST_OK);
+		for (int s = 0; s < NS; s++)
+			for (int32_t i = q_off[s]; i < q_off[s + 1]; i++) {
+				int p = start[s] + (i - q_off[s]), n = 0;
+				for (int k = p - W + 1 < 0 ? 0 : p - W + 1; k <= p; k++)
+					idx2[i * W + n++] = s * MAXP + k;
+				len[i] = n;
+			}
+		struct kern_sparse_attn_args a2 = a;
+		a2.out = o2;
+		a2.kv[0] = hist;
+		a2.kv_rows[0] = NS * MAXP;
+		a2.kv[1] = NULL;
+		a2.kv_rows[1] = 0;
+		a2.idx = idx2;
+		T_CHECK(kern_sparse_attn_ref(&a2) == ST_OK);
+		for (int64_t i = 0; i < T * H * D; i++)
+			bad += o1[i] != o2[i];
+		struct kern_ring_write_args rw = {.src = fresh, .ring = ring, .ring_row0 = ring0, .n_ring_rows = NS * W,
+						  .n_tokens = T, .n_seqs = NS, .q_off = q_off, .start_pos = start,
+						  .window = W, .dim = D};
+		T_CHECK(kern_ring_write_ref(&rw) == ST_OK);
+		for (int s = 0; s < NS; s++)
+			done[s] += q_off[s + 1] - q_off[s];
+		free(fresh);
+		free(q);
+		free(o1);
+		free(o2);
+		free(idx);
+		free(len);
+		free(idx2);
+	}
+	T_CHECKF(bad == 0, "ring steps: %d outputs differ", bad);
+	/* the rings hold exactly the last W positions of each sequence */
+	bad = 0;
+	for (int s = 0; s < NS; s++)
+		for (int p = done[s] - W < 0 ? 0 : done[s] - W; p < done[s]; p++)
+			bad += memcmp(ring + (ring0[s] + p % W) * D, hist + ((int64_t)s * MAXP + p) * D, D * 4) != 0;
+	T_CHECK(bad == 0);
+	struct kern_ring_write_args rw = {.src = hist, .ring = ring, .ring_row0 = ring0, .n_ring_rows = NS * W - 1,
+					  .n_tokens = 1, .n_seqs = 1, .q_off = (int32_t[]){0, 1},
+					  .start_pos = (int32_t[]){0}, .window = W, .dim = D};
+	rw.ring_row0 = (int64_t[]){2 * W};
+	T_CHECK(kern_ring_write_ref(&rw) == ST_INVALID); /* ring beyond the pool */
+	free(hist);
+	free(ring);
+}
+
 int main(void)
 {
 	mt_seed_from_env("test_attention");
@@ -448,5 +540,6 @@ int main(void)
 		test_index(mt_int(1, 8), 128, 128, false);
 		test_ring_equivalence();
 	}
+	test_ring_steps();
 	return test_exit();
 }
