@@ -26,9 +26,12 @@
  *
  * Errors are values and they stick: after the first failure (timeout, abort,
  * a peer that left, an NCCL error) every later call on that comm returns the
- * same status and message. No call waits forever: every wait has the
- * communicator's timeout, and comm_abort() from any thread wakes every rank
- * of the group that is waiting, with ST_ABORTED.
+ * same status and message. No call waits forever for a peer: every wait for
+ * another rank has the communicator's timeout, and comm_abort() from any
+ * thread wakes every rank of the group that is waiting, with ST_ABORTED.
+ * (The cpu backend's final step of a collective, after every rank has
+ * joined, is bounded work and is not interrupted: ranks are still touching
+ * each other's buffers then.)
  *
  * Buffers: send and recv of one rank may be the same pointer (in place; for
  * all-gather, in place means send == recv + rank * n_elems * elem_bytes, as in
@@ -114,7 +117,10 @@ void comm_abort(struct comm *c, const char *reason);
 
 /* Frees the rank's handle; NULL is a no-op. CPU: marks the rank as gone, so a
  * rank still waiting for it fails at once instead of at its timeout. NCCL:
- * ncclCommFinalize + ncclCommDestroy, or ncclCommAbort after an error/abort. */
+ * ncclCommFinalize + ncclCommDestroy, or ncclCommAbort after an error/abort.
+ * After a timeout or abort on NCCL, an NCCL kernel may still be spinning on
+ * the GPU over the collective's buffers: destroy the comm (which kills it)
+ * before freeing those buffers, or cudaFree will wait for it. */
 void comm_destroy(struct comm *c);
 
 /* ---- CPU backend (threads of one process) ---- */

@@ -524,7 +524,7 @@ static void test_bad_group(void)
 
 int main(void)
 {
-	rng_state = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull | 1;
+	rng_state = ((uint64_t)time(NULL) ^ (uint64_t)getpid() << 32) * 0x9e3779b97f4a7c15ull | 1;
 	fprintf(stderr, "seed %llu\n", (unsigned long long)rng_state);
 	static const size_t sizes[] = { 0, 1, 3, 257, 4099 };
 	static const int worlds[] = { 1, 2, 4 };
