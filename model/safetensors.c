@@ -178,25 +178,43 @@ static enum status check_coverage(const char *file, const struct model_st_header
 		}
 		free(tmp);
 	}
+	/* Overlaps first (they are the more specific diagnosis: an overlap
+	 * usually leaves a hole where the moved tensor used to be), then holes. */
 	uint64_t expect = 0;
 	const struct model_st_tensor *prev = NULL;
 	enum status st = ST_OK;
 	for (size_t i = 0; i < n && st == ST_OK; i++) {
 		const struct model_st_tensor *t = &h->tensors[order[i]];
-		if (t->data_begin_bytes < expect)
+		if (t->n_bytes && prev && t->data_begin_bytes < expect)
 			st = err_set(e, ST_INVALID, "%s: tensor %s: data_offsets [%llu, %llu) overlap tensor %s", file,
 				     t->name, (unsigned long long)t->data_begin_bytes,
-				     (unsigned long long)(t->data_begin_bytes + t->n_bytes), prev ? prev->name : "?");
+				     (unsigned long long)(t->data_begin_bytes + t->n_bytes), prev->name);
+		if (t->data_begin_bytes + t->n_bytes > expect) {
+			expect = t->data_begin_bytes + t->n_bytes;
+			prev = t;
+		}
+	}
+	expect = 0;
+	prev = NULL;
+	for (size_t i = 0; i < n && st == ST_OK; i++) {
+		const struct model_st_tensor *t = &h->tensors[order[i]];
+		if (t->data_begin_bytes < expect)
+			st = err_set(e, ST_INVALID, "%s: tensor %s: data_offsets begin at %llu, inside tensor %s", file,
+				     t->name, (unsigned long long)t->data_begin_bytes, prev ? prev->name : "?");
 		else if (t->data_begin_bytes > expect)
 			st = err_set(e, ST_INVALID, "%s: tensor %s: data_offsets begin at %llu, leaving a hole after %llu",
 				     file, t->name, (unsigned long long)t->data_begin_bytes, (unsigned long long)expect);
 		expect = t->data_begin_bytes + t->n_bytes;
 		prev = t;
 	}
-	if (st == ST_OK && expect != h->data_bytes)
-		st = err_set(e, ST_INVALID, "%s: tensors cover %llu bytes of a %llu-byte data section (after tensor %s)",
-			     file, (unsigned long long)expect, (unsigned long long)h->data_bytes,
-			     prev ? prev->name : "(none)");
+	if (st == ST_OK && expect != h->data_bytes && prev)
+		st = err_set(e, ST_INVALID,
+			     "%s: tensor %s: the last tensor ends at %llu, but the data section has %llu bytes "
+			     "(trailing bytes)",
+			     file, prev->name, (unsigned long long)expect, (unsigned long long)h->data_bytes);
+	else if (st == ST_OK && expect != h->data_bytes)
+		st = err_set(e, ST_INVALID, "%s: no tensors, but the data section has %llu bytes", file,
+			     (unsigned long long)h->data_bytes);
 	free(order);
 	return st;
 }
@@ -261,6 +279,30 @@ static enum status parse_root(const char *file, json_t *root, struct model_st_he
 	return check_coverage(file, h, e);
 }
 
+/* Best effort for messages about a broken header: the name of the last
+ * `"name":{` entry that starts before byte pos, as "tensor NAME: ". */
+static void near_tensor(const char *h, size_t n, int pos, char *out, size_t out_bytes)
+{
+	out[0] = '\0';
+	size_t end = pos < 0 ? 0 : (size_t)pos < n ? (size_t)pos : n;
+	for (size_t i = end; i >= 3; i--) {
+		if (h[i - 1] != '{' || h[i - 2] != ':' || h[i - 3] != '"')
+			continue;
+		size_t q = i - 3, b = q;
+		while (b > 0 && h[b - 1] != '"' && q - b < 80)
+			b--;
+		if (b == 0 || h[b - 1] != '"' || b == q)
+			return;
+		for (size_t k = b; k < q; k++)
+			if ((unsigned char)h[k] < 0x20 || (unsigned char)h[k] >= 0x7f)
+				return; /* not printable: do not echo it */
+		if (q - b == 12 && !memcmp(h + b, "__metadata__", 12))
+			return;
+		snprintf(out, out_bytes, "tensor %.*s: ", (int)(q - b), h + b);
+		return;
+	}
+}
+
 enum status model_st_header_parse(const uint8_t *file, uint64_t file_bytes, const char *file_name,
 				  struct model_st_header *out, struct err *e)
 {
@@ -285,8 +327,12 @@ enum status model_st_header_parse(const uint8_t *file, uint64_t file_bytes, cons
 	out->data_bytes = file_bytes - 8 - n;
 	json_error_t je;
 	json_t *root = json_loadb((const char *)file + 8, (size_t)n, JSON_REJECT_DUPLICATES, &je);
-	if (!root)
-		return err_set(e, ST_INVALID, "%s: header is not valid JSON: byte %d: %s", fn, je.position, je.text);
+	if (!root) {
+		char near[96];
+		near_tensor((const char *)file + 8, (size_t)n, je.position, near, sizeof near);
+		return err_set(e, ST_INVALID, "%s: %sheader is not valid JSON: byte %d: %s", fn, near, je.position,
+			       je.text);
+	}
 	enum status st = parse_root(fn, root, out, e);
 	json_decref(root);
 	if (st != ST_OK)

@@ -1,0 +1,671 @@
+/*
+ * tests/model/test_checkpoint.c: opening and validating checkpoint
+ * directories, on synthetic checkpoints written here (tests/model/
+ * ckpt_fixture.h) in every storage variant, then on broken copies: each
+ * error path of model/checkpoint.c must be refused with a message naming
+ * the file and the tensor, under ASan/UBSan.
+ *
+ * Tensor counts, names and shapes below are computed by hand from
+ * docs/tiny-model.md, independently of model/schema.c.
+ */
+#include <ftw.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "model/checkpoint.h"
+#include "tests/model/ckpt_fixture.h"
+#include "tests/test.h"
+
+#define VOCAB 256
+
+static char root_dir[] = "/tmp/dsv4-test-ckpt-XXXXXX";
+static int case_no;
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+/* A fresh directory for one case. */
+static void case_dir(char *buf, size_t n, const char *what)
+{
+	snprintf(buf, n, "%s/%02d-%s", root_dir, case_no++, what);
+}
+
+/* Write variant v of config c (borrowed) into a new case directory. */
+static void write_ckpt(char *dir, size_t n, const char *what, json_t *c, enum fx_variant v, int n_shards)
+{
+	case_dir(dir, n, what);
+	struct fx_ckpt w;
+	CHECK(fx_build(&w, c, v, n_shards) == 0);
+	fx_write(&w, c, dir);
+	fx_free(&w);
+}
+
+static json_t *config_for(enum fx_variant v)
+{
+	json_t *c = fx_tiny_config(VOCAB);
+	if (v == FX_FP8)
+		fx_add_quant(c, 0);
+	if (v == FX_NVFP4 || v == FX_NVFP4_ALL)
+		fx_add_quant(c, 1);
+	return c;
+}
+
+static struct model_checkpoint *open_ok(const char *dir)
+{
+	struct model_checkpoint *ck = NULL;
+	struct err e;
+	err_clear(&e);
+	struct model_checkpoint_options o = {.dir = dir};
+	enum status st = model_checkpoint_create(&ck, &o, &e);
+	T_CHECKF(st == ST_OK, "%s: %s", dir, e.msg);
+	return st == ST_OK ? ck : NULL;
+}
+
+/* Expect dir to be refused with status st and a message containing all of
+ * the given strings. */
+static void refused(const char *dir, enum status want, const char *a, const char *b, const char *c)
+{
+	struct model_checkpoint *ck = (struct model_checkpoint *)1;
+	struct err e;
+	err_clear(&e);
+	struct model_checkpoint_options o = {.dir = dir};
+	enum status st = model_checkpoint_create(&ck, &o, &e);
+	T_CHECKF(st == want, "%s: status %s, expected %s: %s", dir, status_str(st), status_str(want), e.msg);
+	T_CHECK(ck == NULL);
+	if (st == ST_OK)
+		model_checkpoint_destroy(ck);
+	const char *needles[] = {a, b, c};
+	for (int i = 0; i < 3; i++)
+		if (needles[i])
+			T_STR_CONTAINS(e.msg, needles[i]);
+}
+
+static void check_tensor(struct model_checkpoint *ck, const char *name, enum model_dtype dt, int n_dims,
+			 int64_t d0, int64_t d1)
+{
+	const struct model_tensor *t = model_checkpoint_tensor(ck, name);
+	T_CHECKF(t != NULL, "no tensor %s", name);
+	if (!t)
+		return;
+	T_CHECKF(t->dtype == dt, "%s: dtype %s", name, model_dtype_str(t->dtype));
+	T_CHECKF(t->n_dims == n_dims, "%s: %d dims", name, t->n_dims);
+	if (n_dims >= 1)
+		T_CHECKF(t->shape[0] == d0, "%s: shape[0] %lld", name, (long long)t->shape[0]);
+	if (n_dims >= 2)
+		T_CHECKF(t->shape[1] == d1, "%s: shape[1] %lld", name, (long long)t->shape[1]);
+	/* data points into the mapping at file_offset_bytes: compare with the file */
+	T_CHECK(t->n_bytes == t->n_elements * model_dtype_bytes(t->dtype));
+	T_CHECK(t->file_offset_bytes + t->n_bytes <= model_checkpoint_shard_bytes(ck, t->shard));
+	if (t->n_bytes) {
+		uint8_t got[16];
+		size_t n = t->n_bytes < sizeof got ? (size_t)t->n_bytes : sizeof got;
+		FILE *f = fopen(model_checkpoint_shard_path(ck, t->shard), "rb");
+		T_CHECK(f && fseek(f, (long)t->file_offset_bytes, SEEK_SET) == 0 && fread(got, 1, n, f) == n);
+		if (f)
+			fclose(f);
+		T_CHECKF(!memcmp(got, t->data, n), "%s: data pointer does not match the file", name);
+	}
+}
+
+/* ---- Valid checkpoints ---- */
+
+static void test_variants(void)
+{
+	/* hand count (docs/tiny-model.md): 129 plain tensors; 228 linears of which
+	 * 168 routed experts (7 layers x 8 x 3) and 60 dense */
+	static const struct {
+		enum fx_variant v;
+		const char *name;
+		size_t n_tensors;
+	} vs[] = {{FX_BF16, "bf16", 357}, {FX_FP8, "fp8", 129 + 60 * 2 + 168 * 2},
+		  {FX_NVFP4, "nvfp4", 129 + 60 * 2 + 144 * 4 + 24 * 2}, {FX_DEQ, "deq", 357}};
+	uint64_t prints[4];
+	for (size_t i = 0; i < ARRAY_LEN(vs); i++) {
+		char dir[512];
+		json_t *c = config_for(vs[i].v);
+		write_ckpt(dir, sizeof dir, vs[i].name, c, vs[i].v, 3);
+		json_decref(c);
+		struct model_checkpoint *ck = open_ok(dir);
+		if (!ck)
+			continue;
+		T_CHECKF(model_checkpoint_n_tensors(ck) == vs[i].n_tensors, "%s: %zu tensors", vs[i].name,
+			 model_checkpoint_n_tensors(ck));
+		T_CHECK(model_checkpoint_n_shards(ck) == 3);
+		T_STR_CONTAINS(model_checkpoint_shard_path(ck, 0), "model-00001-of-00003.safetensors");
+		T_STR_CONTAINS(model_checkpoint_shard_path(ck, 2), "model-00003-of-00003.safetensors");
+		T_CHECK(model_checkpoint_shard_path(ck, 3) == NULL);
+		const struct model_config *cfg = model_checkpoint_config(ck);
+		T_CHECK(cfg->hidden_size == 64 && cfg->vocab_size == VOCAB);
+		T_CHECK(!strcmp(model_checkpoint_dir(ck), dir));
+		prints[i] = model_checkpoint_fingerprint(ck);
+
+		/* plain tensors, every variant */
+		check_tensor(ck, "embed.weight", MODEL_DTYPE_BF16, 2, VOCAB, 64);
+		check_tensor(ck, "head.weight", MODEL_DTYPE_BF16, 2, VOCAB, 64);
+		check_tensor(ck, "hc_head_fn", MODEL_DTYPE_F32, 2, 4, 256);
+		check_tensor(ck, "hc_head_scale", MODEL_DTYPE_F32, 1, 1, 0);
+		check_tensor(ck, "layers.0.hc_attn_fn", MODEL_DTYPE_F32, 2, 24, 256);
+		check_tensor(ck, "layers.5.hc_ffn_scale", MODEL_DTYPE_F32, 1, 3, 0);
+		check_tensor(ck, "layers.1.attn.attn_sink", MODEL_DTYPE_F32, 1, 8, 0);
+		check_tensor(ck, "layers.2.attn.compressor.wkv.weight", MODEL_DTYPE_BF16, 2, 128, 64);
+		check_tensor(ck, "layers.2.attn.compressor.ape", MODEL_DTYPE_F32, 2, 4, 128);
+		check_tensor(ck, "layers.3.attn.compressor.ape", MODEL_DTYPE_F32, 2, 8, 64);
+		check_tensor(ck, "layers.3.attn.compressor.wgate.weight", MODEL_DTYPE_BF16, 2, 64, 64);
+		check_tensor(ck, "layers.4.attn.indexer.weights_proj.weight", MODEL_DTYPE_BF16, 2, 4, 64);
+		check_tensor(ck, "layers.4.attn.indexer.compressor.ape", MODEL_DTYPE_F32, 2, 4, 64);
+		check_tensor(ck, "layers.4.attn.indexer.compressor.norm.weight", MODEL_DTYPE_BF16, 1, 32, 0);
+		check_tensor(ck, "layers.0.ffn.gate.tid2eid", MODEL_DTYPE_I64, 2, VOCAB, 2);
+		check_tensor(ck, "layers.2.ffn.gate.bias", MODEL_DTYPE_F32, 1, 8, 0);
+		check_tensor(ck, "mtp.0.ffn.gate.bias", MODEL_DTYPE_F32, 1, 8, 0);
+		check_tensor(ck, "mtp.0.hnorm.weight", MODEL_DTYPE_BF16, 1, 64, 0);
+		check_tensor(ck, "mtp.0.hc_head_base", MODEL_DTYPE_F32, 1, 4, 0);
+		T_CHECK(!model_checkpoint_tensor(ck, "layers.0.ffn.gate.bias"));
+		T_CHECK(!model_checkpoint_tensor(ck, "layers.3.attn.indexer.wq_b.weight"));
+		T_CHECK(!model_checkpoint_tensor(ck, "layers.0.attn.compressor.ape"));
+		T_CHECK(!model_checkpoint_tensor(ck, "mtp.0.ffn.gate.tid2eid"));
+		T_CHECK(!model_checkpoint_tensor(ck, "nope"));
+		const struct model_tensor *t = model_checkpoint_tensor(ck, "layers.4.attn.kv_norm.weight");
+		T_CHECK(t && t->layer == 4 && t->group == MODEL_GROUP_OTHER && t->format == MODEL_FMT_NONE);
+		T_CHECK(t && t->shard == 1);
+		t = model_checkpoint_tensor(ck, "mtp.0.enorm.weight");
+		T_CHECK(t && t->layer == 6 && t->shard == 2);
+		t = model_checkpoint_tensor(ck, "embed.weight");
+		T_CHECK(t && t->layer == -1 && t->shard == 0);
+
+		/* linears */
+		struct model_linear l;
+		struct err e;
+		T_CHECK(model_checkpoint_linear(ck, "layers.1.attn.wo_a", &l, &e) == ST_OK);
+		T_CHECK(l.out == 128 && l.in == 128 && l.weight);
+		T_CHECK(model_checkpoint_linear(ck, "layers.0.ffn.experts.3.w2", &l, &e) == ST_OK);
+		T_CHECK(l.out == 64 && l.in == 32);
+		T_CHECK(model_checkpoint_linear(ck, "mtp.0.ffn.experts.7.w1", &l, &e) == ST_OK);
+		T_CHECK(l.out == 32 && l.in == 64);
+		T_CHECK(model_checkpoint_linear(ck, "layers.0.attn_norm", &l, &e) == ST_NOTFOUND);
+		T_CHECK(model_checkpoint_linear(ck, "layers.9.attn.wq_a", &l, &e) == ST_NOTFOUND);
+		T_CHECK(model_checkpoint_group_format(ck, 0, MODEL_GROUP_MTP_PROJ) == MODEL_FMT_NONE);
+		T_CHECK(model_checkpoint_group_format(ck, 7, MODEL_GROUP_ATTN) == MODEL_FMT_NONE);
+		T_CHECK(model_checkpoint_group_format(ck, -1, MODEL_GROUP_ATTN) == MODEL_FMT_NONE);
+
+		enum model_weight_format dense = MODEL_FMT_BF16, routed = MODEL_FMT_BF16, mtp_routed = MODEL_FMT_BF16;
+		switch (vs[i].v) {
+		case FX_BF16: break;
+		case FX_DEQ: dense = routed = mtp_routed = MODEL_FMT_F32; break;
+		case FX_FP8: dense = MODEL_FMT_FP8_BLOCK; routed = mtp_routed = MODEL_FMT_MXFP4; break;
+		case FX_NVFP4:
+		case FX_NVFP4_ALL:
+			dense = MODEL_FMT_FP8_BLOCK;
+			routed = MODEL_FMT_NVFP4;
+			mtp_routed = MODEL_FMT_MXFP4;
+			break;
+		}
+		for (int L = 0; L < 7; L++) {
+			T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_ATTN) == dense);
+			T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_SHARED_EXPERTS) == dense);
+			T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_ROUTED_EXPERTS) ==
+				(L == 6 ? mtp_routed : routed));
+		}
+		T_CHECK(model_checkpoint_group_format(ck, 6, MODEL_GROUP_MTP_PROJ) == dense);
+
+		T_CHECK(model_checkpoint_linear(ck, "layers.2.attn.indexer.wq_b", &l, &e) == ST_OK);
+		T_CHECK(l.format == dense && l.out == 128 && l.in == 64);
+		if (dense == MODEL_FMT_FP8_BLOCK) {
+			check_tensor(ck, "layers.2.attn.indexer.wq_b.weight", MODEL_DTYPE_F8_E4M3, 2, 128, 64);
+			check_tensor(ck, "layers.0.attn.wq_b.scale", MODEL_DTYPE_F8_E8M0, 2, 4, 1);
+			check_tensor(ck, "layers.0.attn.wq_b.weight", MODEL_DTYPE_F8_E4M3, 2, 512, 64);
+			check_tensor(ck, "mtp.0.e_proj.scale", MODEL_DTYPE_F8_E8M0, 2, 1, 1);
+			T_CHECK(l.scale && l.scale->role == MODEL_ROLE_SCALE && !l.scale_2 && !l.input_scale);
+		} else {
+			T_CHECK(!l.scale);
+			check_tensor(ck, "layers.0.attn.wq_b.weight", dense == MODEL_FMT_F32 ? MODEL_DTYPE_F32
+											   : MODEL_DTYPE_BF16,
+				     2, 512, 64);
+		}
+		if (routed == MODEL_FMT_MXFP4) {
+			check_tensor(ck, "layers.0.ffn.experts.3.w2.weight", MODEL_DTYPE_I8, 2, 64, 16);
+			check_tensor(ck, "layers.0.ffn.experts.3.w2.scale", MODEL_DTYPE_F8_E8M0, 2, 64, 1);
+			check_tensor(ck, "layers.5.ffn.experts.0.w1.scale", MODEL_DTYPE_F8_E8M0, 2, 32, 2);
+		}
+		if (routed == MODEL_FMT_NVFP4) {
+			check_tensor(ck, "layers.0.ffn.experts.3.w1.weight", MODEL_DTYPE_U8, 2, 32, 32);
+			check_tensor(ck, "layers.0.ffn.experts.3.w1.weight_scale", MODEL_DTYPE_F8_E4M3, 2, 32, 4);
+			check_tensor(ck, "layers.0.ffn.experts.3.w1.weight_scale_2", MODEL_DTYPE_F32, 0, 0, 0);
+			check_tensor(ck, "layers.0.ffn.experts.3.w1.input_scale", MODEL_DTYPE_F32, 0, 0, 0);
+			check_tensor(ck, "layers.5.ffn.experts.7.w2.weight_scale", MODEL_DTYPE_F8_E4M3, 2, 64, 2);
+			check_tensor(ck, "mtp.0.ffn.experts.7.w2.weight", MODEL_DTYPE_I8, 2, 64, 16);
+			check_tensor(ck, "mtp.0.ffn.experts.7.w2.scale", MODEL_DTYPE_F8_E8M0, 2, 64, 1);
+			T_CHECK(model_checkpoint_linear(ck, "layers.1.ffn.experts.2.w3", &l, &e) == ST_OK);
+			T_CHECK(l.format == MODEL_FMT_NVFP4 && l.out == 32 && l.in == 64 && l.scale && l.scale_2 &&
+				l.input_scale);
+			T_CHECK(l.scale_2 && l.scale_2->role == MODEL_ROLE_WEIGHT_SCALE_2 && l.scale_2->n_elements == 1);
+			T_CHECK(l.input_scale && l.input_scale->role == MODEL_ROLE_INPUT_SCALE);
+			T_CHECK(l.weight->group == MODEL_GROUP_ROUTED_EXPERTS && l.weight->layer == 1);
+		}
+		if (routed == MODEL_FMT_BF16 || routed == MODEL_FMT_F32)
+			check_tensor(ck, "layers.0.ffn.experts.3.w2.weight",
+				     routed == MODEL_FMT_F32 ? MODEL_DTYPE_F32 : MODEL_DTYPE_BF16, 2, 64, 32);
+
+		/* every tensor points into its shard's mapping, within bounds */
+		for (size_t k = 0; k < model_checkpoint_n_tensors(ck); k++) {
+			const struct model_tensor *x = model_checkpoint_tensor_at(ck, k);
+			T_CHECK(x && x->file_offset_bytes + x->n_bytes <= model_checkpoint_shard_bytes(ck, x->shard));
+			T_CHECK(x && model_checkpoint_tensor(ck, x->name) == x);
+		}
+		T_CHECK(model_checkpoint_tensor_at(ck, model_checkpoint_n_tensors(ck)) == NULL);
+
+		/* the fingerprint is a function of the files */
+		struct model_checkpoint *ck2 = open_ok(dir);
+		T_CHECK(ck2 && model_checkpoint_fingerprint(ck2) == prints[i]);
+		model_checkpoint_destroy(ck2);
+		model_checkpoint_destroy(ck);
+	}
+	T_CHECK(prints[0] != prints[1] && prints[1] != prints[2] && prints[0] != prints[3]);
+	model_checkpoint_destroy(NULL);
+}
+
+/* A single model.safetensors without an index; tied embeddings. */
+static void test_single_file(void)
+{
+	char dir[512], a[600], b[600];
+	json_t *c = config_for(FX_BF16);
+	json_object_set_new(c, "tie_word_embeddings", json_true());
+	write_ckpt(dir, sizeof dir, "single", c, FX_BF16, 1);
+	json_decref(c);
+	snprintf(a, sizeof a, "%s/model-00001-of-00001.safetensors", dir);
+	snprintf(b, sizeof b, "%s/model.safetensors", dir);
+	T_CHECK(rename(a, b) == 0);
+	snprintf(a, sizeof a, "%s/model.safetensors.index.json", dir);
+	T_CHECK(unlink(a) == 0);
+	struct model_checkpoint *ck = open_ok(dir);
+	T_CHECK(ck && model_checkpoint_n_tensors(ck) == 356 && model_checkpoint_n_shards(ck) == 1);
+	T_CHECK(ck && !model_checkpoint_tensor(ck, "head.weight"));
+	model_checkpoint_destroy(ck);
+	/* ... and without it either */
+	T_CHECK(unlink(b) == 0);
+	refused(dir, ST_NOTFOUND, "neither model.safetensors.index.json nor model.safetensors", dir, NULL);
+}
+
+/* ---- Broken checkpoints ---- */
+
+struct edit {
+	const char *name, *name2;
+	const char *file;
+	json_int_t a, b;
+};
+
+static void edit_rename_tensor(json_t *h, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_t *v = json_object_get(h, ed->name);
+	CHECK(v);
+	json_object_set(h, ed->name2, v);
+	json_object_del(h, ed->name);
+}
+
+static void edit_index_rename(json_t *root, void *ctx)
+{
+	edit_rename_tensor(json_object_get(root, "weight_map"), ctx);
+}
+
+static void edit_index_del(json_t *root, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_object_del(json_object_get(root, "weight_map"), ed->name);
+}
+
+static void edit_index_set(json_t *root, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_object_set_new(json_object_get(root, "weight_map"), ed->name, json_string(ed->file));
+}
+
+static void edit_index_total(json_t *root, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_object_set_new(json_object_get(root, "metadata"), "total_size", json_integer(ed->a));
+}
+
+static void edit_index_drop_map(json_t *root, void *ctx)
+{
+	(void)ctx;
+	json_object_del(root, "weight_map");
+}
+
+static void edit_dtype(json_t *h, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_object_set_new(json_object_get(h, ed->name), "dtype", json_string(ed->name2));
+}
+
+static void edit_shape(json_t *h, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_object_set_new(json_object_get(h, ed->name), "shape", json_pack("[I,I]", ed->a, ed->b));
+}
+
+/* Make ed->name's data_offsets those of ed->name2 (same byte count). */
+static void edit_overlap(json_t *h, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_t *o = json_object_get(json_object_get(h, ed->name2), "data_offsets");
+	json_object_set(json_object_get(h, ed->name), "data_offsets", o);
+}
+
+static void edit_config_int(json_t *root, void *ctx)
+{
+	struct edit *ed = ctx;
+	json_object_set_new(root, ed->name, json_integer(ed->a));
+}
+
+static void truncate_file(const char *path, long by)
+{
+	FILE *f = fopen(path, "rb+");
+	CHECK(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fclose(f);
+	CHECK(truncate(path, n - by) == 0);
+}
+
+static void test_broken_files(void)
+{
+	char dir[512], p[700];
+	json_t *c = config_for(FX_FP8);
+	const char *S1 = "model-00001-of-00003.safetensors", *S2 = "model-00002-of-00003.safetensors";
+
+	/* a missing shard */
+	write_ckpt(dir, sizeof dir, "missing-shard", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	unlink(p);
+	refused(dir, ST_NOTFOUND, S2, "missing shard", "tensor ");
+
+	/* a truncated shard */
+	write_ckpt(dir, sizeof dir, "truncated", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	truncate_file(p, 100);
+	refused(dir, ST_INVALID, S2, "tensor ", "truncated");
+
+	/* truncated into the header */
+	write_ckpt(dir, sizeof dir, "truncated-header", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	CHECK(truncate(p, 100) == 0);
+	refused(dir, ST_INVALID, S1, "header length", "runs past the end");
+
+	/* a corrupt header */
+	write_ckpt(dir, sizeof dir, "corrupt-header", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	FILE *f = fopen(p, "rb+");
+	fseek(f, 20, SEEK_SET);
+	fwrite("\x01\x02garbage", 1, 9, f);
+	fclose(f);
+	refused(dir, ST_INVALID, S1, "not valid JSON", NULL);
+
+	/* a huge header length */
+	write_ckpt(dir, sizeof dir, "huge-header", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	f = fopen(p, "rb+");
+	fwrite("\xff\xff\xff\xff\xff\xff\xff\x7f", 1, 8, f);
+	fclose(f);
+	refused(dir, ST_INVALID, S1, "header length", "corrupt");
+
+	/* overlapping offsets (same size: attn_norm of layer 0 over ffn_norm) */
+	write_ckpt(dir, sizeof dir, "overlap", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	struct edit ed = {.name = "layers.0.attn_norm.weight", .name2 = "layers.0.ffn_norm.weight"};
+	fx_edit_shard(p, edit_overlap, &ed);
+	refused(dir, ST_INVALID, S1, "overlap", "tensor layers.0.");
+
+	/* a dtype changed to another of the same width */
+	write_ckpt(dir, sizeof dir, "dtype", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	ed = (struct edit){.name = "layers.3.attn.q_norm.weight", .name2 = "F16"};
+	fx_edit_shard(p, edit_dtype, &ed);
+	refused(dir, ST_INVALID, S2, "tensor layers.3.attn.q_norm.weight: dtype F16, expected BF16", NULL);
+
+	/* the scale of an FP8 linear with the wrong dtype */
+	write_ckpt(dir, sizeof dir, "scale-dtype", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	ed = (struct edit){.name = "layers.1.attn.wkv.scale", .name2 = "U8"};
+	fx_edit_shard(p, edit_dtype, &ed);
+	refused(dir, ST_INVALID, S1, "tensor layers.1.attn.wkv.scale: dtype U8, expected F8_E8M0", "FP8 linear");
+
+	/* a linear in a dtype that is no storage format */
+	write_ckpt(dir, sizeof dir, "weight-dtype", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	ed = (struct edit){.name = "layers.1.attn.wkv.weight", .name2 = "I8"}; /* MXFP4 is for experts only */
+	fx_edit_shard(p, edit_dtype, &ed);
+	refused(dir, ST_INVALID, S1, "tensor layers.1.attn.wkv.weight: dtype I8 is not a storage format", NULL);
+
+	/* a shape that does not match the config (same byte count) */
+	write_ckpt(dir, sizeof dir, "shape", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	ed = (struct edit){.name = "layers.0.attn.wo_a.weight", .a = 64, .b = 256};
+	fx_edit_shard(p, edit_shape, &ed);
+	refused(dir, ST_INVALID, S1, "tensor layers.0.attn.wo_a.weight: shape [64, 256], expected [128, 128]",
+		NULL);
+
+	/* a renamed tensor (shard and index agree, the config does not) */
+	write_ckpt(dir, sizeof dir, "rename", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	ed = (struct edit){.name = "layers.2.attn.indexer.compressor.ape", .name2 = "layers.2.attn.indexer.compressor.apex"};
+	fx_edit_shard(p, edit_rename_tensor, &ed);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	fx_edit_json(p, edit_index_rename, &ed);
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor layers.2.attn.indexer.compressor.ape: missing",
+		NULL);
+
+	/* renamed in the shard only */
+	write_ckpt(dir, sizeof dir, "rename-shard", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	fx_edit_shard(p, edit_rename_tensor, &ed);
+	refused(dir, ST_INVALID, S1, "tensor layers.2.attn.indexer.compressor.apex: not listed in", NULL);
+
+	/* in the index but not in its shard */
+	write_ckpt(dir, sizeof dir, "index-extra", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	ed = (struct edit){.name = "layers.0.attn.phantom", .file = S1};
+	fx_edit_json(p, edit_index_set, &ed);
+	refused(dir, ST_INVALID, S1, "tensor layers.0.attn.phantom: listed in", "not in this shard");
+
+	/* in a shard, but the index says another shard */
+	write_ckpt(dir, sizeof dir, "index-wrong-shard", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	ed = (struct edit){.name = "layers.4.ffn_norm.weight", .file = S1};
+	fx_edit_json(p, edit_index_set, &ed);
+	refused(dir, ST_INVALID, S2, "tensor layers.4.ffn_norm.weight", "lists it in model-00001");
+
+	/* in a shard but not in the index */
+	write_ckpt(dir, sizeof dir, "index-missing", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	ed = (struct edit){.name = "layers.4.ffn_norm.weight"};
+	fx_edit_json(p, edit_index_del, &ed);
+	refused(dir, ST_INVALID, S2, "tensor layers.4.ffn_norm.weight: not listed in", NULL);
+
+	/* an index naming a file outside the directory */
+	write_ckpt(dir, sizeof dir, "index-path", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	ed = (struct edit){.name = "embed.weight", .file = "../evil.safetensors"};
+	fx_edit_json(p, edit_index_set, &ed);
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor embed.weight", "plain file name");
+
+	/* total_size disagrees */
+	write_ckpt(dir, sizeof dir, "total-size", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	ed = (struct edit){.a = 12345};
+	fx_edit_json(p, edit_index_total, &ed);
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "total_size 12345", NULL);
+
+	/* index without weight_map; index that is not JSON */
+	write_ckpt(dir, sizeof dir, "index-no-map", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	fx_edit_json(p, edit_index_drop_map, NULL);
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "no weight_map", NULL);
+	fx_write_file(p, "{\"weight_map\": ", 15);
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "not valid JSON", NULL);
+	fx_write_file(p, "{\"weight_map\": {}}", 18);
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "empty", NULL);
+
+	/* config.json changed: a shape no longer matches */
+	write_ckpt(dir, sizeof dir, "config-shape", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	ed = (struct edit){.name = "o_lora_rank", .a = 16};
+	fx_edit_json(p, edit_config_int, &ed);
+	refused(dir, ST_INVALID, "tensor layers.0.attn.wo_a.weight: shape [128, 128], expected [64, 128]", S1, NULL);
+
+	/* config.json: an inconsistent field */
+	write_ckpt(dir, sizeof dir, "config-topk", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	ed = (struct edit){.name = "index_topk", .a = 0};
+	fx_edit_json(p, edit_config_int, &ed);
+	refused(dir, ST_INVALID, "config.json: field index_topk", NULL, NULL);
+
+	/* config.json missing; no directory */
+	write_ckpt(dir, sizeof dir, "no-config", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	unlink(p);
+	refused(dir, ST_NOTFOUND, "config.json", "cannot open", NULL);
+	refused("/nonexistent/dsv4/ckpt", ST_NOTFOUND, "/nonexistent/dsv4/ckpt", "not a directory", NULL);
+	json_decref(c);
+}
+
+/* Tensor set changes, made on the fixture's list before writing. */
+static void test_broken_sets(void)
+{
+	char dir[512];
+	struct fx_ckpt w;
+
+	/* an unknown tensor */
+	json_t *c = config_for(FX_NVFP4);
+	CHECK(fx_build(&w, c, FX_NVFP4, 3) == 0);
+	struct fx_tensor extra = w.t[0];
+	snprintf(extra.name, sizeof extra.name, "layers.3.attn.extra.weight");
+	extra.shard = 1;
+	w.t = realloc(w.t, (w.n + 1) * sizeof *w.t);
+	w.cap = w.n + 1;
+	w.t[w.n++] = extra;
+	case_dir(dir, sizeof dir, "unknown");
+	fx_write(&w, c, dir);
+	refused(dir, ST_INVALID, "model-00002-of-00003.safetensors", "tensor layers.3.attn.extra.weight: unknown",
+		NULL);
+	/* the same for a layer the config does not have */
+	snprintf(w.t[w.n - 1].name, sizeof w.t[w.n - 1].name, "layers.6.attn_norm.weight");
+	case_dir(dir, sizeof dir, "unknown-layer");
+	fx_write(&w, c, dir);
+	refused(dir, ST_INVALID, "tensor layers.6.attn_norm.weight: unknown", NULL, NULL);
+	w.n--;
+
+	/* a missing companion: NVFP4 without input_scale */
+	int64_t k = fx_find(&w, "layers.4.ffn.experts.5.w2.input_scale");
+	CHECK(k >= 0);
+	struct fx_tensor saved = w.t[k];
+	w.t[k] = w.t[--w.n];
+	case_dir(dir, sizeof dir, "no-input-scale");
+	fx_write(&w, c, dir);
+	refused(dir, ST_INVALID, "tensor layers.4.ffn.experts.5.w2.input_scale: missing", "NVFP4 linear",
+		"model.safetensors.index.json");
+	w.t[w.n++] = w.t[k];
+	w.t[k] = saved;
+
+	/* one expert in another format than the rest of its layer */
+	k = fx_find(&w, "layers.2.ffn.experts.6.w1.weight");
+	CHECK(k >= 0);
+	w.t[k].dtype = MODEL_DTYPE_I8; /* MXFP4 in an NVFP4 layer; same bytes */
+	case_dir(dir, sizeof dir, "mixed-experts");
+	fx_write(&w, c, dir);
+	refused(dir, ST_INVALID, "tensor layers.2.ffn.experts.6.w1.weight", "moe_quant_algo is NVFP4", NULL);
+	w.t[k].dtype = MODEL_DTYPE_U8;
+
+	/* an NVFP4 checkpoint whose config lacks moe_quant_algo */
+	json_t *c8 = config_for(FX_FP8);
+	case_dir(dir, sizeof dir, "nvfp4-no-moe-algo");
+	fx_write(&w, c8, dir);
+	refused(dir, ST_INVALID, "tensor layers.0.ffn.experts.0.w1.weight", "stored as NVFP4",
+		"moe_quant_algo is not NVFP4");
+	fx_free(&w);
+
+	/* NVFP4 MTP experts although quantization_config.ignore has mtp.* */
+	CHECK(fx_build(&w, c, FX_NVFP4_ALL, 3) == 0);
+	case_dir(dir, sizeof dir, "nvfp4-mtp");
+	fx_write(&w, c, dir);
+	refused(dir, ST_INVALID, "tensor mtp.0.ffn.experts.0.w1.weight", "ignore excludes mtp", NULL);
+	/* ... which is fine when the ignore list does not exclude mtp */
+	json_t *cn = json_deep_copy(c);
+	json_object_set_new(json_object_get(cn, "quantization_config"), "ignore", json_pack("[s]", "head"));
+	case_dir(dir, sizeof dir, "nvfp4-mtp-ok");
+	fx_write(&w, cn, dir);
+	struct model_checkpoint *ck = open_ok(dir);
+	T_CHECK(ck && model_checkpoint_group_format(ck, 6, MODEL_GROUP_ROUTED_EXPERTS) == MODEL_FMT_NVFP4);
+	model_checkpoint_destroy(ck);
+	json_decref(cn);
+	fx_free(&w);
+
+	/* quantized tensors without quantization_config */
+	json_t *cb = config_for(FX_BF16);
+	CHECK(fx_build(&w, c8, FX_FP8, 3) == 0);
+	case_dir(dir, sizeof dir, "fp8-no-quant-config");
+	fx_write(&w, cb, dir);
+	refused(dir, ST_INVALID, "stored as FP8, but config.json has no quantization_config", "tensor layers.0.attn.wq_a.weight",
+		"model-00001-of-00003.safetensors");
+	fx_free(&w);
+
+	/* quantization_config but nothing quantized; expert_dtype contradicted */
+	CHECK(fx_build(&w, cb, FX_BF16, 3) == 0);
+	json_t *cq = json_deep_copy(c8);
+	json_object_del(cq, "expert_dtype");
+	case_dir(dir, sizeof dir, "quant-config-unquantized");
+	fx_write(&w, cq, dir);
+	refused(dir, ST_INVALID, "quantization_config is present but no tensor is quantized",
+		"tensor layers.0.attn.wq_a.weight is BF16",
+		NULL);
+	case_dir(dir, sizeof dir, "expert-dtype-fp4-bf16");
+	fx_write(&w, c8, dir);
+	refused(dir, ST_INVALID, "tensor layers.0.ffn.experts.0.w1.weight", "expert_dtype fp4", NULL);
+	json_decref(cq);
+
+	/* one expert F32 among BF16 ones: inconsistent within the group */
+	k = fx_find(&w, "layers.5.ffn.experts.1.w3.weight");
+	CHECK(k >= 0);
+	w.t[k].dtype = MODEL_DTYPE_F32;
+	case_dir(dir, sizeof dir, "mixed-dtype-group");
+	fx_write(&w, cb, dir);
+	refused(dir, ST_INVALID, "tensor layers.5.ffn.experts.1.w3.weight: stored as F32",
+		"layers.5.ffn.experts.0.w1.weight", "is BF16");
+	fx_free(&w);
+
+	/* MXFP4 needs in % 32 == 0: hidden_size 48 breaks w1/w3 */
+	json_t *c48 = json_deep_copy(c8);
+	json_object_set_new(c48, "hidden_size", json_integer(48));
+	CHECK(fx_build(&w, c48, FX_BF16, 3) == 0);
+	for (size_t i = 0; i < w.n; i++)
+		if (strstr(w.t[i].name, ".ffn.experts.")) {
+			w.t[i].dtype = MODEL_DTYPE_I8; /* MXFP4-packed [out, in/2] */
+			w.t[i].shape[1] /= 2;
+		}
+	case_dir(dir, sizeof dir, "mxfp4-odd");
+	fx_write(&w, c48, dir);
+	refused(dir, ST_INVALID, "MXFP4 needs in (48) to be a multiple of 32", "tensor layers.0.ffn.experts.0.w1",
+		"model-00001-of-00003.safetensors");
+	fx_free(&w);
+	json_decref(c48);
+	json_decref(c8);
+	json_decref(cb);
+	json_decref(c);
+}
+
+int main(void)
+{
+	if (!mkdtemp(root_dir))
+		return test_skip("mkdtemp failed");
+	test_variants();
+	test_single_file();
+	test_broken_files();
+	test_broken_sets();
+	nftw(root_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return test_exit();
+}
