@@ -59,9 +59,10 @@ extern const struct kern_op kern_op_linear;
 
 /* ---- CUDA variants (kernels/linear/linear_generic.cu; present when built with CUDA) ---- */
 
-/* Generic FP8 block-scaled linear for cc >= 8.0: f32 FMA on tiles decoded in
- * shared memory. Takes FP8_F32_B128 (prepare() widens E8M0). Pointers are device
- * pointers (w->data/scale included, w itself on the host). */
+/* Generic linear for cc >= 8.0: f32 FMA on tiles decoded in shared memory.
+ * Takes FP8_F32_B128 (prepare() widens E8M0), BF16 or F32 weights; anything
+ * else is ST_INVALID. Pointers are device pointers (w->data/scale included,
+ * w itself on the host). */
 enum status kern_linear_cuda_generic(const struct kern_linear_args *a);
 /* The same on host buffers: allocates, copies in, runs, copies back, syncs. */
 enum status kern_linear_cuda_generic_host(const struct kern_linear_args *a);

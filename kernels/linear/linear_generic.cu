@@ -10,6 +10,8 @@
  *   - decodes 64 x 128 e4m3 weights times their one f32 block scale (64 rows
  *     never straddle a 128-row scale block) into shared memory;
  *   - accumulates 4 outputs per thread, k ascending (the CPU order).
+ * The same kernel serves bf16 / f32 weights (lm_head, router gate,
+ * dequantized checkpoints) as variant linear_cuda_generic_bf16.
  * It is the floor, not the fast path: the sm_90a/sm_100a/sm_120a variants
  * replace it where they exist. Weights are FP8_F32_B128 (prepare() widens
  * E8M0 at load). Registers stay modest (4 accumulators).
@@ -27,9 +29,11 @@ extern "C" {
 #define TK 128  /* K per tile = scale block */
 #define NT 256  /* threads */
 
+enum { WK_FP8 = 0, WK_BF16 = 1, WK_F32 = 2 }; /* weight kinds the kernel decodes */
+
 __global__ void __launch_bounds__(NT) linear_generic_kernel(
 	int64_t T, int64_t in, int64_t out, const void *__restrict__ x, int x_dt, int64_t ldx, void *__restrict__ y,
-	int y_dt, int64_t ldy, const uint8_t *__restrict__ w, const float *__restrict__ wscale, int act_quant)
+	int y_dt, int64_t ldy, const void *__restrict__ w, int wkind, const float *__restrict__ wscale, int act_quant)
 {
 	__shared__ float xs[TM][TK + 1];
 	__shared__ float ws[TN][TK + 1];
@@ -65,14 +69,23 @@ __global__ void __launch_bounds__(NT) linear_generic_kernel(
 		for (int i = 0; i < 8; i++)
 			xs[xr][xseg + i] = v[i];
 
-		/* Weights: e4m3 times the tile's block scale. */
+		/* Weights: e4m3 times the tile's block scale, or bf16 / f32 as stored. */
 		const int64_t o = n0 + wr;
-		const float s = (o < out) ? wscale[(o / 128) * nbc + k0 / TK] : 0.f;
-		const uint8_t *wrow = w + o * in;
+		if (wkind == WK_FP8) {
+			const float s = (o < out) ? wscale[(o / 128) * nbc + k0 / TK] : 0.f;
+			const uint8_t *wrow = (const uint8_t *)w + o * in;
 #pragma unroll 4
-		for (int i = 0; i < 32; i++) {
-			const int64_t k = k0 + wseg + i;
-			ws[wr][wseg + i] = (o < out && k < in) ? kq_e4m3_to_f32(wrow[k]) * s : 0.f;
+			for (int i = 0; i < 32; i++) {
+				const int64_t k = k0 + wseg + i;
+				ws[wr][wseg + i] = (o < out && k < in) ? kq_e4m3_to_f32(wrow[k]) * s : 0.f;
+			}
+		} else {
+			const int dt = wkind == WK_BF16;
+#pragma unroll 4
+			for (int i = 0; i < 32; i++) {
+				const int64_t k = k0 + wseg + i;
+				ws[wr][wseg + i] = (o < out && k < in) ? kq_load(w, dt, o * in + k) : 0.f;
+			}
 		}
 		__syncthreads();
 
@@ -96,8 +109,15 @@ __global__ void __launch_bounds__(NT) linear_generic_kernel(
 
 extern "C" enum status kern_linear_cuda_generic(const struct kern_linear_args *a)
 {
-	if (!a->w || a->w->fmt != KERN_WFMT_FP8_F32_B128)
+	if (!a->w)
 		return ST_INVALID;
+	int wkind;
+	switch (a->w->fmt) {
+	case KERN_WFMT_FP8_F32_B128: wkind = WK_FP8; break;
+	case KERN_WFMT_BF16: wkind = WK_BF16; break;
+	case KERN_WFMT_F32: wkind = WK_F32; break;
+	default: return ST_INVALID; /* E8M0 scales must be widened by prepare() first */
+	}
 	if (a->act_quant_block != 0 && a->act_quant_block != 128)
 		return ST_INVALID;
 	const int64_t in = a->w->cols, out = a->w->rows;
@@ -110,7 +130,7 @@ extern "C" enum status kern_linear_cuda_generic(const struct kern_linear_args *a
 	dim3 grid((unsigned)((out + TN - 1) / TN), (unsigned)gy);
 	linear_generic_kernel<<<grid, NT, 0, (cudaStream_t)a->stream>>>(
 		a->n_tokens, in, out, a->x, (int)a->x_dtype, ldx, a->y, (int)a->y_dtype, ldy,
-		(const uint8_t *)a->w->data, (const float *)a->w->scale, a->act_quant_block != 0);
+		a->w->data, wkind, (const float *)a->w->scale, a->act_quant_block != 0);
 	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
 }
 
@@ -121,7 +141,7 @@ extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_ar
 	enum status st = kern_linear_args_check(a, NULL);
 	if (st)
 		return st;
-	if (a->w->fmt != KERN_WFMT_FP8_F32_B128)
+	if (a->w->fmt != KERN_WFMT_FP8_F32_B128 && a->w->fmt != KERN_WFMT_BF16 && a->w->fmt != KERN_WFMT_F32)
 		return ST_INVALID;
 	const int64_t in = a->w->cols, out = a->w->rows, T = a->n_tokens;
 	if (T == 0)
@@ -134,15 +154,15 @@ extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_ar
 	cudaError_t ce = cudaMalloc(&dx, xb);
 	if (ce == cudaSuccess) ce = cudaMalloc(&dy, yb);
 	if (ce == cudaSuccess) ce = cudaMalloc(&dw, wb);
-	if (ce == cudaSuccess) ce = cudaMalloc(&ds, sb);
+	if (ce == cudaSuccess) ce = cudaMalloc(&ds, sb ? sb : 1);
 	if (ce == cudaSuccess) ce = cudaMemcpy(dx, a->x, xb, cudaMemcpyHostToDevice);
 	if (ce == cudaSuccess) ce = cudaMemcpy(dy, a->y, yb, cudaMemcpyHostToDevice); /* keeps unwritten sentinels */
 	if (ce == cudaSuccess) ce = cudaMemcpy(dw, a->w->data, wb, cudaMemcpyHostToDevice);
-	if (ce == cudaSuccess) ce = cudaMemcpy(ds, a->w->scale, sb, cudaMemcpyHostToDevice);
+	if (ce == cudaSuccess && sb) ce = cudaMemcpy(ds, a->w->scale, sb, cudaMemcpyHostToDevice);
 	if (ce == cudaSuccess) {
 		struct kern_wmat dwm = *a->w;
 		dwm.data = dw;
-		dwm.scale = ds;
+		dwm.scale = sb ? ds : NULL;
 		dwm.owned = NULL;
 		struct kern_linear_args da = *a;
 		da.x = dx;

@@ -6,6 +6,8 @@
  *   linear_cuda_generic  cc >= 8.0, sm_80 image; FP8 128x128 block scales in
  *                        f32 (E8M0 checkpoints are widened at load, exact).
  *                        Portable FMA kernel: the floor every GPU reaches.
+ *   linear_cuda_generic_bf16  the same kernel for bf16 / f32 weights (lm_head,
+ *                        router gate, dequantized checkpoints).
  *   linear_cpu_ref       the reference; every format, every shape.
  */
 #include "kernels/linear/linear.h"
@@ -184,6 +186,21 @@ static const struct kern_variant linear_variants[] = {
 		.run_host = KERN_FN(kern_linear_cuda_generic_host),
 #endif
 		.desc = "portable CUDA FP8 block-scaled linear (f32 FMA, f32 block scales)",
+	},
+	{
+		.name = "linear_cuda_generic_bf16",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
+		.priority = 10,
+		.supports = linear_cuda_generic_supports,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_linear_cuda_generic),
+		.run_host = KERN_FN(kern_linear_cuda_generic_host),
+#endif
+		.desc = "portable CUDA linear for bf16 / f32 weights (lm_head, gate; f32 FMA)",
 	},
 };
 

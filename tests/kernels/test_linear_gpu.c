@@ -85,7 +85,9 @@ int main(void)
 		static const int64_t ins[] = {1, 100, 128, 129, 300, 1000};
 		static const int64_t outs[] = {1, 63, 64, 65, 130, 1000};
 		for (int i = 0; i < 36; i++) {
-			enum kern_wfmt f = (i & 1) ? KERN_WFMT_FP8_F32_B128 : KERN_WFMT_FP8_E8M0_B128;
+			static const enum kern_wfmt fs[] = {KERN_WFMT_FP8_E8M0_B128, KERN_WFMT_FP8_F32_B128,
+							    KERN_WFMT_BF16, KERN_WFMT_F32};
+			enum kern_wfmt f = fs[(i + vi) % 4];
 			int64_t in = ins[i % 6], out = outs[(i / 6) % 6], T = Ts[rnd(&rng, 0, 5)];
 			struct kern_linear_shape sh = {.in = in, .out = out, .max_tokens = T, .act_quant_block = 128};
 			struct kern_problem p = {.wfmt = f, .tp_size = 1, .shape = &sh};
@@ -98,8 +100,14 @@ int main(void)
 				 (enum kern_dtype)(kern_rand_u64(&rng) & 1), (enum kern_dtype)(kern_rand_u64(&rng) & 1));
 			ran++;
 		}
-		/* One model-sized layer (wq_b-like: 1024 -> 4096 rows... kept to 4096 x 1024). */
-		one_case(v, &rng, KERN_WFMT_FP8_E8M0_B128, 7, 1024, 4096, 128, KERN_DT_BF16, KERN_DT_BF16);
+		/* One model-sized layer: 1024 -> 4096 (wq_b-like), in a format this variant takes. */
+		struct kern_linear_shape big = {.in = 1024, .out = 4096, .max_tokens = 7};
+		static const enum kern_wfmt bf[] = {KERN_WFMT_FP8_E8M0_B128, KERN_WFMT_BF16};
+		for (int j = 0; j < 2; j++) {
+			struct kern_problem bp = {.wfmt = bf[j], .tp_size = 1, .shape = &big};
+			if (kern_variant_accepts(v, &bp, &dev, NULL, NULL, 0))
+				one_case(v, &rng, bf[j], 7, 1024, 4096, j ? 0 : 128, KERN_DT_BF16, KERN_DT_BF16);
+		}
 	}
 	if (!ran)
 		return test_skip("no CUDA linear variant loads on this device");
