@@ -4,10 +4,13 @@
  * all-reduce / all-gather / broadcast / barrier on device buffers, and the
  * host-buffer path through the staging buffer, with chunks smaller than the
  * data). With one rank every collective is the identity, so the expected
- * values are the inputs; bf16 and f32, in place and out of place. Exits 77
+ * values are the inputs; bf16 and f32, in place and out of place. Then a
+ * world of two where the second rank never comes (a timeout, not a hang),
+ * and, with two GPUs, two ranks as threads checked against a + b. Exits 77
  * (SKIP) without a GPU. Suite 'gpu'.
  */
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -26,6 +29,121 @@ static int same_as_device(const void *dev, const void *host, size_t bytes)
 	int ok = !memcmp(tmp, host, bytes);
 	free(tmp);
 	return ok;
+}
+
+/* A world of two where rank 1 never comes: rank 0's create is ST_TIMEOUT
+ * (not a hang), and the half-made communicator is aborted cleanly. */
+static void test_init_timeout(void)
+{
+	struct err e;
+	uint8_t id[COMM_UNIQUE_ID_BYTES];
+	T_CHECK(comm_nccl_unique_id(id, &e) == ST_OK);
+	struct comm *c = NULL;
+	struct comm_nccl_options opt = { .n_ranks = 2, .rank = 0, .cuda_device = 0, .unique_id = id, .timeout_ms = 2000 };
+	enum status st = comm_nccl_create(&c, &opt, &e);
+	T_CHECKF(st == ST_TIMEOUT && c == NULL, "%s: %s", status_str(st), e.msg);
+	T_STR_CONTAINS(e.msg, "still in progress");
+	comm_destroy(c);
+}
+
+/* ---- Two ranks as two threads on two GPUs ---- */
+
+#define N2 3001
+
+struct rank2 {
+	int rank;
+	const uint8_t *id;
+	const float *in[2];      /* host inputs of both ranks */
+	float *out_dev_sum;      /* host copy of the device all-reduce result */
+	float *out_host_sum;     /* host-path all-reduce result */
+	float *out_gather;       /* 2 * N2 */
+	float *out_bcast;        /* from root 1 */
+	enum status st;
+	char msg[ERR_MSG_BYTES];
+};
+
+static void *rank2_main(void *arg)
+{
+	struct rank2 *x = arg;
+	struct err e;
+	err_clear(&e);
+	struct comm *c = NULL;
+	struct comm_nccl_options opt = { .n_ranks = 2, .rank = x->rank, .cuda_device = x->rank, .unique_id = x->id,
+					 .timeout_ms = 60000, .host_staging_bytes = 8192 };
+	x->st = comm_nccl_create(&c, &opt, &e);
+	void *d = NULL, *g = NULL;
+	if (x->st == ST_OK && (cudaMalloc(&d, N2 * sizeof(float)) != cudaSuccess ||
+			       cudaMalloc(&g, 2 * N2 * sizeof(float)) != cudaSuccess))
+		x->st = err_set(&e, ST_NOMEM, "cudaMalloc");
+	if (x->st == ST_OK) {
+		cudaMemcpy(d, x->in[x->rank], N2 * sizeof(float), cudaMemcpyHostToDevice);
+		x->st = comm_all_reduce_sum(c, d, d, N2, COMM_DTYPE_F32, COMM_MEM_DEVICE, &e);
+	}
+	if (x->st == ST_OK)
+		x->st = comm_sync(c, &e);
+	if (x->st == ST_OK)
+		cudaMemcpy(x->out_dev_sum, d, N2 * sizeof(float), cudaMemcpyDeviceToHost);
+	if (x->st == ST_OK)
+		x->st = comm_all_reduce_sum(c, x->in[x->rank], x->out_host_sum, N2, COMM_DTYPE_F32, COMM_MEM_HOST, &e);
+	if (x->st == ST_OK)
+		x->st = comm_all_gather(c, x->in[x->rank], x->out_gather, N2, COMM_DTYPE_F32, COMM_MEM_HOST, &e);
+	if (x->st == ST_OK)
+		x->st = comm_broadcast(c, x->in[x->rank], x->out_bcast, N2, COMM_DTYPE_F32, 1, COMM_MEM_HOST, &e);
+	if (x->st == ST_OK)
+		x->st = comm_barrier(c, &e);
+	snprintf(x->msg, sizeof x->msg, "%s", e.msg);
+	comm_destroy(c);
+	cudaFree(d);
+	cudaFree(g);
+	return NULL;
+}
+
+static void test_two_ranks(void)
+{
+	struct err e;
+	uint8_t id[COMM_UNIQUE_ID_BYTES];
+	T_CHECK(comm_nccl_unique_id(id, &e) == ST_OK);
+	float *in[2];
+	struct rank2 x[2];
+	for (int r = 0; r < 2; r++) {
+		in[r] = malloc(N2 * sizeof(float));
+		for (int i = 0; i < N2; i++)
+			in[r][i] = (float)rand() / (float)RAND_MAX - 0.5f;
+	}
+	pthread_t th[2];
+	for (int r = 0; r < 2; r++) {
+		x[r] = (struct rank2){ .rank = r, .id = id, .in = { in[0], in[1] } };
+		x[r].out_dev_sum = malloc(N2 * sizeof(float));
+		x[r].out_host_sum = malloc(N2 * sizeof(float));
+		x[r].out_gather = malloc(2 * N2 * sizeof(float));
+		x[r].out_bcast = malloc(N2 * sizeof(float));
+		pthread_create(&th[r], NULL, rank2_main, &x[r]);
+	}
+	for (int r = 0; r < 2; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < 2; r++) {
+		T_CHECKF(x[r].st == ST_OK, "rank %d: %s", r, x[r].msg);
+		if (x[r].st != ST_OK)
+			continue;
+		int bad_sum = 0, bad_host = 0, bad_gather = 0, bad_bcast = 0;
+		for (int i = 0; i < N2; i++) {
+			float want = in[0][i] + in[1][i]; /* one rounding, either order */
+			bad_sum += x[r].out_dev_sum[i] != want;
+			bad_host += x[r].out_host_sum[i] != want;
+			bad_gather += x[r].out_gather[i] != in[0][i] || x[r].out_gather[N2 + i] != in[1][i];
+			bad_bcast += x[r].out_bcast[i] != in[1][i];
+		}
+		T_CHECKF(!bad_sum && !bad_host && !bad_gather && !bad_bcast, "rank %d: %d %d %d %d wrong", r, bad_sum,
+			 bad_host, bad_gather, bad_bcast);
+		T_CHECK(!memcmp(x[r].out_dev_sum, x[0].out_dev_sum, N2 * sizeof(float)));
+	}
+	for (int r = 0; r < 2; r++) {
+		free(in[r]);
+		free(x[r].out_dev_sum);
+		free(x[r].out_host_sum);
+		free(x[r].out_gather);
+		free(x[r].out_bcast);
+	}
 }
 
 int main(void)
@@ -114,5 +232,11 @@ int main(void)
 	free(hf2);
 	free(hb);
 	free(hy);
+
+	test_init_timeout();
+	if (n_dev >= 2)
+		test_two_ranks();
+	else
+		fprintf(stderr, "note: one GPU, two-rank part skipped\n");
 	return test_exit();
 }
