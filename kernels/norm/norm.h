@@ -38,6 +38,9 @@ struct kern_rmsnorm_args {
 	float eps;              /* added to mean(x²); rms_norm_eps = 1e-6 */
 	bool bf16_in;           /* round x to bf16 before normalising */
 	bool bf16_out;          /* round y to bf16 values */
+	bool bf16_stats;        /* the reference's per-head q norm runs in bf16 tensors
+				 * (q * rsqrt(q.square().mean() + eps), §3.3 step 3): round
+				 * mean(x²), mean+eps and the rsqrt to bf16 before scaling */
 	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 

@@ -25,7 +25,13 @@ enum status kern_rmsnorm_ref(const struct kern_rmsnorm_args *a)
 			float v = a->bf16_in ? kern__bf16_round(x[i]) : x[i];
 			ss += v * v;
 		}
-		float rs = 1.0f / sqrtf(ss / (float)a->dim + a->eps);
+		float rs;
+		if (a->bf16_stats) {
+			float ms = kern__bf16_round(kern__bf16_round(ss / (float)a->dim) + a->eps);
+			rs = kern__bf16_round(1.0f / sqrtf(ms));
+		} else {
+			rs = 1.0f / sqrtf(ss / (float)a->dim + a->eps);
+		}
 		for (int i = 0; i < a->dim; i++) {
 			float v = a->bf16_in ? kern__bf16_round(x[i]) : x[i];
 			float w = a->w_bf16 ? kern__bf16_to_f32(a->w_bf16[i]) : (a->w_f32 ? a->w_f32[i] : 1.0f);

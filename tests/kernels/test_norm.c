@@ -145,6 +145,40 @@ int main(void)
 			bad += y[i] != kern__bf16_round(yref[i]) || y[i] != kern__bf16_round(y[i]);
 		T_CHECK(bad == 0);
 	}
+	/* bf16_stats: the scale factor is a bf16 value; the result stays within
+	 * bf16 rounding of the fp32 path and is bf16 itself. */
+	{
+		enum { R = 16, D = 512 };
+		float *x = xcalloc(R * D, 4), *y0 = xcalloc(R * D, 4), *y1 = xcalloc(R * D, 4);
+		for (int i = 0; i < R * D; i++)
+			x[i] = kern__bf16_round(mt_unif(-3, 3) * (1 + i / D));
+		struct kern_rmsnorm_args a = {.x = x, .y = y0, .n_rows = R, .dim = D, .eps = 1e-6f, .bf16_out = true};
+		T_CHECK(kern_rmsnorm_ref(&a) == ST_OK);
+		a.y = y1;
+		a.bf16_stats = true;
+		T_CHECK(kern_rmsnorm_ref(&a) == ST_OK);
+		int bad = 0, differ = 0;
+		for (int r = 0; r < R; r++) {
+			float ss = 0; /* fp32 in order, as the kernel: this checks the bf16 steps, not the sum */
+			for (int i = 0; i < D; i++)
+				ss += x[r * D + i] * x[r * D + i];
+			float ms = kern__bf16_round(kern__bf16_round(ss / D) + 1e-6f);
+			float rs = kern__bf16_round(1.0f / sqrtf(ms));
+			for (int i = 0; i < D; i++) {
+				float v = y1[r * D + i];
+				bad += v != kern__bf16_round(v);
+				bad += fabsf(v - y0[r * D + i]) > 0x1p-6f * fabsf(y0[r * D + i]) + 1e-30f;
+				/* exactly x·rs rounded, with rs the bf16 scale */
+				bad += v != kern__bf16_round(x[r * D + i] * rs);
+				differ += v != y0[r * D + i];
+			}
+		}
+		T_CHECKF(bad == 0, "bf16_stats: %d bad", bad);
+		T_CHECK(differ > 0); /* the flag changes something */
+		free(x);
+		free(y0);
+		free(y1);
+	}
 	/* invalid arguments */
 	{
 		float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 1, 1};
