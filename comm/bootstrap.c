@@ -238,17 +238,18 @@ static enum status boot__context(struct err *e, const char *ctx)
 
 /* ---- Master ---- */
 
-static enum status boot__listen(const struct comm_boot_options *opt, int *out_fd, struct err *e)
+static enum status boot__listen_on(const char *node, int port_num, int *out_fd, int *out_errno, struct err *e)
 {
 	char port[16];
-	snprintf(port, sizeof port, "%d", opt->master_port);
+	snprintf(port, sizeof port, "%d", port_num);
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
-	const char *node = opt->master_addr && opt->master_addr[0] ? opt->master_addr : NULL;
+	*out_errno = 0;
 	struct addrinfo *res = NULL;
 	int rc = getaddrinfo(node, port, &hints, &res);
 	if (rc != 0)
 		return err_set(e, ST_IO, "bootstrap master: cannot resolve listen address %s: %s", node ? node : "*",
 			       gai_strerror(rc));
+	/* (node may be NULL: AI_PASSIVE then gives the wildcard addresses.) */
 	/* Prefer IPv4 for the wildcard: "all interfaces" must include the
 	 * cluster network whatever the IPv6 configuration is. */
 	int fd = -1, last_errno = 0;
@@ -272,11 +273,30 @@ static enum status boot__listen(const struct comm_boot_options *opt, int *out_fd
 		}
 	}
 	freeaddrinfo(res);
+	*out_errno = last_errno;
 	if (fd < 0)
-		return err_set(e, ST_IO, "bootstrap master: cannot listen on %s:%d: %s", node ? node : "*",
-			       opt->master_port, strerror(last_errno));
+		return err_set(e, ST_IO, "bootstrap master: cannot listen on %s:%d: %s", node ? node : "*", port_num,
+			       strerror(last_errno));
 	*out_fd = fd;
 	return ST_OK;
+}
+
+/* Listens on the master address, or on all interfaces when none is given.
+ * The same --master-addr is usually passed to every node; when it is not an
+ * address of this machine (a NAT or DNS alias), fall back to all interfaces
+ * instead of failing. */
+static enum status boot__listen(const struct comm_boot_options *opt, int *out_fd, struct err *e)
+{
+	const char *node = opt->master_addr && opt->master_addr[0] ? opt->master_addr : NULL;
+	int err_no = 0;
+	enum status st = boot__listen_on(node, opt->master_port, out_fd, &err_no, e);
+	if (st != ST_OK && node && err_no == EADDRNOTAVAIL) {
+		log_msg(LOG_WARN, "comm", "bootstrap master: %s is not an address of this machine; listening on all interfaces",
+			node);
+		err_clear(e);
+		st = boot__listen_on(NULL, opt->master_port, out_fd, &err_no, e);
+	}
+	return st;
 }
 
 /* Checks one worker's hello. On a mismatch: ST_INVALID with the reason (also

@@ -54,7 +54,8 @@ struct comm_boot_options {
 	int n_ranks;          /* world size (nodes), >= 1 */
 	int rank;             /* 0 = master (listens), 1..n_ranks-1 = worker (connects) */
 	const char *master_addr; /* worker: master's host name or address (required);
-				  * master: address to listen on, NULL or "" = all interfaces */
+				  * master: address to listen on, NULL or "" = all interfaces
+				  * (also when it is not an address of this machine) */
 	int master_port;      /* TCP port, 1..65535 */
 	const char *version;  /* dsv4 version string, compared exactly (required) */
 	uint64_t checkpoint_fingerprint; /* compared exactly */

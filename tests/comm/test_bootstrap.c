@@ -204,6 +204,21 @@ static void test_worker_says_goodbye(void)
 	comm_boot_destroy(b);
 }
 
+/* A --master-addr that is not an address of the master's machine (here a
+ * TEST-NET address) makes it listen on all interfaces instead of failing. */
+static void test_master_addr_fallback(void)
+{
+	int port = free_port();
+	struct comm_boot *b = NULL;
+	struct err e;
+	struct comm_boot_options o = opts(2, 0, port, 10000);
+	o.master_addr = "192.0.2.1";
+	pid_t w = spawn_worker_ok(2, 1, port, AFTER_DESTROY);
+	T_CHECKF(comm_boot_create(&b, &o, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(wait_child(w) == 0);
+	comm_boot_destroy(b);
+}
+
 /* Master leaves with a reason; then a master that is killed (SIGKILL: the
  * kernel closes its sockets). Both workers notice. */
 static void test_master_gone(void)
@@ -517,6 +532,7 @@ int main(void)
 	test_bad_options();
 	test_world2_and_worker_dies();
 	test_worker_says_goodbye();
+	test_master_addr_fallback();
 	test_master_gone();
 	test_world3_watch();
 	test_no_peer();
