@@ -397,7 +397,11 @@ enum status sched_loop_create(struct sched_loop **out, const struct sched_option
 	struct sched_loop *l = calloc(1, sizeof(*l));
 	if (!l)
 		return err_set(e, ST_NOMEM, "sched: out of memory");
-	enum status st = sched_create(&l->s, opt, ex, e);
+	/* The loop enforces max_queued_requests itself, synchronously in submit;
+	 * the core must not refuse what the loop already accepted. */
+	struct sched_options core_opt = opt ? *opt : (struct sched_options){0};
+	core_opt.max_queued_requests = UINT32_MAX;
+	enum status st = sched_create(&l->s, &core_opt, ex, e);
 	if (st) {
 		free(l);
 		return st;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static inline uint64_t mix64(uint64_t x)
 {
@@ -65,6 +66,8 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 	const struct fake_exec_options *o = &f->opt;
 	uint32_t B = o->block_tokens;
 	f->n_steps++;
+	if (f->step_sleep_us)
+		usleep(f->step_sleep_us);
 	if (f->fail_at_step >= 0 && f->n_steps == (uint64_t)f->fail_at_step + 1) {
 		f->fail_at_step = -1;
 		return err_set(e, ST_CUDA, "fake executor: injected failure");

@@ -42,6 +42,7 @@ struct fake_exec {
 	void *work;
 	uint64_t n_steps, n_tokens_total, n_released;
 	int32_t fail_at_step; /* >= 0: that step returns ST_CUDA once */
+	_Atomic uint32_t step_sleep_us; /* slow every step down (threaded tests) */
 	char error[512];      /* first contract violation seen, "" if none */
 	struct fake_step_record last, *records;
 	uint32_t n_records, cap_records;

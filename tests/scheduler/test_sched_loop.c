@@ -7,6 +7,7 @@
  * flight ends them with SCHED_FINISH_SHUTDOWN.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,7 +93,8 @@ int main(void)
 {
 	uint64_t seed = h_seed();
 	g_fo = h_default_fake();
-	g_fo.n_blocks = 48;
+	g_fo.n_blocks = 4096;
+	g_fo.max_model_len = 65536;
 	struct fake_exec f;
 	T_CHECK(!fake_exec_init(&f, &g_fo));
 	struct sched_options so = {.detokenize = fake_detok, .max_queued_requests = 256};
@@ -118,12 +120,14 @@ int main(void)
 	T_CHECK(st.n_finished[SCHED_FINISH_ABORT] >= 1);
 	T_CHECKF(!f.error[0], "%s", f.error);
 
-	/* shutdown with requests in flight */
+	/* shutdown with requests in flight: 60000 tokens at >= 1 ms per step
+	 * cannot finish before destroy below */
+	atomic_store(&f.step_sleep_us, 1000);
 	int32_t prompt[40];
 	uint64_t rng = seed;
 	h_rand_tokens(prompt, 40, g_fo.vocab, &rng);
 	struct sched_request_params p = {.prompt_ids = prompt, .n_prompt = 40, .sampling = h_sp(0, 1),
-					 .has_seed = true, .max_tokens = 500, .ignore_eos = true};
+					 .has_seed = true, .max_tokens = 60000, .ignore_eos = true};
 	struct sched_stream *s1, *s2;
 	enum sched_refusal why;
 	T_CHECK(!sched_loop_submit(g_loop, &p, &s1, NULL, &why, &e));
