@@ -85,7 +85,8 @@ DSV4_WUR enum status comm_boot_poll(struct comm_boot *b, int wait_ms, struct err
 
 /* Called once, from the watcher thread, when a peer is lost (st and msg as
  * comm_boot_poll() would return them; msg is valid during the call only).
- * It should be quick: set a flag, comm_abort(), wake the main loop. */
+ * It should be quick: set a flag, comm_abort(), wake the main loop. It must
+ * not call comm_boot_destroy() (which joins the watcher thread). */
 typedef void (*comm_boot_lost_fn)(void *ctx, enum status st, const char *msg);
 
 /* Starts a watcher thread that polls the peers and calls lost() once on the
