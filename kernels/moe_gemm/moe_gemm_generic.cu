@@ -9,7 +9,9 @@
  * gathers its rows through row_src (with the optional FP8 act_quant, as in
  * linear_generic.cu), decodes 64 weight rows of e2m1 with their MXFP4
  * (E8M0 per 32) or NVFP4 (e4m3 per 16 times the expert's global) scales into
- * shared memory, and accumulates with f32 FMA, 4 outputs per thread.
+ * shared memory, and accumulates with f32 FMA, 4 outputs per thread. FP8
+ * experts (128x128 E8M0 or f32 block scales: the Base model and FP8
+ * conversions) are decoded the same way.
  * W4A16-style: the floor on every GPU, including sm_90 which has no FP4 MMA.
  */
 #include <cuda_runtime.h>
@@ -57,6 +59,8 @@ __global__ void __launch_bounds__(NT) moe_gemm_generic_kernel(
 	const int r0 = sh_r0, r1 = sh_r1;
 	const struct kern_wmat wm = w[e];
 	const bool nv = wm.fmt == KERN_WFMT_NVFP4;
+	const bool fp8 = wm.fmt == KERN_WFMT_FP8_E8M0_B128 || wm.fmt == KERN_WFMT_FP8_F32_B128;
+	const int64_t nbc = (in + TK - 1) / TK; /* FP8 scale blocks per row */
 	const uint8_t *wd = (const uint8_t *)wm.data, *wsc = (const uint8_t *)wm.scale;
 	const int64_t n0 = (int64_t)blockIdx.x * TN;
 	const int col = tid % TN, trow = (tid / TN) * 4;
@@ -88,9 +92,22 @@ __global__ void __launch_bounds__(NT) moe_gemm_generic_kernel(
 		for (int i = 0; i < 8; i++)
 			xs[xr][xseg + i] = v[i];
 
-		/* 32 e2m1 elements (16 bytes) per thread: one MXFP4 block, two NVFP4 ones. */
+		/* 32 elements per thread: FP8 with the tile's one 128x128 block scale
+		 * (64 rows never straddle a 128-row block; E8M0 decoded directly,
+		 * which is exact), or 16 bytes of e2m1: one MXFP4 block, two NVFP4 ones. */
 		const int64_t o = n0 + wr, kb = k0 + wseg;
-		if (o < out && kb < in) {
+		if (fp8) {
+			float s = 0.f;
+			if (o < out) {
+				const int64_t si = (o / 128) * nbc + k0 / TK;
+				s = wm.fmt == KERN_WFMT_FP8_F32_B128 ? ((const float *)wm.scale)[si] : kq_e8m0_to_f32(wsc[si]);
+			}
+#pragma unroll 4
+			for (int i = 0; i < 32; i++) {
+				const int64_t k = kb + i;
+				ws[wr][wseg + i] = (o < out && k < in) ? kq_e4m3_to_f32(wd[o * in + k]) * s : 0.f;
+			}
+		} else if (o < out && kb < in) {
 			const uint8_t *p = wd + o * (in / 2) + kb / 2;
 			float s0, s1;
 			if (nv) {
@@ -137,7 +154,10 @@ extern "C" enum status kern_moe_gemm_cuda_generic(const struct kern_moe_gemm_arg
 		return ST_INVALID;
 	const enum kern_wfmt f = a->w[0].fmt;
 	const int64_t in = a->w[0].cols, out = a->w[0].rows;
-	if ((f != KERN_WFMT_MXFP4 && f != KERN_WFMT_NVFP4) || in % 32)
+	const bool fp4 = f == KERN_WFMT_MXFP4 || f == KERN_WFMT_NVFP4;
+	if (!fp4 && f != KERN_WFMT_FP8_E8M0_B128 && f != KERN_WFMT_FP8_F32_B128)
+		return ST_INVALID;
+	if (fp4 && in % 32)
 		return ST_INVALID;
 	if (a->act_quant_block != 0 && a->act_quant_block != 128)
 		return ST_INVALID;
@@ -193,7 +213,9 @@ extern "C" enum status kern_moe_gemm_cuda_generic_host(const struct kern_moe_gem
 	void *dy = dev_copy(&b, a->y, yb); /* keeps unwritten sentinels visible */
 	void *doff = dev_copy(&b, a->expert_offsets, (size_t)(E + 1) * sizeof(int32_t));
 	void *dsrc = a->row_src ? dev_copy(&b, a->row_src, (size_t)R * sizeof(int32_t)) : NULL;
-	uint8_t *dw = (uint8_t *)dev_copy(&b, NULL, (size_t)E * (wb + sb));
+	/* Per expert: data, then scales at a 16-byte aligned offset (f32 scales). */
+	const size_t wb_al = (wb + 15) & ~(size_t)15, stride = wb_al + ((sb + 15) & ~(size_t)15);
+	uint8_t *dw = (uint8_t *)dev_copy(&b, NULL, (size_t)E * stride);
 	struct kern_wmat *hw = (struct kern_wmat *)calloc((size_t)E, sizeof *hw);
 	if (!hw) {
 		for (int i = 0; i < b.n; i++)
@@ -203,8 +225,8 @@ extern "C" enum status kern_moe_gemm_cuda_generic_host(const struct kern_moe_gem
 	for (int64_t e = 0; e < E && b.ce == cudaSuccess; e++) {
 		hw[e] = a->w[e];
 		hw[e].owned = NULL;
-		hw[e].data = dw + e * (wb + sb);
-		hw[e].scale = dw + e * (wb + sb) + wb;
+		hw[e].data = dw + e * stride;
+		hw[e].scale = dw + e * stride + wb_al;
 		b.ce = cudaMemcpy((void *)hw[e].data, a->w[e].data, wb, cudaMemcpyHostToDevice);
 		if (b.ce == cudaSuccess)
 			b.ce = cudaMemcpy((void *)hw[e].scale, a->w[e].scale, sb, cudaMemcpyHostToDevice);

@@ -3,7 +3,7 @@
  * "moe_gemm", its guards and its self-check.
  *
  * Variants (priority order, highest first):
- *   moe_gemm_cuda_generic  cc >= 8.0, sm_80 image; MXFP4 or NVFP4 experts
+ *   moe_gemm_cuda_generic  cc >= 8.0, sm_80 image; MXFP4, NVFP4 or FP8 experts
  *                          read as stored (W4A16-style: e2m1 decoded in shared
  *                          memory, f32 FMA). The floor on every GPU.
  *   moe_gemm_cpu_ref       the reference; every weight format.
@@ -56,7 +56,8 @@ static bool moe_cuda_generic_supports(const struct kern_problem *p, const struct
 	if (!moe_shape_ok(p, why, n))
 		return false;
 	const struct kern_moe_gemm_shape *s = p->shape;
-	if (s->in % 32) {
+	bool fp4 = p->wfmt == KERN_WFMT_MXFP4 || p->wfmt == KERN_WFMT_NVFP4;
+	if (fp4 && s->in % 32) {
 		snprintf(why, n, "in %lld not a multiple of 32", (long long)s->in);
 		return false;
 	}
@@ -174,14 +175,15 @@ static const struct kern_variant moe_gemm_variants[] = {
 		.cc_min = 80,
 		.cc_max = KERN_CC_ANY,
 		.target = KERN_TARGET_SM80,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4) |
+			       KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
 		.priority = 10,
 		.supports = moe_cuda_generic_supports,
 #if DSV4_HAVE_CUDA
 		.run = KERN_FN(kern_moe_gemm_cuda_generic),
 		.run_host = KERN_FN(kern_moe_gemm_cuda_generic_host),
 #endif
-		.desc = "portable CUDA FP4 (MXFP4/NVFP4) grouped expert GEMM (f32 FMA)",
+		.desc = "portable CUDA grouped expert GEMM, MXFP4/NVFP4/FP8 experts (f32 FMA)",
 	},
 };
 

@@ -1,6 +1,6 @@
 /*
  * tests/kernels/test_moe_gemm_gpu.c (suite gpu): every CUDA moe_gemm variant
- * against the CPU reference: MXFP4 and NVFP4 experts, random expert loads
+ * against the CPU reference: MXFP4, NVFP4 and FP8 experts, random expert loads
  * (empty experts included), gathered and in-place rows, act_quant on/off,
  * NaN-filled outputs so unwritten rows fail, plus selection and self-check
  * on the real device. Exits 77 without a GPU.
@@ -94,8 +94,11 @@ int main(void)
 		if (v->backend != KERN_BACKEND_CUDA || !v->run_host)
 			continue;
 		for (int i = 0; i < 40; i++) {
-			enum kern_wfmt f = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4;
-			int64_t in = 32 * rnd(&rng, 1, 24), out = rnd(&rng, 1, 300), E = rnd(&rng, 1, 8);
+			static const enum kern_wfmt fs[] = {KERN_WFMT_MXFP4, KERN_WFMT_NVFP4, KERN_WFMT_FP8_E8M0_B128,
+							    KERN_WFMT_FP8_F32_B128};
+			enum kern_wfmt f = fs[i % 4];
+			int64_t in = i % 4 >= 2 ? rnd(&rng, 1, 700) : 32 * rnd(&rng, 1, 24);
+			int64_t out = rnd(&rng, 1, 300), E = rnd(&rng, 1, 8);
 			int64_t R = i == 0 ? 0 : rnd(&rng, 1, 40);
 			struct kern_moe_gemm_shape sh = {.in = in, .out = out, .n_experts = E, .max_rows = R};
 			struct kern_problem p = {.wfmt = f, .tp_size = 1, .shape = &sh};
