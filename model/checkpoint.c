@@ -75,7 +75,7 @@ static enum status read_all(const char *path, size_t max_bytes, char **buf, size
 {
 	*buf = NULL;
 	*n_bytes = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return err_set(e, errno == ENOENT ? ST_NOTFOUND : ST_IO, "%s: cannot open: %s", path, strerror(errno));
 	struct stat sb;
@@ -308,6 +308,12 @@ static enum status open_shards(struct model_checkpoint *ck, struct err *e)
 		if (st == ST_NOTFOUND && sh->first_listed)
 			return err_set(e, st, "%s/%s: missing shard (%s lists %zu tensors in it, e.g. tensor %s)", ck->dir,
 				       sh->name, INDEX_FILE, sh->n_listed, sh->first_listed);
+		if (st == ST_IO && sh->first_listed) {
+			char msg[ERR_MSG_BYTES];
+			snprintf(msg, sizeof msg, "%s", e ? e->msg : "");
+			return err_set(e, st, "%.300s (a shard of %zu tensors, e.g. tensor %.100s)", msg, sh->n_listed,
+				       sh->first_listed);
+		}
 		if (st != ST_OK)
 			return st;
 	}

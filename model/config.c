@@ -462,7 +462,7 @@ enum status model_config_parse(const char *json, size_t n_bytes, const char *fil
 
 enum status model_config_load(const char *path, struct model_config *out, struct err *e)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return err_set(e, errno == ENOENT ? ST_NOTFOUND : ST_IO, "%s: cannot open: %s", path, strerror(errno));
 	struct stat sb;

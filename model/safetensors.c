@@ -354,7 +354,7 @@ void model_st_header_free(struct model_st_header *h)
 enum status model_st_file_open(const char *path, struct model_st_file *out, struct err *e)
 {
 	memset(out, 0, sizeof *out);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return err_set(e, errno == ENOENT ? ST_NOTFOUND : ST_IO, "%s: cannot open: %s", path, strerror(errno));
 	struct stat sb;

@@ -10,6 +10,7 @@
  */
 #include <ftw.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -658,6 +659,106 @@ static void test_broken_sets(void)
 	json_decref(c);
 }
 
+
+/* ---- Random mutations of the small files, through the whole open path ---- */
+
+static uint64_t fz_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t fz_rnd(void)
+{
+	fz_state ^= fz_state << 13;
+	fz_state ^= fz_state >> 7;
+	fz_state ^= fz_state << 17;
+	return fz_state;
+}
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	CHECK(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *b = malloc(*n + 64);
+	CHECK(fread(b, 1, *n, f) == *n);
+	fclose(f);
+	return b;
+}
+
+/* config.json, the index and the MTP shard (its header and data) are
+ * mutated one at a time; each open must succeed or fail with a message. */
+static void test_fuzz_open(void)
+{
+	char base[512], mut[512], p[700], q[700];
+	json_t *c = config_for(FX_NVFP4);
+	write_ckpt(base, sizeof base, "fuzz-base", c, FX_NVFP4, 3);
+	json_decref(c);
+	case_dir(mut, sizeof mut, "fuzz-mutant");
+	mkdir(mut, 0755);
+	const char *files[] = {"config.json", "model.safetensors.index.json", "model-00003-of-00003.safetensors"};
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof p, "%s/%s", base, files[i]);
+		snprintf(q, sizeof q, "%s/%s", mut, files[i]);
+		CHECK(symlink(p, q) == 0);
+	}
+	for (int i = 1; i <= 2; i++) {
+		snprintf(p, sizeof p, "%s/model-%05d-of-00003.safetensors", base, i);
+		snprintf(q, sizeof q, "%s/model-%05d-of-00003.safetensors", mut, i);
+		CHECK(symlink(p, q) == 0);
+	}
+	const char *s = getenv("DSV4_FUZZ_SEED");
+	fz_state = s ? strtoull(s, NULL, 0) | 1 : ((uint64_t)time(NULL) << 16) ^ (uint64_t)getpid();
+	fprintf(stderr, "checkpoint fuzz seed %llu\n", (unsigned long long)fz_state);
+	int n_ok = 0, n_refused = 0;
+	for (int it = 0; it < 300; it++) {
+		int which = (int)(fz_rnd() % 3);
+		snprintf(p, sizeof p, "%s/%s", base, files[which]);
+		snprintf(q, sizeof q, "%s/%s", mut, files[which]);
+		size_t n;
+		uint8_t *b = slurp(p, &n);
+		/* the shard: mostly its header, where the structure is */
+		size_t span = which == 2 ? (n < 4096 ? n : 4096) : n;
+		for (int m = 0, k = 1 + (int)(fz_rnd() % 3); m < k && n; m++) {
+			size_t at = (size_t)(fz_rnd() % span);
+			switch (fz_rnd() % 4) {
+			case 0: b[at] = (uint8_t)fz_rnd(); break;
+			case 1: b[at] ^= (uint8_t)(1u << (fz_rnd() % 8)); break;
+			case 2: n = at; break;
+			case 3:
+				if (b[at] >= '0' && b[at] <= '9')
+					b[at] = (uint8_t)('0' + fz_rnd() % 10);
+				else
+					b[at] = "{}[],:\"-"[fz_rnd() % 8];
+				break;
+			}
+			if (span > n)
+				span = n ? n : 1;
+		}
+		unlink(q);
+		fx_write_file(q, b, n);
+		free(b);
+		struct model_checkpoint *ck = NULL;
+		struct err e;
+		err_clear(&e);
+		struct model_checkpoint_options o = {.dir = mut};
+		enum status st = model_checkpoint_create(&ck, &o, &e);
+		if (st == ST_OK) {
+			n_ok++;
+			T_CHECK(ck && model_checkpoint_n_tensors(ck) > 0);
+			model_checkpoint_destroy(ck);
+		} else {
+			n_refused++;
+			T_CHECKF(ck == NULL && e.msg[0], "iteration %d: status %s with no message", it, status_str(st));
+			T_CHECKF(strstr(e.msg, mut) || strstr(e.msg, "config.json") || strstr(e.msg, ".safetensors"),
+				 "iteration %d: message names no file: %s", it, e.msg);
+		}
+		unlink(q);
+		CHECK(symlink(p, q) == 0);
+	}
+	fprintf(stderr, "checkpoint fuzz: %d opened, %d refused\n", n_ok, n_refused);
+	T_CHECK(n_refused > 100);
+}
+
 int main(void)
 {
 	if (!mkdtemp(root_dir))
@@ -666,6 +767,7 @@ int main(void)
 	test_single_file();
 	test_broken_files();
 	test_broken_sets();
+	test_fuzz_open();
 	nftw(root_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	return test_exit();
 }
