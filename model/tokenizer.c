@@ -105,11 +105,14 @@ static enum status strs_add(struct model_tokenizer *tok, const char *s, size_t n
 static void str_map_put(struct model_tokenizer *tok, int32_t id)
 {
 	const char *s = tok->strs + tok->str_off[id];
-	size_t i = tok__hash_bytes(s, strlen(s)) & tok->str_map_mask;
+	uint64_t h = tok__hash_bytes(s, strlen(s));
+	size_t i = h & tok->str_map_mask;
 	for (;;) {
 		int32_t cur = tok->str_map[i];
-		if (cur < 0 || strcmp(tok->strs + tok->str_off[cur], s) == 0) {
+		if (cur < 0 || (tok->str_map_hash[i] == (uint32_t)(h >> 32) &&
+				strcmp(tok->strs + tok->str_off[cur], s) == 0)) {
 			tok->str_map[i] = id;
+			tok->str_map_hash[i] = (uint32_t)(h >> 32);
 			return;
 		}
 		i = (i + 1) & tok->str_map_mask;
@@ -118,13 +121,14 @@ static void str_map_put(struct model_tokenizer *tok, int32_t id)
 
 static int32_t str_map_get(const struct model_tokenizer *tok, const char *s, size_t n)
 {
-	size_t i = tok__hash_bytes(s, n) & tok->str_map_mask;
+	uint64_t h = tok__hash_bytes(s, n);
+	size_t i = h & tok->str_map_mask;
 	for (;;) {
 		int32_t cur = tok->str_map[i];
 		if (cur < 0)
 			return -1;
 		const char *t = tok->strs + tok->str_off[cur];
-		if (strncmp(t, s, n) == 0 && t[n] == 0)
+		if (tok->str_map_hash[i] == (uint32_t)(h >> 32) && memcmp(t, s, n) == 0 && t[n] == 0)
 			return cur;
 		i = (i + 1) & tok->str_map_mask;
 	}
@@ -347,8 +351,10 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 	while (map_slots < 2 * nv)
 		map_slots *= 2;
 	tok->str_map = malloc(map_slots * sizeof *tok->str_map);
+	tok->str_map_hash = calloc(map_slots, sizeof *tok->str_map_hash);
 	tok->str_map_mask = map_slots - 1;
-	if (!tok->str_off || !tok->piece_off || !tok->piece_len || !tok->id_flags || !tok->str_map)
+	if (!tok->str_off || !tok->piece_off || !tok->piece_len || !tok->id_flags || !tok->str_map ||
+	    !tok->str_map_hash)
 		return err_set(e, ST_NOMEM, "tokenizer: out of memory (%zu ids)", nv);
 	memset(tok->str_off, 0xFF, nv * sizeof *tok->str_off);
 	memset(tok->str_map, 0xFF, map_slots * sizeof *tok->str_map);
@@ -482,6 +488,26 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 	return ST_OK;
 }
 
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	struct stat sb;
+	if (fstat(fileno(f), &sb) == 0 && sb.st_size >= 0) {
+		buf = malloc((size_t)sb.st_size + 1);
+		if (buf && fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
+			free(buf);
+			buf = NULL;
+			errno = EIO;
+		}
+		*len = (size_t)sb.st_size;
+	}
+	fclose(f);
+	return buf;
+}
+
 /* bos/eos from tokenizer_config.json in dir (string or {"content": ...}). */
 static int32_t config_token(const struct model_tokenizer *tok, json_t *cfg, const char *key,
 			    const char *fallback)
@@ -513,15 +539,16 @@ enum status model_tokenizer_load(struct model_tokenizer **out, const char *path,
 		else
 			snprintf(dir, sizeof dir, ".");
 	}
+	/* One read and json_loadb: json_load_file reads by getc, several times slower. */
 	json_error_t jerr;
-	json_t *root = json_load_file(file, 0, &jerr);
-	if (!root) {
-		FILE *f = fopen(file, "rb");
-		if (!f)
-			return err_set(e, ST_IO, "tokenizer %s: %s", file, strerror(errno));
-		fclose(f);
+	size_t flen;
+	char *fbuf = read_file(file, &flen);
+	if (!fbuf)
+		return err_set(e, ST_IO, "tokenizer %s: %s", file, strerror(errno));
+	json_t *root = json_loadb(fbuf, flen, 0, &jerr);
+	free(fbuf);
+	if (!root)
 		return err_set(e, ST_INVALID, "tokenizer %s:%d: %s", file, jerr.line, jerr.text);
-	}
 	struct model_tokenizer *tok = calloc(1, sizeof *tok);
 	if (!tok) {
 		json_decref(root);
@@ -573,6 +600,7 @@ void model_tokenizer_destroy(struct model_tokenizer *tok)
 	free(tok->added);
 	free(tok->merges);
 	free(tok->str_map);
+	free(tok->str_map_hash);
 	free(tok->pieces);
 	free(tok->strs);
 	free(tok->id_flags);

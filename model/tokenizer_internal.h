@@ -112,6 +112,7 @@ struct model_tokenizer {
 
 	/* token string -> id (added tokens shadow the vocabulary) */
 	int32_t *str_map;     /* slots hold ids, -1 empty */
+	uint32_t *str_map_hash; /* high hash bits per slot, to skip most compares */
 	size_t str_map_mask;
 
 	/* BPE */

@@ -13,6 +13,13 @@
  * Constructs whose meaning differs and that we do not translate (nested or
  * intersected classes, POSIX brackets, negated shorthands inside a class) are
  * refused with ST_UNSUPPORTED rather than approximated.
+ *
+ * Unicode versions: PCRE2 10.42 knows Unicode 14.0, HF's Oniguruma 16.0. Every
+ * \p{X} (written, or from a shorthand above) gets the code points that joined
+ * or left category X between the two, from model/tokenizer_unicode.h (which
+ * scripts/gen_tokenizer_unicode.py generates from both versions' UCD), so the
+ * categories are those of Unicode 16.0 exactly. The table is applied only when
+ * the PCRE2 at run time reports Unicode 14.0.0.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +27,9 @@
 
 #include "common/log.h"
 #include "tokenizer_internal.h"
+#include "tokenizer_unicode.h"
 
-#define ONIG_SPACE "\\t-\\r\\x{85}\\p{Z}"
-#define ONIG_WORD "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
-#define ONIG_DIGIT "\\p{Nd}"
+#define ONIG_SPACE_CTRL "\\t-\\r\\x{85}"
 #define ONIG_HEX "0-9A-Fa-f"
 
 struct sbuf {
@@ -44,6 +50,108 @@ static void put(struct sbuf *b, const char *s, size_t n)
 }
 
 static void puts_(struct sbuf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* 1: apply the Unicode 14 -> 16 table; 0: PCRE2 already is what HF is (or
+ * some other version, warned about once). */
+static int unicode_delta_on(void)
+{
+	static int on = -1; /* benign race: every thread computes the same value */
+	if (on < 0) {
+		char v[32] = "";
+		pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v);
+		if (strcmp(v, TOK_UNICODE_BASE) == 0) {
+			on = 1;
+		} else {
+			if (strcmp(v, TOK_UNICODE_TARGET) != 0)
+				log_msg(LOG_WARN, "model",
+					"tokenizer: PCRE2 has Unicode %s, HF tokenizers %s: categories of "
+					"code points assigned in between may differ",
+					v, TOK_UNICODE_TARGET);
+			on = 0;
+		}
+	}
+	return on;
+}
+
+/* Emit \p{name} (or its negation) with the category's Unicode 16 members.
+ * in_class: we are inside [...] (then only forms that fit in a class). */
+static enum status put_prop(struct sbuf *b, const char *name, size_t name_len, bool negated,
+			    bool in_class, const char *pat, struct err *e)
+{
+	const char *added = "", *removed = "";
+	for (size_t i = 0; unicode_delta_on() && i < sizeof tok__ucat_deltas / sizeof tok__ucat_deltas[0];
+	     i++)
+		if (strlen(tok__ucat_deltas[i].cat) == name_len &&
+		    memcmp(tok__ucat_deltas[i].cat, name, name_len) == 0) {
+			added = tok__ucat_deltas[i].added;
+			removed = tok__ucat_deltas[i].removed;
+		}
+	char prop[64];
+	if (name_len > 40)
+		return err_set(e, ST_UNSUPPORTED, "regex /%s/: property name too long", pat);
+	snprintf(prop, sizeof prop, "\\%c{%.*s}", negated ? 'P' : 'p', (int)name_len, name);
+	bool has_add = *added, has_rm = *removed;
+	if (!has_add && !has_rm) {
+		puts_(b, prop);
+		return ST_OK;
+	}
+	if (in_class) {
+		/* Union inside the class: X16 = X14 + added; not-X16 = not-X14 + removed. */
+		if ((!negated && has_rm) || (negated && has_add))
+			return err_set(e, ST_UNSUPPORTED,
+				       "regex /%s/: \\%c{%.*s} inside a class needs a Unicode %s "
+				       "correction that a class cannot hold",
+				       pat, negated ? 'P' : 'p', (int)name_len, name, TOK_UNICODE_TARGET);
+		puts_(b, prop);
+		puts_(b, negated ? removed : added);
+		return ST_OK;
+	}
+	snprintf(prop, sizeof prop, "\\p{%.*s}", (int)name_len, name);
+	if (!negated) {
+		/* (X14 + added) - removed */
+		if (has_rm) {
+			puts_(b, "(?:(?![");
+			puts_(b, removed);
+			puts_(b, "])");
+		}
+		puts_(b, "[");
+		puts_(b, prop);
+		puts_(b, added);
+		puts_(b, "]");
+		if (has_rm)
+			puts_(b, ")");
+	} else {
+		/* not (X14 + added) or removed */
+		if (has_rm) {
+			puts_(b, "(?:[");
+			puts_(b, removed);
+			puts_(b, "]|");
+		}
+		puts_(b, "[^");
+		puts_(b, prop);
+		puts_(b, added);
+		puts_(b, "]");
+		if (has_rm)
+			puts_(b, ")");
+	}
+	return ST_OK;
+}
+
+/* A list of positive properties inside a class. */
+static enum status put_props(struct sbuf *b, const char *const *names, bool in_class_already,
+			     const char *pat, struct err *e)
+{
+	(void)in_class_already;
+	for (; *names; names++) {
+		enum status st = put_prop(b, *names, strlen(*names), false, true, pat, e);
+		if (st != ST_OK)
+			return st;
+	}
+	return ST_OK;
+}
+
+static const char *const space_props[] = {"Z", NULL};
+static const char *const word_props[] = {"L", "M", "Nd", "Pc", NULL};
 
 /* Bytes of the UTF-8 character starting with byte c (1 for junk). */
 static size_t char_len(unsigned char c)
@@ -82,23 +190,34 @@ enum status tok__regex_translate(const char *pat, bool literal, char *out, size_
 			if (i + 1 >= n)
 				return err_set(e, ST_INVALID, "regex /%s/: trailing backslash", pat);
 			char x = pat[i + 1];
-			const char *rep = NULL;
-			switch (x) {
-			case 's': rep = in_class ? ONIG_SPACE : "[" ONIG_SPACE "]"; break;
-			case 'S': rep = in_class ? NULL : "[^" ONIG_SPACE "]"; break;
-			case 'w': rep = in_class ? ONIG_WORD : "[" ONIG_WORD "]"; break;
-			case 'W': rep = in_class ? NULL : "[^" ONIG_WORD "]"; break;
-			case 'd': rep = ONIG_DIGIT; break;
-			case 'D': rep = "\\P{Nd}"; break;
-			case 'h': rep = in_class ? ONIG_HEX : "[" ONIG_HEX "]"; break;
-			case 'H': rep = in_class ? NULL : "[^" ONIG_HEX "]"; break;
-			default: break;
-			}
 			if (strchr("SWH", x) && in_class)
 				return err_set(e, ST_UNSUPPORTED,
 					       "regex /%s/: \\%c inside a character class", pat, x);
-			if (rep) {
-				puts_(&b, rep);
+			enum status st = ST_OK;
+			bool done = true;
+			switch (x) {
+			case 's':
+			case 'S':
+			case 'w':
+			case 'W':
+				if (!in_class)
+					puts_(&b, x == 's' || x == 'w' ? "[" : "[^");
+				if (x == 's' || x == 'S')
+					puts_(&b, ONIG_SPACE_CTRL);
+				st = put_props(&b, x == 's' || x == 'S' ? space_props : word_props, in_class,
+					       pat, e);
+				if (!in_class)
+					puts_(&b, "]");
+				break;
+			case 'd':
+			case 'D': st = put_prop(&b, "Nd", 2, x == 'D', in_class, pat, e); break;
+			case 'h': puts_(&b, in_class ? ONIG_HEX : "[" ONIG_HEX "]"); break;
+			case 'H': puts_(&b, "[^" ONIG_HEX "]"); break;
+			default: done = false; break;
+			}
+			if (st != ST_OK)
+				return st;
+			if (done) {
 				i += 2;
 				continue;
 			}
@@ -118,7 +237,15 @@ enum status tok__regex_translate(const char *pat, bool literal, char *out, size_
 				if (pat[i + 2] != '{' || !end)
 					return err_set(e, ST_UNSUPPORTED,
 						       "regex /%s/: \\%c without {name}", pat, x);
-				put(&b, pat + i, (size_t)(end - (pat + i)) + 1);
+				const char *name = pat + i + 3;
+				bool neg = x == 'P';
+				if (*name == '^') {
+					neg = !neg;
+					name++;
+				}
+				st = put_prop(&b, name, (size_t)(end - name), neg, in_class, pat, e);
+				if (st != ST_OK)
+					return st;
 				i = (size_t)(end - pat) + 1;
 				continue;
 			}
@@ -173,7 +300,7 @@ enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **o
 			       struct err *e)
 {
 	*out = NULL;
-	size_t cap = strlen(pattern) * 24 + 64;
+	size_t cap = strlen(pattern) * 32 + 65536; /* room for the Unicode table */
 	char *buf = malloc(cap);
 	if (!buf)
 		return err_set(e, ST_NOMEM, "regex: out of memory");

@@ -5,7 +5,7 @@
  *   dsv4 tokenize --tokenizer PATH --decode [--skip-special] [--raw] ID...
  *   dsv4 tokenize --tokenizer PATH --batch FILE [--added ...]
  *   dsv4 tokenize --tokenizer PATH --batch-decode FILE [--skip-special]
- *   dsv4 tokenize --tokenizer PATH --bench FILE [--repeat N]
+ *   dsv4 tokenize --tokenizer PATH --bench FILE [--repeat N] [--whole]
  *
  * PATH is a tokenizer.json or a model directory. Without --ids each token is a
  * line "id<TAB>piece" (piece C-escaped); with --ids one line of ids.
@@ -13,7 +13,8 @@
  * space-separated ids each (what tests/model/test_tokenizer_hf.py diffs
  * against HF); --batch-decode reads lines of ids and writes the hex of the
  * decoded bytes, checking on the way that the streaming detokenizer's deltas
- * add up to the same bytes. --bench prints single-thread encode MB/s.
+ * add up to the same bytes. --bench prints single-thread encode MB/s
+ * (best of N passes; one encode per line, or of the whole file).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ static void usage(void)
 		"usage: dsv4 tokenize --tokenizer PATH [--ids] [--added all|non-special|none] TEXT|-\n"
 		"       dsv4 tokenize --tokenizer PATH --decode [--skip-special] [--raw] ID...\n"
 		"       dsv4 tokenize --tokenizer PATH --batch FILE | --batch-decode FILE\n"
-		"       dsv4 tokenize --tokenizer PATH --bench FILE [--repeat N]\n");
+		"       dsv4 tokenize --tokenizer PATH --bench FILE [--repeat N] [--whole]\n");
 }
 
 static char *read_all(FILE *f, size_t *len)
@@ -192,7 +193,7 @@ static int batch_decode(struct model_tokenizer *tok, FILE *in, unsigned flags)
 	return rc;
 }
 
-static int bench(struct model_tokenizer *tok, const char *path, int repeat)
+static int bench(struct model_tokenizer *tok, const char *path, int repeat, bool whole)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f) {
@@ -204,14 +205,15 @@ static int bench(struct model_tokenizer *tok, const char *path, int repeat)
 	fclose(f);
 	if (!text)
 		return CLI_EXIT_FAIL;
-	/* One encode call per line, as a server encodes one message at a time. */
+	/* One encode call per line (a server encodes one message at a time), or
+	 * one for the whole file with --whole. */
 	double best = 1e30;
 	size_t n_tok = 0;
 	for (int it = 0; it < repeat; it++) {
 		double t0 = time_mono_s();
 		n_tok = 0;
 		for (size_t s = 0; s < len;) {
-			char *nl = memchr(text + s, '\n', len - s);
+			char *nl = whole ? NULL : memchr(text + s, '\n', len - s);
 			size_t e_ = nl ? (size_t)(nl - text) + 1 : len;
 			int32_t *ids;
 			size_t n;
@@ -238,7 +240,7 @@ static int bench(struct model_tokenizer *tok, const char *path, int repeat)
 int cmd_tokenize(int argc, char **argv)
 {
 	const char *path = NULL, *batch = NULL, *batch_dec = NULL, *bench_file = NULL;
-	bool ids_only = false, decode = false;
+	bool ids_only = false, decode = false, whole = false;
 	unsigned flags = 0;
 	int repeat = 3;
 	enum model_tok_added added = MODEL_TOK_ADDED_ALL;
@@ -262,6 +264,8 @@ int cmd_tokenize(int argc, char **argv)
 			batch_dec = argv[++i];
 		else if (!strcmp(a, "--bench") && has_val)
 			bench_file = argv[++i];
+		else if (!strcmp(a, "--whole"))
+			whole = true;
 		else if (!strcmp(a, "--repeat") && has_val)
 			repeat = atoi(argv[++i]);
 		else if (!strcmp(a, "--added") && has_val) {
@@ -311,7 +315,7 @@ int cmd_tokenize(int argc, char **argv)
 		}
 	} else if (bench_file) {
 		printf("load_s %.3f\n", load_s);
-		rc = bench(tok, bench_file, repeat);
+		rc = bench(tok, bench_file, repeat, whole);
 	} else if (decode) {
 		int n = argc - i;
 		int32_t *ids = calloc(n > 0 ? (size_t)n : 1, sizeof *ids);

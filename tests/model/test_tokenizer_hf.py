@@ -9,6 +9,10 @@ errors="replace"). Then checks decode: C decode of the ids equals HF decode
 (and equals the input for valid UTF-8), and on random id sequences, plain and
 skip-special; `--batch-decode` also checks that the streaming detokenizer's
 deltas add up to the decode. Exit 0 pass, 1 fail, 77 skip.
+
+DSV4_TOKENIZER_ALL_CODEPOINTS=1 instead encodes every Unicode code point in
+one context string each (1.1M strings, mode "all" only; a minute or so with a
+release build): the check that the regex categories agree everywhere.
 """
 import json
 import os
@@ -72,7 +76,8 @@ def main():
     seed = int(os.environ.get("DSV4_TEST_SEED", random.SystemRandom().randrange(1 << 30)))
     print(f"seed {seed} (DSV4_TEST_SEED={seed} repeats this run), tokenizer {TOKJSON}")
     added = gen.load_added(TOKJSON)
-    corpus = gen.generate(seed, N_STRINGS, added)
+    all_cp = os.environ.get("DSV4_TOKENIZER_ALL_CODEPOINTS") == "1"
+    corpus = gen.all_codepoints() if all_cp else gen.generate(seed, N_STRINGS, added)
     texts = [b.decode("utf-8", "replace") for b in corpus]
     hexes = [b.hex() for b in corpus]
 
@@ -99,6 +104,9 @@ def main():
                 bad += 1
                 fail(f"mode {mode}: string {i} {corpus[i]!r}:\n  C  {ids_of(g)}\n  HF {w}")
         print(f"encode, added tokens {mode}: {len(want)} strings, {bad} mismatches")
+        if all_cp:
+            print(f"{compared} encodings compared, {failures} failures")
+            return 1 if failures else 0
 
     # Decode of the corpus ids: equals HF decode, and the input when it was valid UTF-8.
     id_lines = [" ".join(map(str, ids)) for ids in hf_ids_all]
