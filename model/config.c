@@ -292,7 +292,10 @@ static enum status parse_string_list(const struct cfg_ctx *c, json_t *q, const c
 		if (matches_mtp && fnmatch(json_string_value(s), "mtp.0.ffn.experts.0.w1", 0) == 0)
 			*matches_mtp = true;
 	}
-	*n_out = (int)(json_array_size(v) > 1000000 ? 1000000 : json_array_size(v));
+	if (json_array_size(v) > 1000000)
+		return err_set(c->e, ST_INVALID, "%s: field quantization_config.%s: more than 1000000 entries", c->file,
+			       key);
+	*n_out = (int)json_array_size(v);
 	return ST_OK;
 }
 
