@@ -98,6 +98,7 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 	s->B = in->block_tokens;
 	s->next_req_id = 1;
 	s->next_seq_id = 1;
+	s->seed_state = (uint64_t)(time_wall_s() * 1e9) ^ (uint64_t)(uintptr_t)s;
 	uint32_t T = o->max_num_batched_tokens, N = o->max_num_seqs;
 	s->cap_block_ids = 1024;
 	s->step_tokens = calloc(T, sizeof(int32_t));
@@ -453,8 +454,6 @@ void sched__req_maybe_free(struct sched *s, struct sched__req *r)
 
 /* ---- submit / abort ---- */
 
-static uint64_t g_seed_state;
-
 enum status sched_submit(struct sched *s, const struct sched_request_params *p, uint64_t *id_out,
 			 enum sched_refusal *why, struct err *e)
 {
@@ -491,9 +490,7 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	memcpy(r->prompt, p->prompt_ids, (size_t)p->n_prompt * sizeof(int32_t));
 	r->sampling = p->sampling;
 	if (!p->has_seed) {
-		if (!g_seed_state)
-			g_seed_state = (uint64_t)(time_wall_s() * 1e9) ^ (uintptr_t)s;
-		r->sampling.seed = splitmix(&g_seed_state);
+		r->sampling.seed = splitmix(&s->seed_state);
 	}
 	if (p->sampling.top_logprobs)
 		r->sampling.logprobs = true;

@@ -88,6 +88,7 @@ struct sched {
 	struct sched__req *reqs_head; /* every live request */
 	uint32_t n_reqs;
 	uint64_t next_req_id, next_seq_id, next_order;
+	uint64_t seed_state;          /* draws seeds for requests without one */
 
 	struct sched__seq **running;  /* admission order: oldest first */
 	uint32_t n_running, cap_running;

@@ -135,7 +135,8 @@ static void test_random(void)
 			uint32_t id = rnd(N);
 			if (ref[id] && !pub[id]) {
 				/* low bits collide on purpose to exercise probing and backward shift */
-				struct sched_block_hash x = {(next++ & 7) | ((uint64_t)rnd(1u << 30) << 8), next};
+				uint64_t lo = next & 7, hi = (uint64_t)rnd(1u << 30) << 8;
+				struct sched_block_hash x = {lo | hi, next++};
 				T_CHECK(sched_blocks_publish(&bm, id, x));
 				h[id] = x;
 				pub[id] = true;
