@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t mt__state = 88172645463325252ull;
 
@@ -29,7 +30,10 @@ static inline uint64_t mt_next(void)
 static inline void mt_seed_from_env(const char *test)
 {
 	const char *s = getenv("DSV4_TEST_SEED");
-	uint64_t seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t seed = s ? strtoull(s, NULL, 10)
+			  : ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
 	fprintf(stderr, "%s: seed %llu\n", test, (unsigned long long)seed);
 	mt__state = seed * 2654435761ull + 1;
 	for (int i = 0; i < 8; i++)
