@@ -759,10 +759,60 @@ static void test_fuzz_open(void)
 	T_CHECK(n_refused > 100);
 }
 
+/* The schema for the real DeepSeek-V4-Flash config (dsv4.md §1.1) in the
+ * release's formats must give the real checkpoint's numbers (dsv4.md §5.1,
+ * §5.2, counted from the actual files): 69,187 tensors, 159,609,485,896
+ * bytes (148.648 GiB; 145.30 GiB without MTP), 13,369,344 bytes per expert. */
+static void test_flash_schema(void)
+{
+	json_t *c = fx_tiny_config(129280);
+	json_t *v = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
+			      "hidden_size", 4096, "num_hidden_layers", 43, "num_attention_heads", 64, "head_dim", 512,
+			      "qk_rope_head_dim", 64, "q_lora_rank", 1024, "o_groups", 8, "o_lora_rank", 1024,
+			      "moe_intermediate_size", 2048, "n_routed_experts", 256, "num_experts_per_tok", 6,
+			      "num_hash_layers", 3, "sliding_window", 128, "index_n_heads", 64, "index_head_dim", 128,
+			      "index_topk", 512, "num_nextn_predict_layers", 1);
+	json_object_update(c, v);
+	json_decref(v);
+	json_t *r = json_array();
+	json_array_append_new(r, json_integer(0));
+	json_array_append_new(r, json_integer(0));
+	for (int i = 2; i < 43; i++)
+		json_array_append_new(r, json_integer(i % 2 ? 128 : 4));
+	json_array_append_new(r, json_integer(0));
+	json_object_set_new(c, "compress_ratios", r);
+	fx_add_quant(c, 0);
+	struct fx_ckpt w;
+	CHECK(fx_build(&w, c, FX_FP8, 3) == 0);
+	uint64_t total = 0, mtp = 0, expert = 0;
+	for (size_t i = 0; i < w.n; i++) {
+		uint64_t b = fx_bytes(&w.t[i]);
+		total += b;
+		if (!strncmp(w.t[i].name, "mtp.", 4))
+			mtp += b;
+		if (!strncmp(w.t[i].name, "layers.17.ffn.experts.200.", 26))
+			expert += b;
+	}
+	T_CHECKF(w.n == 69187, "%zu tensors", w.n);
+	T_CHECKF(total == 159609485896ull, "%llu bytes", (unsigned long long)total);
+	T_CHECK(expert == 13369344);
+	T_CLOSE((double)(total - mtp) / (1u << 30), 145.30, 0.005, 0);
+	int64_t k = fx_find(&w, "layers.10.attn.wo_a.scale");
+	T_CHECK(k >= 0 && w.t[k].shape[0] == 64 && w.t[k].shape[1] == 32);
+	k = fx_find(&w, "layers.42.attn.indexer.wq_b.weight");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E4M3 && w.t[k].shape[0] == 8192 && w.t[k].shape[1] == 1024);
+	k = fx_find(&w, "layers.0.ffn.experts.255.w2.scale");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E8M0 && w.t[k].shape[0] == 4096 && w.t[k].shape[1] == 64);
+	T_CHECK(fx_find(&w, "layers.41.attn.compressor.ape") >= 0 && fx_find(&w, "layers.41.attn.indexer.wq_b.weight") < 0);
+	fx_free(&w);
+	json_decref(c);
+}
+
 int main(void)
 {
 	if (!mkdtemp(root_dir))
 		return test_skip("mkdtemp failed");
+	test_flash_schema();
 	test_variants();
 	test_single_file();
 	test_broken_files();
