@@ -18,6 +18,19 @@
  * reference's "[window | compressed]" buffer generalised to many sequences.
  * A GPU variant reads the same flat lists (FlashMLA-style indices + topk
  * length); nothing is per sequence.
+ *
+ * One attention layer over a step's flat batch, with these ops (T tokens):
+ *   q:  linear wq_a -> rmsnorm(q_norm) -> linear wq_b -> rmsnorm unweighted per
+ *       head (rows T·H, bf16_stats) -> rope(pos)
+ *   kv: linear wkv -> rmsnorm(kv_norm) -> rope(pos) -> FP8 qdq of the nope dims
+ *       (kern_act_quant_fp8_sim, block 64, n_cols d-r, ld d): this step's
+ *       "fresh" raw KV rows
+ *   CSA/HCA: kern_compressor_ref (main) into the compressed pool; CSA also the
+ *       indexer: linear indexer.wq_b -> rope -> kern_indexer_rotate_quant_ref,
+ *       weights_proj, kern_compressor_ref (HADAMARD_FP4, d 128) into the key
+ *       pool, kern_indexer_topk_ref
+ *   kern_attn_index_ref (fresh | ring | compressed) -> kern_sparse_attn_ref
+ *   (sink, inverse rope) -> kern_ring_write_ref -> wo_a / wo_b.
  */
 #ifndef DSV4_KERNELS_ATTENTION_ATTENTION_H
 #define DSV4_KERNELS_ATTENTION_ATTENTION_H
@@ -50,7 +63,7 @@ struct kern_sparse_attn_args {
 	int n_heads;                          /* 64 (a TP rank's share) */
 	int head_dim;                         /* 512 */
 	bool bf16_out;                        /* round o to bf16 values */
-	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
+	void *stream;                         /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* CPU reference. ST_INVALID for NULL pointers, bad dims, or an index outside
