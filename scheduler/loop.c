@@ -59,7 +59,26 @@ struct sched_loop {
 	bool stop, draining;
 	atomic_uint_fast64_t next_id;
 	uint32_t max_queued;
+	void (*heartbeat)(void *ctx);
+	void *heartbeat_ctx;
+	uint32_t heartbeat_ms;
 };
+
+const struct sched *sched_loop_core(const struct sched_loop *l)
+{
+	return l->s;
+}
+
+static void deadline_in(struct timespec *ts, uint32_t ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
 
 /* ---- streams ---- */
 
@@ -151,15 +170,8 @@ uint32_t sched_stream_pull(struct sched_stream *st, struct sched_event *evs, uin
 	pthread_mutex_lock(&st->mu);
 	if (timeout_ms != 0) {
 		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		if (timeout_ms > 0) {
-			dl.tv_sec += timeout_ms / 1000;
-			dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-			if (dl.tv_nsec >= 1000000000L) {
-				dl.tv_sec++;
-				dl.tv_nsec -= 1000000000L;
-			}
-		}
+		if (timeout_ms > 0)
+			deadline_in(&dl, (uint32_t)timeout_ms);
 		while (!st->n && st->n_finish_pushed < st->n_choices) {
 			if (timeout_ms < 0)
 				pthread_cond_wait(&st->cv, &st->mu);
@@ -345,8 +357,19 @@ static void *loop_main(void *arg)
 	uint32_t cap_ab = 0;
 	for (;;) {
 		pthread_mutex_lock(&l->mu);
-		while (!l->stop && !l->subs_head && !l->n_aborts && !sched_has_work(l->s))
-			pthread_cond_wait(&l->cv, &l->mu);
+		while (!l->stop && !l->subs_head && !l->n_aborts && !sched_has_work(l->s)) {
+			if (!l->heartbeat) {
+				pthread_cond_wait(&l->cv, &l->mu);
+				continue;
+			}
+			struct timespec dl;
+			deadline_in(&dl, l->heartbeat_ms);
+			if (pthread_cond_timedwait(&l->cv, &l->mu, &dl)) {
+				pthread_mutex_unlock(&l->mu);
+				l->heartbeat(l->heartbeat_ctx); /* idle: still alive */
+				pthread_mutex_lock(&l->mu);
+			}
+		}
 		struct loop_sub *subs = l->subs_head;
 		l->subs_head = l->subs_tail = NULL;
 		l->n_subs = 0;
@@ -385,6 +408,8 @@ static void *loop_main(void *arg)
 		}
 		struct err e = {0};
 		(void)sched_step(l->s, NULL, &e); /* failures are logged and end the step's requests */
+		if (l->heartbeat)
+			l->heartbeat(l->heartbeat_ctx);
 	}
 	free(ab);
 	return NULL;
@@ -410,6 +435,9 @@ enum status sched_loop_create(struct sched_loop **out, const struct sched_option
 	pthread_cond_init(&l->cv, NULL);
 	atomic_init(&l->next_id, 1);
 	l->max_queued = opt && opt->max_queued_requests ? opt->max_queued_requests : SCHED_DEFAULT_MAX_QUEUED_REQUESTS;
+	l->heartbeat = opt ? opt->heartbeat : NULL;
+	l->heartbeat_ctx = opt ? opt->heartbeat_ctx : NULL;
+	l->heartbeat_ms = opt && opt->heartbeat_ms ? opt->heartbeat_ms : 1000;
 	if (pthread_create(&l->th, NULL, loop_main, l)) {
 		sched_loop_destroy(l);
 		return err_set(e, ST_NOMEM, "sched: cannot start the step-loop thread");

@@ -47,6 +47,22 @@ static inline uint64_t splitmix(uint64_t *x)
 	return z ^ (z >> 31);
 }
 
+struct kern_sampling_params sched_sampling_defaults(void)
+{
+	struct kern_sampling_params p = {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+	return p;
+}
+
+const struct sched_options *sched_resolved_options(const struct sched *s)
+{
+	return &s->opt;
+}
+
+uint32_t sched_block_tokens(const struct sched *s)
+{
+	return s->B;
+}
+
 uint64_t sched_choice_seed(uint64_t seed, uint32_t choice)
 {
 	if (!choice)

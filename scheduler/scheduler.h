@@ -52,6 +52,12 @@ struct sched_options {
 	bool disable_prefix_caching;     /* prefix caching is on unless set */
 	sched_detok_fn detokenize;       /* (optional) needed for stop strings and event text */
 	void *detok_ctx;
+	/* (optional, sched_loop only) called on the step-loop thread after every
+	 * step and at least every heartbeat_ms while idle (systemd WATCHDOG=1);
+	 * must not block. heartbeat_ms 0 = 1000. */
+	void (*heartbeat)(void *ctx);
+	void *heartbeat_ctx;
+	uint32_t heartbeat_ms;
 };
 
 /* ---- Requests ---- */
@@ -118,6 +124,10 @@ void sched_event_clear(struct sched_event *ev);
 /* Called on the step-loop thread for every event; must not block. The
  * callee takes ownership of ev->text (or calls sched_event_clear). */
 typedef void (*sched_event_fn)(void *user, struct sched_event *ev);
+
+/* Neutral sampling parameters (temperature 1, top_p 1, repetition_penalty 1,
+ * everything else off): start from these, a zeroed struct is refused (top_p 0). */
+struct kern_sampling_params sched_sampling_defaults(void);
 
 struct sched_request_params {
 	uint64_t request_id;            /* 0 = let the scheduler assign one */
@@ -203,6 +213,11 @@ void sched_stats_get(struct sched *s, struct sched_stats *out);
  * table consistent). ST_OK or ST_INVALID with the first violation. */
 enum status sched_check_invariants(struct sched *s, struct err *e);
 
+/* The options as resolved at create (defaults filled in, limits clamped to
+ * the executor and the KV cache), for /metrics info and error messages. Any thread. */
+const struct sched_options *sched_resolved_options(const struct sched *s);
+uint32_t sched_block_tokens(const struct sched *s);
+
 /* Seed choice i of a request uses (choice 0 uses the request's seed). */
 uint64_t sched_choice_seed(uint64_t seed, uint32_t choice);
 
@@ -234,6 +249,9 @@ enum status sched_loop_submit(struct sched_loop *l, const struct sched_request_p
  * before it plans another step). */
 void sched_loop_abort(struct sched_loop *l, uint64_t request_id, enum sched_finish_reason reason);
 void sched_loop_stats(struct sched_loop *l, struct sched_stats *out);
+/* The core the loop owns, for sched_resolved_options() / sched_check() only
+ * (both read immutable state); never step or submit on it directly. */
+const struct sched *sched_loop_core(const struct sched_loop *l);
 
 /* Move up to max events into evs. timeout_ms: 0 = do not wait, < 0 = wait
  * until at least one event or the stream ends. Returns the number moved.

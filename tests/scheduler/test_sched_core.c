@@ -67,6 +67,11 @@ static void test_refusals(void)
 
 	/* queue bound: two wait, the third is refused with 429 */
 	p = h_params(r);
+	p.sampling = sched_sampling_defaults();
+	T_CHECK(sched_check(h.s, &p, &e) == SCHED_ACCEPTED);
+	p.sampling = (struct kern_sampling_params){0};
+	T_CHECK(sched_check(h.s, &p, &e) == SCHED_REFUSE_INVALID);
+	p = h_params(r);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_OK && why == SCHED_ACCEPTED);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_OK);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_BUSY && why == SCHED_REFUSE_QUEUE_FULL);

@@ -15,7 +15,13 @@
 
 static struct fake_exec_options g_fo;
 static struct sched_loop *g_loop;
-static _Atomic int g_bad, g_done, g_dropped;
+static _Atomic int g_bad, g_done, g_dropped, g_beats;
+
+static void beat(void *ctx)
+{
+	(void)ctx;
+	g_beats++;
+}
 
 struct client {
 	int idx;
@@ -97,7 +103,8 @@ int main(void)
 	g_fo.max_model_len = 65536;
 	struct fake_exec f;
 	T_CHECK(!fake_exec_init(&f, &g_fo));
-	struct sched_options so = {.detokenize = fake_detok, .max_queued_requests = 256};
+	struct sched_options so = {.detokenize = fake_detok, .max_queued_requests = 256, .heartbeat = beat,
+				   .heartbeat_ms = 5};
 	struct err e = {0};
 	T_CHECK(sched_loop_create(&g_loop, &so, &f.ex, &e) == ST_OK);
 	enum { NT = 4 };
@@ -119,6 +126,10 @@ int main(void)
 	T_CHECK(st.n_blocks_used == 0 && st.n_requests_running == 0 && st.n_requests_waiting == 0);
 	T_CHECK(st.n_finished[SCHED_FINISH_ABORT] >= 1);
 	T_CHECKF(!f.error[0], "%s", f.error);
+	T_CHECK(g_beats > 0);
+	const struct sched_options *ro = sched_resolved_options(sched_loop_core(g_loop));
+	T_CHECK(ro->max_model_len == 65536 && ro->max_num_batched_tokens == g_fo.max_step_tokens);
+	T_CHECK(sched_block_tokens(sched_loop_core(g_loop)) == g_fo.block_tokens);
 
 	/* shutdown with requests in flight: 60000 tokens at >= 1 ms per step
 	 * cannot finish before destroy below */
