@@ -160,6 +160,13 @@ static void test_selection(void)
 	T_CHECK(kern_disabled_init(&dis, "fake_sm90,linear_cpu_rfe", false, &e) == ST_OK);
 	T_CHECK(kern_disabled_check(&dis, ops, 2, &e) == ST_NOTFOUND);
 	T_STR_CONTAINS(str_(e.msg), "linear_cpu_rfe");
+	/* The list is bounded: one name too many is an error, not a silent drop. */
+	char many[KERN_MAX_DISABLED * 8 + 16] = "";
+	for (int i = 0; i <= KERN_MAX_DISABLED; i++)
+		snprintf(many + strlen(many), sizeof many - strlen(many), "%sk%d", i ? "," : "", i);
+	err_clear(&e);
+	T_CHECK(kern_disabled_init(&dis, many, false, &e) == ST_INVALID);
+	T_STR_CONTAINS(str_(e.msg), "more than");
 	char longname[100];
 	memset(longname, 'x', sizeof longname - 1);
 	longname[99] = 0;
@@ -356,6 +363,10 @@ static void test_plan(void)
 	}
 	T_CHECK(kern_plan_add(&plan, -1, &kern_op_linear, &kern_op_linear.variants[0], &e) == ST_OK);
 	T_CHECK(plan.n == 11);
+	for (int i = 0; i < 300; i++) /* growth past the first allocation */
+		T_CHECK(kern_plan_add(&plan, 100 + i, &kern_op_linear, &kern_op_linear.variants[0], &e) == ST_OK);
+	T_CHECK(plan.n == 311 && plan.entries[310].layer == 399);
+	plan.n = 11;
 	size_t need = kern_plan_metrics(&plan, NULL, 0);
 	char *buf = malloc(need + 1);
 	T_CHECK(kern_plan_metrics(&plan, buf, need + 1) == need && strlen(buf) == need);
