@@ -209,6 +209,19 @@ enum status model_inspect_write(const struct model_checkpoint *ck, const struct 
 	char q[512];
 	model_inspect_quant_summary(ck, q, sizeof q);
 	fprintf(out, "quantization: %s\n", q);
+	unsigned used = 0;
+	for (size_t i = 0; i < n; i++)
+		used |= 1u << model_checkpoint_tensor_at(ck, i)->format;
+	if (used & (1u << MODEL_FMT_FP8_BLOCK))
+		fprintf(out, "  FP8:   e4m3 weights, one E8M0 scale per %lldx%lld block (.scale)\n",
+			(long long)c->quant.weight_block_size[0], (long long)c->quant.weight_block_size[1]);
+	if (used & (1u << MODEL_FMT_MXFP4))
+		fprintf(out, "  MXFP4: e2m1 pairs in I8, one E8M0 scale per 1x32 (.scale)\n");
+	if (used & (1u << MODEL_FMT_NVFP4))
+		fprintf(out, "  NVFP4: e2m1 pairs in U8, one e4m3 scale per 1x16 (.weight_scale), fp32 .weight_scale_2 "
+			"and .input_scale\n");
+	if (used & (1u << MODEL_FMT_F32))
+		fprintf(out, "  F32:   dequantized linears\n");
 
 	if (opt && opt->list_tensors) {
 		fprintf(out, "\n");
