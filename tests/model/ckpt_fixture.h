@@ -100,7 +100,9 @@ static inline void fx_push(struct fx_ckpt *w, const struct model_schema_tensor *
 	}
 	struct fx_tensor *t = &w->t[w->n++];
 	memset(t, 0, sizeof *t);
-	snprintf(t->name, sizeof t->name, "%s", x->name);
+	size_t nl = strnlen(x->name, sizeof t->name - 1);
+	memcpy(t->name, x->name, nl);
+	t->name[nl] = '\0';
 	t->dtype = x->dtype;
 	t->n_dims = x->n_dims;
 	memcpy(t->shape, x->shape, sizeof t->shape);
