@@ -15,6 +15,7 @@
 
 /* ---- kernels-linear ---- */
 #include "kernels/linear/linear.h"
+#include "kernels/moe_gemm/moe_dispatch.h"
 #include "kernels/moe_gemm/moe_gemm.h"
 
 /* ---- kernels-model-ops ---- */

@@ -16,6 +16,7 @@
 
 /* ---- kernels-linear ---- */
 #include "kernels/linear/linear.h"
+#include "kernels/moe_gemm/moe_dispatch.h"
 #include "kernels/moe_gemm/moe_gemm.h"
 /* ---- kernels-model-ops (includes) ---- */
 #include "kernels/norm/norm.h"
@@ -32,6 +33,8 @@ static const struct kern_op *const all_ops[] = {
 	/* ---- kernels-linear ---- */
 	&kern_op_linear,
 	&kern_op_moe_gemm,
+	&kern_op_moe_dispatch,
+	&kern_op_moe_combine,
 	/* ---- kernels-model-ops (one line per op) ---- */
 	&kern_op_rmsnorm,
 	&kern_op_rope,
