@@ -364,6 +364,17 @@ static void edit_config_int(json_t *root, void *ctx)
 	json_object_set_new(root, ed->name, json_integer(ed->a));
 }
 
+static void edit_expert_fp8(json_t *root, void *ctx)
+{
+	(void)ctx;
+	json_object_set_new(root, "expert_dtype", json_string("fp8"));
+}
+
+static void write_str(const char *path, const char *text)
+{
+	fx_write_file(path, text, strlen(text));
+}
+
 static void truncate_file(const char *path, long by)
 {
 	FILE *f = fopen(path, "rb+");
@@ -507,10 +518,47 @@ static void test_broken_files(void)
 	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
 	fx_edit_json(p, edit_index_drop_map, NULL);
 	refused(dir, ST_INVALID, "model.safetensors.index.json", "no weight_map", NULL);
-	fx_write_file(p, "{\"weight_map\": ", 15);
+	write_str(p, "{\"weight_map\": ");
 	refused(dir, ST_INVALID, "model.safetensors.index.json", "not valid JSON", NULL);
-	fx_write_file(p, "{\"weight_map\": {}}", 18);
+	write_str(p, "{\"weight_map\": {}}");
 	refused(dir, ST_INVALID, "model.safetensors.index.json", "empty", NULL);
+
+	write_str(p, "[1, 2]");
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "top level is not an object", NULL);
+	write_str(p, "{\"weight_map\": []}");
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "weight_map is not an object", NULL);
+	write_str(p, "{\"metadata\": 1, \"weight_map\": {}}");
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "metadata is not an object", NULL);
+	write_str(p, "{\"metadata\": {\"total_size\": \"9\"}, \"weight_map\": {}}");
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "total_size is not a non-negative integer", NULL);
+	write_str(p, "{\"weight_map\": {\"\": \"a.safetensors\"}}");
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "name empty", NULL);
+	write_str(p, "{\"weight_map\": {\"x\": 3}}");
+	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor x", "plain file name");
+
+	/* a shard that is a directory */
+	write_ckpt(dir, sizeof dir, "shard-dir", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	unlink(p);
+	mkdir(p, 0755);
+	refused(dir, ST_IO, S2, "not a regular file", "tensor ");
+	rmdir(p);
+
+	/* a linear whose .weight is missing (removed from shard and index) */
+	write_ckpt(dir, sizeof dir, "no-linear-weight", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	ed = (struct edit){.name = "layers.5.ffn.shared_experts.w2.weight", .name2 = "layers.5.ffn.shared_experts.w2.weigh"};
+	fx_edit_shard(p, edit_rename_tensor, &ed);
+	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	fx_edit_json(p, edit_index_rename, &ed);
+	refused(dir, ST_INVALID, "tensor layers.5.ffn.shared_experts.w2.weight: missing", "shared experts linear",
+		"model.safetensors.index.json");
+
+	/* expert_dtype fp8 with MXFP4 experts */
+	write_ckpt(dir, sizeof dir, "expert-dtype-fp8", c, FX_FP8, 3);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	fx_edit_json(p, edit_expert_fp8, NULL);
+	refused(dir, ST_INVALID, "tensor layers.0.ffn.experts.0.w1.weight", "expert_dtype fp8", S1);
 
 	/* config.json changed: a shape no longer matches */
 	write_ckpt(dir, sizeof dir, "config-shape", c, FX_FP8, 3);
@@ -532,6 +580,12 @@ static void test_broken_files(void)
 	unlink(p);
 	refused(dir, ST_NOTFOUND, "config.json", "cannot open", NULL);
 	refused("/nonexistent/dsv4/ckpt", ST_NOTFOUND, "/nonexistent/dsv4/ckpt", "not a directory", NULL);
+	struct model_checkpoint *ck = NULL;
+	struct err e;
+	T_CHECK(model_checkpoint_create(&ck, NULL, &e) == ST_INVALID && !ck);
+	struct model_checkpoint_options o = {.dir = ""};
+	T_CHECK(model_checkpoint_create(&ck, &o, &e) == ST_INVALID && !ck);
+	T_STR_CONTAINS(e.msg, "no directory");
 	json_decref(c);
 }
 
