@@ -18,9 +18,7 @@ enum status kern_moe_dispatch_ref(const struct kern_moe_dispatch_args *a)
 	memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
 	for (int64_t s = 0; s < S; s++) {
 		int64_t x = (int64_t)a->topk_ids[s] - a->expert_base;
-		if (a->topk_ids[s] < 0)
-			return ST_INVALID;
-		if (x >= 0 && x < E)
+		if (a->topk_ids[s] >= 0 && x >= 0 && x < E)
 			off[x + 1]++;
 	}
 	for (int64_t x = 0; x < E; x++)
@@ -29,7 +27,7 @@ enum status kern_moe_dispatch_ref(const struct kern_moe_dispatch_args *a)
 	 * the fill cursor and restored afterwards. */
 	for (int64_t s = 0; s < S; s++) {
 		int64_t x = (int64_t)a->topk_ids[s] - a->expert_base;
-		if (x < 0 || x >= E) {
+		if (a->topk_ids[s] < 0 || x < 0 || x >= E) {
 			a->slot_row[s] = -1;
 			continue;
 		}

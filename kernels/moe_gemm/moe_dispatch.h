@@ -7,7 +7,10 @@
  *                 row_src (token of each row, the w1/w3 gather) and the
  *                 slot -> row map for the combine. Experts outside this
  *                 rank's range [expert_base, expert_base + n_experts) are
- *                 skipped (expert parallelism), their slots map to -1.
+ *                 skipped (expert parallelism), their slots map to -1, as do
+ *                 slots with a negative id ("no expert", as in routing's
+ *                 moe_group, whose offsets/pair_token are the same layout:
+ *                 pair_token can be passed to moe_gemm as row_src).
  *   moe_combine   out[t] (+)= Σ_j weight[t,j] · y[slot_row[t,j]], j ascending,
  *                 f32 accumulation; slots mapped to -1 contribute nothing.
  *                 (The reference applies the routing weight before w2, so the
@@ -57,7 +60,7 @@ struct kern_moe_combine_args {
 typedef enum status (*kern_moe_dispatch_fn)(const struct kern_moe_dispatch_args *a);
 typedef enum status (*kern_moe_combine_fn)(const struct kern_moe_combine_args *a);
 
-/* CPU references. ST_INVALID for bad sizes or (dispatch) ids < 0. */
+/* CPU references. ST_INVALID for bad sizes or missing outputs. */
 enum status kern_moe_dispatch_ref(const struct kern_moe_dispatch_args *a) DSV4_WUR;
 enum status kern_moe_combine_ref(const struct kern_moe_combine_args *a) DSV4_WUR;
 

@@ -19,8 +19,8 @@ static void one_case(uint64_t *rng, int64_t T, int k, int E_global, int base, in
 {
 	int64_t S = T * k;
 	int32_t *ids = malloc(sizeof(int32_t) * (size_t)(S + 1));
-	for (int64_t s = 0; s < S; s++)
-		ids[s] = (int32_t)rnd(rng, 0, E_global - 1);
+	for (int64_t s = 0; s < S; s++) /* a few "no expert" slots (-1) */
+		ids[s] = kern_rand_u64(rng) % 17 == 0 ? -1 : (int32_t)rnd(rng, 0, E_global - 1);
 	int32_t *off = malloc(sizeof(int32_t) * (size_t)(E + 1)), *src = malloc(sizeof(int32_t) * (size_t)(S + 1));
 	int32_t *rslot = malloc(sizeof(int32_t) * (size_t)(S + 1)), *srow = malloc(sizeof(int32_t) * (size_t)(S + 1));
 	int64_t n_rows = -1;
@@ -113,6 +113,11 @@ int main(void)
 	int64_t n;
 	struct kern_moe_dispatch_args d = {.n_tokens = 1, .top_k = 2, .topk_ids = ids, .n_experts = 2,
 					   .expert_offsets = off, .row_src = src, .slot_row = srow, .n_rows = &n};
+	T_CHECK(kern_moe_dispatch_ref(&d) == ST_OK && n == 1 && srow[1] == -1);
+	d.top_k = 0;
+	T_CHECK(kern_moe_dispatch_ref(&d) == ST_INVALID);
+	d.top_k = 2;
+	d.slot_row = NULL;
 	T_CHECK(kern_moe_dispatch_ref(&d) == ST_INVALID);
 	return test_exit();
 }
