@@ -31,11 +31,18 @@ enum status exec_layer_mix_check(const struct exec_layer_mix *mix, uint32_t bloc
 	return ST_OK;
 }
 
-/* State region of one layer: the ring plus the compressor carry at a block
- * boundary (one full previous window when overlapping, none otherwise; while
- * the block is open the region also holds the partial window, which never
- * exceeds the same bound plus ratio tokens, so we size for that). */
-static uint64_t kind_state_bytes(const struct exec_layer_kind *k, uint32_t window)
+/* Boundary snapshot of one kind: the ring, plus one full previous window for
+ * an overlapping compressor (a non-overlapping one is empty at a boundary). */
+static uint64_t kind_snapshot_bytes(const struct exec_layer_kind *k, uint32_t window)
+{
+	uint64_t ring = (uint64_t)window * k->ring_entry_bytes;
+	uint64_t carry_tokens = k->compress_ratio && k->overlap ? k->compress_ratio : 0;
+	return (uint64_t)k->n_layers * (ring + carry_tokens * k->compressor_token_bytes);
+}
+
+/* Live state of one kind: the ring plus the full open-window capacity (the
+ * current window, and for an overlapping compressor the previous one too). */
+static uint64_t kind_slot_bytes(const struct exec_layer_kind *k, uint32_t window)
 {
 	uint64_t ring = (uint64_t)window * k->ring_entry_bytes;
 	uint64_t open_tokens = k->compress_ratio ? (uint64_t)k->compress_ratio * (k->overlap ? 2 : 1) : 0;
@@ -50,14 +57,30 @@ static uint64_t kind_rows_bytes(const struct exec_layer_kind *k, uint32_t block_
 	return (uint64_t)k->n_layers * rows * ((uint64_t)k->kv_entry_bytes + k->indexer_entry_bytes);
 }
 
-uint64_t exec_block_state_bytes(const struct exec_layer_mix *mix)
+uint64_t exec_block_snapshot_bytes(const struct exec_layer_mix *mix)
 {
-	return kind_state_bytes(&mix->swa, mix->sliding_window) + kind_state_bytes(&mix->csa, mix->sliding_window) +
-	       kind_state_bytes(&mix->hca, mix->sliding_window);
+	uint32_t w = mix->sliding_window;
+	return kind_snapshot_bytes(&mix->swa, w) + kind_snapshot_bytes(&mix->csa, w) + kind_snapshot_bytes(&mix->hca, w);
+}
+
+uint64_t exec_slot_bytes(const struct exec_layer_mix *mix)
+{
+	uint32_t w = mix->sliding_window;
+	return kind_slot_bytes(&mix->swa, w) + kind_slot_bytes(&mix->csa, w) + kind_slot_bytes(&mix->hca, w);
 }
 
 uint64_t exec_block_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens)
 {
 	return kind_rows_bytes(&mix->swa, block_tokens) + kind_rows_bytes(&mix->csa, block_tokens) +
-	       kind_rows_bytes(&mix->hca, block_tokens) + exec_block_state_bytes(mix);
+	       kind_rows_bytes(&mix->hca, block_tokens) + exec_block_snapshot_bytes(mix);
+}
+
+uint32_t exec_blocks_for_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens, uint64_t kv_bytes,
+			       uint32_t n_slots)
+{
+	uint64_t slots = (uint64_t)n_slots * exec_slot_bytes(mix), per = exec_block_bytes(mix, block_tokens);
+	if (kv_bytes <= slots || !per)
+		return 0;
+	uint64_t n = (kv_bytes - slots) / per;
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }

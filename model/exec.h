@@ -10,52 +10,58 @@
  * (style.md rule 13). One thread (the scheduler's step loop) owns an executor;
  * nothing here is thread-safe.
  *
- * ---- Paged state: what a block is ----
+ * ---- Paged state: blocks and state slots ----
  *
- * A block is a fixed span of block_tokens consecutive positions of one
- * sequence ([k*B, (k+1)*B) for the k-th entry of its block table, B =
- * block_tokens). One block table indexes every layer. For DeepSeek-V4
- * (dsv4.md sections 3.5-3.8, 4) a block holds, for every layer:
+ * DeepSeek-V4 keeps two kinds of per-sequence state (dsv4.md 3.5-3.8, 4):
+ * rows that grow with the context (compressed KV, indexer keys) and a fixed
+ * amount of "live" state (the sliding ring of the last sliding_window raw KV
+ * rows of every layer, and the open compressor windows). They live in:
  *
- *   (a) growing rows for its span:
- *       CSA layers: B/ratio compressed KV rows and B/ratio indexer keys;
- *       HCA layers: B/ratio compressed KV rows;
- *       SWA layers: nothing.
- *   (b) a STATE REGION: the fixed-size per-sequence state as it stands after
- *       the last token written into this block:
- *       every layer: the sliding ring of the last sliding_window raw KV rows;
- *       compressing layers: the open compressor window(s) (kv and score
- *       inputs of the tokens not yet pooled; for CSA also the previous window,
- *       which the overlapping compressor pools again).
+ *   BLOCKS: a block is a fixed span of B = block_tokens positions of one
+ *   sequence ([k*B, (k+1)*B) for entry k of its block table); one table
+ *   indexes every layer. A block holds
+ *     (a) the growing rows of its span: CSA layers B/ratio compressed KV rows
+ *         and B/ratio indexer keys; HCA layers B/ratio compressed KV rows;
+ *         SWA layers nothing;
+ *     (b) a BOUNDARY SNAPSHOT, written when the block is completed: the live
+ *         state as it stands after the block's last token, reduced to what is
+ *         non-empty at a boundary: every layer's sliding ring, and for an
+ *         overlapping (CSA) compressor its previous window (ratio tokens of
+ *         kv/score inputs, main and indexer compressor). A non-overlapping
+ *         (HCA) window is empty at a boundary and is not stored.
+ *   STATE SLOTS: each running sequence owns one slot (exec_seq.state_slot,
+ *   0..n_state_slots-1, stable while it runs) holding its live state with
+ *   full open-window capacity (ring + up to ratio, or 2*ratio for CSA,
+ *   tokens of compressor inputs).
  *
- * Requirements that make the state at a block boundary well defined:
+ * Requirements that make the boundary state well defined (exec_layer_mix_check):
  *   block_tokens % ratio == 0 for every compress ratio, so no compressed row
- *   straddles two blocks and, at a boundary, a non-overlapping compressor's
- *   window is empty and an overlapping one holds exactly one full previous
- *   window (ratio tokens);
- *   block_tokens >= sliding_window, so the ring at the boundary holds only
+ *   straddles two blocks and every window is either empty (HCA) or exactly
+ *   one full previous window (CSA) at a boundary;
+ *   block_tokens >= sliding_window, so the ring at a boundary holds only
  *   rows of the block's own span.
- * exec_layer_mix_check() enforces both.
  *
- * ---- What the executor must do with the state region ----
+ * ---- What the executor must do ----
  *
- *   1. A sequence whose step starts at position p = n_cached_tokens reads its
- *      state from: the initial state (empty ring, score = -inf, kv = 0) when
- *      p == 0; otherwise the state region of block table entry (p-1)/B, the
- *      block that holds token p-1.
- *   2. When it writes the first token of block k (position k*B, k > 0) it
- *      first copies the state region of entry k-1 into entry k, then updates
- *      entry k in place. The state region of a completed block is therefore
- *      a snapshot of the state at its end boundary and is never written again.
- *   3. A chunk may cross several block boundaries in one step; every block it
- *      completes must end holding its boundary snapshot (rule 2 gives that).
+ *   1. restore_state set (the first step of a sequence in a newly assigned
+ *      slot): n_cached_tokens is then a multiple of B. Initialise the slot
+ *      from the initial state (empty ring, score = -inf, kv = 0) when
+ *      n_cached_tokens == 0, else from the boundary snapshot of block table
+ *      entry n_cached_tokens/B - 1.
+ *   2. Otherwise the slot holds the state after token n_cached_tokens - 1,
+ *      as the executor left it at the end of this sequence's previous step.
+ *   3. Process the tokens in order; whenever a token completes block k
+ *      (position (k+1)*B - 1; a chunk may complete several blocks), write
+ *      block k's boundary snapshot from the live state.
  *   4. The scheduler never schedules writes into a block that another
- *      sequence or the prefix cache can read: all shared blocks are complete
- *      blocks at positions below every writer's n_cached_tokens.
- * With this, a complete block is self-contained: a sequence whose first
- * k blocks come from the prefix cache continues at position k*B exactly as if
- * it had computed them itself (the cache carries compressed rows, indexer
- * keys, the ring and the open compressor windows at the boundary).
+ *      sequence or the prefix cache can read (shared blocks are complete
+ *      blocks below every writer's n_cached_tokens), and never gives one slot
+ *      to two running sequences.
+ * A complete block is therefore self-contained: a sequence whose first k
+ * blocks come from the prefix cache continues at k*B exactly as if it had
+ * computed them (the cache carries compressed rows, indexer keys, the ring
+ * and the CSA carry at the boundary). Preemption (recompute) simply drops
+ * the slot; the sequence later restarts from a boundary with a fresh one.
  *
  * ---- Sampling ----
  *
@@ -97,10 +103,15 @@ struct exec_layer_mix {
  * compress ratio divides block_tokens and block_tokens >= sliding_window. */
 enum status exec_layer_mix_check(const struct exec_layer_mix *mix, uint32_t block_tokens, struct err *e) DSV4_WUR;
 
-/* Bytes of one block: growing rows of its span plus its state region. */
+/* Bytes of one block: growing rows of its span plus its boundary snapshot. */
 uint64_t exec_block_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens);
-/* The state-region part of exec_block_bytes() alone. */
-uint64_t exec_block_state_bytes(const struct exec_layer_mix *mix);
+/* The boundary-snapshot part of exec_block_bytes() alone. */
+uint64_t exec_block_snapshot_bytes(const struct exec_layer_mix *mix);
+/* Bytes of one state slot (live ring + full open compressor windows). */
+uint64_t exec_slot_bytes(const struct exec_layer_mix *mix);
+/* Blocks that fit in kv_bytes once n_slots slots are set aside (0 if none). */
+uint32_t exec_blocks_for_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens, uint64_t kv_bytes,
+			       uint32_t n_slots);
 
 /* ---- What an executor tells the scheduler ---- */
 
@@ -108,6 +119,7 @@ struct exec_info {
 	struct exec_layer_mix mix;
 	uint32_t block_tokens;     /* B; must pass exec_layer_mix_check() */
 	uint32_t n_blocks;         /* blocks the executor allocated (ids 0..n_blocks-1) */
+	uint32_t n_state_slots;    /* state slots allocated (ids 0..n-1); bounds running sequences */
 	uint32_t vocab_size;
 	int32_t eos_token_id;      /* -1 = none */
 	uint32_t max_step_tokens;  /* flat batch capacity the activation arena was sized for */
@@ -125,6 +137,8 @@ struct exec_seq {
 	uint32_t n_context_tokens; /* n_cached_tokens + query tokens: context length after the step */
 	uint32_t n_blocks;         /* block table length = ceil(n_context_tokens / B) */
 	uint32_t block_table_start; /* index into exec_step.block_ids of its first entry */
+	uint32_t state_slot;       /* its live-state slot */
+	bool restore_state;        /* first step in this slot: initialise it (rule 1 above) */
 	bool sample;               /* compute logits at its last token and sample */
 	/* When sample: parameters and the token history the penalties read. */
 	const struct kern_sampling_params *sampling;

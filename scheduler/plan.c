@@ -138,6 +138,10 @@ static bool admit(struct sched *s, struct sched__seq *q, double now)
 static void fork_parent(struct sched *s, struct sched__seq *parent, double now)
 {
 	struct sched__req *r = parent->req;
+	/* The parent leaves the running list (and its slot) first; it keeps its
+	 * blocks until every child holds its own references. */
+	sched__running_remove(s, parent);
+	parent->state = SEQ_DONE;
 	for (uint32_t i = 0; i < r->n; i++) {
 		if (r->finished[i] || r->seqs[i])
 			continue;
@@ -349,6 +353,8 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 			.n_context_tokens = q->n_computed + q->sched_tokens,
 			.n_blocks = blocks_for(s, q->n_computed + q->sched_tokens),
 			.block_table_start = n_bid,
+			.state_slot = q->slot,
+			.restore_state = q->slot_fresh,
 			.sample = q->sched_sample,
 		};
 		memcpy(s->step_block_ids + n_bid, q->blocks, (size_t)es->n_blocks * sizeof(uint32_t));
@@ -422,6 +428,7 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 		struct sched__seq *q = s->step_seq_ptr[j];
 		uint32_t old = q->n_computed;
 		q->n_computed += q->sched_tokens;
+		q->slot_fresh = false;
 		uint32_t last_known = q->n_tokens - 1; /* a decode's one token is the last sampled one */
 		s->st.prefill_computed_tokens += q->sched_tokens - (q->sched_sample && old == last_known);
 		publish_blocks(s, q, old);

@@ -82,9 +82,10 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 	enum status st = exec_layer_mix_check(&in->mix, in->block_tokens, e);
 	if (st)
 		return err_prefix(e, "sched");
-	if (!in->n_blocks || !in->vocab_size || !in->max_step_tokens || !in->max_step_seqs)
-		return err_set(e, ST_INVALID, "sched: executor reports %u blocks, vocab %u, step capacity %u tokens / %u seqs",
-			       in->n_blocks, in->vocab_size, in->max_step_tokens, in->max_step_seqs);
+	if (!in->n_blocks || !in->n_state_slots || !in->vocab_size || !in->max_step_tokens || !in->max_step_seqs)
+		return err_set(e, ST_INVALID,
+			       "sched: executor reports %u blocks, %u state slots, vocab %u, step capacity %u tokens / %u seqs",
+			       in->n_blocks, in->n_state_slots, in->vocab_size, in->max_step_tokens, in->max_step_seqs);
 	struct sched *s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(e, ST_NOMEM, "sched: out of memory");
@@ -94,6 +95,8 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 		o->max_num_seqs = SCHED_DEFAULT_MAX_NUM_SEQS;
 	if (o->max_num_seqs > in->max_step_seqs)
 		o->max_num_seqs = in->max_step_seqs;
+	if (o->max_num_seqs > in->n_state_slots)
+		o->max_num_seqs = in->n_state_slots; /* one live-state slot per running sequence */
 	if (!o->max_num_batched_tokens)
 		o->max_num_batched_tokens = SCHED_DEFAULT_MAX_BATCHED_TOKENS;
 	if (o->max_num_batched_tokens > in->max_step_tokens)
@@ -124,12 +127,16 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 	s->step_query_start = calloc(N + 1, sizeof(uint32_t));
 	s->step_block_ids = calloc(s->cap_block_ids, sizeof(uint32_t));
 	s->step_samples = calloc(N, sizeof(*s->step_samples));
+	s->n_slots = in->n_state_slots;
+	s->free_slots = calloc(s->n_slots, sizeof(uint32_t));
+	for (uint32_t i = 0; s->free_slots && i < s->n_slots; i++)
+		s->free_slots[s->n_free_slots++] = s->n_slots - 1 - i;
 	if (pthread_mutex_init(&s->pub_mu, NULL)) {
 		free(s);
 		return err_set(e, ST_NOMEM, "sched: mutex init failed");
 	}
 	if (!s->step_tokens || !s->step_positions || !s->step_seqs || !s->step_seq_ptr || !s->step_query_start ||
-	    !s->step_block_ids || !s->step_samples || sched_blocks_init(&s->bm, in->n_blocks)) {
+	    !s->step_block_ids || !s->step_samples || !s->free_slots || sched_blocks_init(&s->bm, in->n_blocks)) {
 		sched_destroy(s);
 		return err_set(e, ST_NOMEM, "sched: out of memory for %u blocks", in->n_blocks);
 	}
@@ -191,6 +198,7 @@ void sched_destroy(struct sched *s)
 	free(s->step_query_start);
 	free(s->step_block_ids);
 	free(s->step_samples);
+	free(s->free_slots);
 	sched_blocks_fini(&s->bm);
 	pthread_mutex_destroy(&s->pub_mu);
 	free(s);
@@ -318,6 +326,7 @@ struct sched__seq *sched__seq_new(struct sched *s, struct sched__req *r, uint32_
 	memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
 	q->n_tokens = r->n_prompt;
 	q->n_target = n_target;
+	q->slot = SCHED_BLOCK_NONE;
 	q->sampling = r->sampling;
 	q->sampling.seed = sched_choice_seed(r->sampling.seed, choice == SCHED__PARENT ? 0 : choice);
 	return q;
@@ -371,13 +380,20 @@ bool sched__waiting_insert(struct sched *s, struct sched__seq *q)
 
 bool sched__running_append(struct sched *s, struct sched__seq *q)
 {
+	if (!s->n_free_slots || !ptr_array_insert(&s->running, &s->n_running, &s->cap_running, s->n_running, q))
+		return false;
 	q->state = SEQ_RUNNING;
-	return ptr_array_insert(&s->running, &s->n_running, &s->cap_running, s->n_running, q);
+	q->slot = s->free_slots[--s->n_free_slots];
+	q->slot_fresh = true;
+	return true;
 }
 
 void sched__running_remove(struct sched *s, struct sched__seq *q)
 {
-	ptr_array_remove(s->running, &s->n_running, q);
+	if (!ptr_array_remove(s->running, &s->n_running, q))
+		return;
+	s->free_slots[s->n_free_slots++] = q->slot;
+	q->slot = SCHED_BLOCK_NONE;
 }
 
 void sched__release_blocks(struct sched *s, struct sched__seq *q)
@@ -687,6 +703,13 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 		return err_set(e, ST_NOMEM, "out of memory");
 	enum status st = ST_OK;
 	uint32_t n_run = 0, n_wait = 0;
+	uint8_t *slot_used = calloc(s->n_slots, 1);
+	if (!slot_used) {
+		free(ref);
+		return err_set(e, ST_NOMEM, "out of memory");
+	}
+	for (uint32_t i = 0; i < s->n_free_slots; i++)
+		slot_used[s->free_slots[i]]++;
 	for (struct sched__req *r = s->reqs_head; r && !st; r = r->next) {
 		for (uint32_t i = 0; i <= r->n && !st; i++) {
 			const struct sched__seq *q = i < r->n ? r->seqs[i] : r->parent;
@@ -694,6 +717,10 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 				continue;
 			count_refs(q, ref);
 			n_run += q->state == SEQ_RUNNING;
+			if (q->state == SEQ_RUNNING && q->slot < s->n_slots)
+				slot_used[q->slot]++;
+			if ((q->state == SEQ_RUNNING) != (q->slot != SCHED_BLOCK_NONE))
+				st = err_set(e, ST_INVALID, "seq %" PRIu64 ": state %d with slot %u", q->seq_id, q->state, q->slot);
 			n_wait += q->state == SEQ_WAITING;
 			if (q->state == SEQ_WAITING && q->n_blocks)
 				st = err_set(e, ST_INVALID, "waiting seq %" PRIu64 " holds %u blocks", q->seq_id, q->n_blocks);
@@ -709,8 +736,12 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 	if (!st && (n_run != s->n_running || n_wait != s->n_waiting))
 		st = err_set(e, ST_INVALID, "running/waiting %u/%u, lists %u/%u", n_run, n_wait, s->n_running,
 			     s->n_waiting);
+	for (uint32_t i = 0; !st && i < s->n_slots; i++)
+		if (slot_used[i] != 1)
+			st = err_set(e, ST_INVALID, "state slot %u used %u times (free or running)", i, slot_used[i]);
 	if (!st)
 		st = sched_blocks_check(&s->bm, ref, e);
+	free(slot_used);
 	free(ref);
 	return st;
 }

@@ -15,7 +15,8 @@
  *   the number of tokens it will have computed when its pending work is done
  *   (prompt blocks are reserved at admission); a decode (one pending token)
  *   may hold one block less until the next plan allocates it;
- *   n_computed <= n_target <= n_tokens.
+ *   n_computed <= n_target <= n_tokens;
+ *   exactly the running sequences hold an executor state slot, each its own.
  */
 #ifndef DSV4_SCHEDULER_SCHED_INTERNAL_H
 #define DSV4_SCHEDULER_SCHED_INTERNAL_H
@@ -47,6 +48,8 @@ struct sched__seq {
 	uint32_t n_hashes, cap_hashes;
 	struct kern_sampling_params sampling; /* the request's, with this choice's seed */
 	struct sched_stop stop;
+	uint32_t slot;                /* executor state slot while running, else SCHED_BLOCK_NONE */
+	bool slot_fresh;              /* the executor must restore the slot at its next step */
 	uint32_t sched_tokens;        /* tokens scheduled in the step being planned */
 	bool sched_sample;
 };
@@ -94,6 +97,8 @@ struct sched {
 	uint32_t n_running, cap_running;
 	struct sched__seq **waiting;  /* sorted by (priority, order, choice) */
 	uint32_t n_waiting, cap_waiting;
+	uint32_t *free_slots;         /* stack of unused executor state slots */
+	uint32_t n_free_slots, n_slots;
 
 	/* Step buffers, sized at create. */
 	int32_t *step_tokens, *step_positions;

@@ -91,14 +91,27 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 		for (uint32_t b = 0; b < s->n_blocks; b++)
 			if (bt[b] >= o->n_blocks)
 				return fail(f, e, "seq %u: block id %u >= %u", i, bt[b], o->n_blocks);
-		uint32_t p0 = s->n_cached_tokens;
+		uint32_t p0 = s->n_cached_tokens, sl = s->state_slot;
 		uint64_t h = state_init(o);
-		if (p0) {
-			uint32_t src = bt[(p0 - 1) / B];
-			if (f->blk_last_pos[src] != (int64_t)p0 - 1)
-				return fail(f, e, "seq %u: state block %u last written at %u, not at p-1", i, src,
-					    (unsigned)f->blk_last_pos[src]);
-			h = f->blk_state[src];
+		if (sl >= f->ex.info.n_state_slots)
+			return fail(f, e, "seq %u: state slot %u out of range", i, sl, 0);
+		for (uint32_t j = 0; j < i; j++)
+			if (st->seqs[j].state_slot == sl)
+				return fail(f, e, "seqs %u and %u share state slot %u", j, i, sl);
+		if (s->restore_state) {
+			if (p0 % B)
+				return fail(f, e, "seq %u: restore at %u, not a block boundary", i, p0, 0);
+			if (p0) {
+				uint32_t src = bt[p0 / B - 1];
+				if (f->blk_snap_pos[src] != (int64_t)p0 - 1)
+					return fail(f, e, "seq %u: block %u has no snapshot at %u", i, src, p0 - 1);
+				h = f->blk_state[src];
+			}
+		} else {
+			if (f->slot_seq[sl] != s->seq_id || f->slot_pos[sl] != (int64_t)p0 - 1)
+				return fail(f, e, "seq %u: slot %u holds another sequence or position (%u)", i, sl,
+					    (unsigned)f->slot_pos[sl]);
+			h = f->slot_state[sl];
 		}
 		for (uint32_t t = q0; t < q1; t++) {
 			uint32_t pos = (uint32_t)st->positions[t];
@@ -108,9 +121,17 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 			if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
 				return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
 			h = state_next(h, st->token_ids[t], pos);
-			f->blk_state[b] = h;
 			f->blk_last_pos[b] = pos;
+			if (pos % B == B - 1) {
+				f->blk_state[b] = h;
+				f->blk_snap_pos[b] = pos;
+			} else if (pos % B == 0) {
+				f->blk_snap_pos[b] = -1; /* the block is being rewritten */
+			}
 		}
+		f->slot_state[sl] = h;
+		f->slot_seq[sl] = s->seq_id;
+		f->slot_pos[sl] = (int64_t)q1 - q0 + p0 - 1;
 		if (i < 64) {
 			rec.seq_tokens[i] = q1 - q0;
 			rec.seq_sample[i] = s->sample;
@@ -156,20 +177,27 @@ int fake_exec_init(struct fake_exec *f, const struct fake_exec_options *o)
 	memset(f, 0, sizeof(*f));
 	f->opt = *o;
 	f->fail_at_step = -1;
+	uint32_t n_slots = o->n_state_slots ? o->n_state_slots : o->max_step_seqs;
 	f->blk_state = calloc(o->n_blocks, sizeof(uint64_t));
 	f->blk_last_pos = malloc(o->n_blocks * sizeof(int64_t));
+	f->blk_snap_pos = malloc(o->n_blocks * sizeof(int64_t));
+	f->slot_state = calloc(n_slots, sizeof(uint64_t));
+	f->slot_seq = calloc(n_slots, sizeof(uint64_t));
+	f->slot_pos = calloc(n_slots, sizeof(int64_t));
 	f->logits = malloc(o->vocab * sizeof(float));
 	f->work = malloc(kern_sample_workspace_bytes(o->vocab));
-	if (!f->blk_state || !f->blk_last_pos || !f->logits || !f->work)
+	if (!f->blk_state || !f->blk_last_pos || !f->blk_snap_pos || !f->slot_state || !f->slot_seq || !f->slot_pos ||
+	    !f->logits || !f->work)
 		return -1;
 	for (uint32_t i = 0; i < o->n_blocks; i++)
-		f->blk_last_pos[i] = -1;
+		f->blk_last_pos[i] = f->blk_snap_pos[i] = -1;
 	f->ex.ops = &fake_ops;
 	f->ex.ctx = f;
 	f->ex.info = (struct exec_info){
 		.mix = fake_layer_mix(o->block_tokens),
 		.block_tokens = o->block_tokens,
 		.n_blocks = o->n_blocks,
+		.n_state_slots = n_slots,
 		.vocab_size = o->vocab,
 		.eos_token_id = o->eos_token_id,
 		.max_step_tokens = o->max_step_tokens,
@@ -183,6 +211,10 @@ void fake_exec_fini(struct fake_exec *f)
 {
 	free(f->blk_state);
 	free(f->blk_last_pos);
+	free(f->blk_snap_pos);
+	free(f->slot_state);
+	free(f->slot_seq);
+	free(f->slot_pos);
 	free(f->logits);
 	free(f->work);
 	free(f->records);

@@ -1,13 +1,14 @@
 /*
  * tests/scheduler/fake_exec.h: a deterministic executor behind model/exec.h.
  *
- * It models the per-sequence state contract exactly: each block keeps a
- * 64-bit "state" (a rolling hash of every token up to the last one written
- * into it, standing in for the ring and the open compressor windows) and the
- * position it was last written at. A step reads the state the contract says
- * (initial at position 0, else the block holding token p-1), checks that
- * writes are contiguous, and derives the logits of each sampled sequence from
- * its state. So any scheduler mistake (a wrong block table, a reused block
+ * It models the state contract of model/exec.h exactly. The live state is a
+ * 64-bit rolling hash of every token so far (standing in for the ring and the
+ * open compressor windows), kept in the sequence's state slot; each completed
+ * block gets a boundary snapshot of it. A step restores a fresh slot from the
+ * initial state or the snapshot of the block before n_cached_tokens, checks
+ * that a continuing slot belongs to the same sequence at the right position,
+ * that row writes into a block are contiguous, and derives the logits of each
+ * sampled sequence from its state. So any scheduler mistake (a wrong block table, a reused block
  * that was overwritten, a lost prefix) changes the output, and fake_reference()
  * computes what the output must be without any scheduler at all.
  */
@@ -21,6 +22,7 @@
 
 struct fake_exec_options {
 	uint32_t n_blocks, block_tokens, vocab, max_step_tokens, max_step_seqs, max_model_len;
+	uint32_t n_state_slots; /* 0 = max_step_seqs */
 	int32_t eos_token_id;
 	float eos_bias; /* added to the eos logit (negative: rarely stop) */
 	uint64_t model_seed;
@@ -36,8 +38,11 @@ struct fake_step_record {
 struct fake_exec {
 	struct exec ex;
 	struct fake_exec_options opt;
-	uint64_t *blk_state;
-	int64_t *blk_last_pos;
+	uint64_t *blk_state;    /* boundary snapshot */
+	int64_t *blk_snap_pos;  /* position the snapshot was taken after, -1 = none */
+	int64_t *blk_last_pos;  /* last position whose rows were written into the block */
+	uint64_t *slot_state, *slot_seq;
+	int64_t *slot_pos;
 	float *logits;
 	void *work;
 	uint64_t n_steps, n_tokens_total, n_released;
