@@ -65,12 +65,25 @@ struct kern_indexer_topk_args {
 	float *work;              /* optional scratch [work_len] floats: with work_len >= #visible,
 				   * each score is computed once instead of once per output slot */
 	int64_t work_len;
+	/* Split form (tensor parallelism with the indexer heads split across ranks:
+	 * the reference all-reduces the per-rank head sums before the top-k):
+	 * kern_indexer_scores_ref writes score_out, the caller sums it across
+	 * ranks, and kern_indexer_topk_ref selects from scores_in instead of
+	 * computing (q, head_w and keys are then not read). */
+	float *score_out;         /* [n_tokens, score_stride] I(t, w), -inf for w >= #visible */
+	const float *scores_in;   /* [n_tokens, score_stride] or NULL (compute) */
+	int64_t score_stride;     /* >= the largest #visible of the batch */
 	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
 };
 
 /* CPU reference. ST_INVALID for bad sizes or a visible entry whose row is
- * outside the pool. Results are identical with and without work. */
+ * outside the pool. Results are identical with and without work, and with
+ * scores_in holding what kern_indexer_scores_ref wrote. */
 enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a) DSV4_WUR;
+
+/* The scores alone into score_out (the weight_scale applied). ST_INVALID when
+ * score_out is NULL or score_stride is below a token's #visible. */
+enum status kern_indexer_scores_ref(const struct kern_indexer_topk_args *a) DSV4_WUR;
 
 /* ---- registry ---- */
 
@@ -83,5 +96,8 @@ extern const struct kern_op kern_op_indexer_rotate;
 typedef enum status (*kern_indexer_topk_fn)(const struct kern_indexer_topk_args *a);
 /* The registry table of op "indexer_topk" (entry 0: the CPU reference). */
 extern const struct kern_op kern_op_indexer_topk;
+
+/* The registry table of op "indexer_scores" (run type kern_indexer_topk_fn). */
+extern const struct kern_op kern_op_indexer_scores;
 
 #endif

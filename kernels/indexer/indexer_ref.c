@@ -58,27 +58,70 @@ static inline const float *key_of(const struct kern_indexer_topk_args *a, int s,
 	return a->keys + kern_rowmap_row(a->key_row0, &a->key_paged, s, w) * a->head_dim;
 }
 
-enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a)
+/* Checks shared by the scores and top-k ops; need_inputs: q, head_w, keys
+ * are read (not when selecting from scores_in). */
+static enum status topk_check(const struct kern_indexer_topk_args *a, bool need_inputs)
 {
-	if (!a || a->n_tokens < 0 || a->n_seqs < 0 || a->ratio <= 0 || a->n_heads <= 0 || a->head_dim <= 0 ||
-	    a->top_k <= 0)
+	if (!a->q_off || !a->start_pos || a->q_off[0] != 0 || a->q_off[a->n_seqs] != a->n_tokens)
 		return ST_INVALID;
-	if (a->n_tokens == 0)
-		return ST_OK;
-	if (!a->q || !a->head_w || !a->q_off || !a->start_pos || (!a->key_row0 && !a->key_paged.block_table) || !a->topk ||
-	    a->q_off[0] != 0 || a->q_off[a->n_seqs] != a->n_tokens || (a->n_key_rows > 0 && !a->keys))
+	if (need_inputs && (!a->q || !a->head_w || (!a->key_row0 && !a->key_paged.block_table) ||
+			    (a->n_key_rows > 0 && !a->keys)))
 		return ST_INVALID;
 	for (int s = 0; s < a->n_seqs; s++) {
 		int64_t last = a->start_pos[s] + (a->q_off[s + 1] - a->q_off[s]) - 1;
 		int64_t n_vis_max = (last + 1) / a->ratio;
 		if (a->q_off[s + 1] < a->q_off[s] || a->start_pos[s] < 0)
 			return ST_INVALID;
-		for (int64_t w = 0; w < n_vis_max; w++) {
+		if (a->scores_in && n_vis_max > a->score_stride)
+			return ST_INVALID;
+		for (int64_t w = 0; need_inputs && w < n_vis_max; w++) {
 			int64_t r = kern_rowmap_row(a->key_row0, &a->key_paged, s, w);
 			if (r < 0 || r >= a->n_key_rows)
 				return ST_INVALID;
 		}
 	}
+	return ST_OK;
+}
+
+enum status kern_indexer_scores_ref(const struct kern_indexer_topk_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_seqs < 0 || a->ratio <= 0 || a->n_heads <= 0 || a->head_dim <= 0 ||
+	    a->score_stride < 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (!a->score_out)
+		return ST_INVALID;
+	enum status st = topk_check(a, true);
+	if (st != ST_OK)
+		return st;
+	for (int s = 0; s < a->n_seqs; s++) {
+		int64_t last = a->start_pos[s] + (a->q_off[s + 1] - a->q_off[s]) - 1;
+		if ((last + 1) / a->ratio > a->score_stride)
+			return ST_INVALID;
+	}
+	for (int s = 0; s < a->n_seqs; s++)
+		for (int64_t i = a->q_off[s]; i < a->q_off[s + 1]; i++) {
+			int64_t n_vis = (a->start_pos[s] + (i - a->q_off[s]) + 1) / a->ratio;
+			float *row = a->score_out + i * a->score_stride;
+			for (int64_t w = 0; w < a->score_stride; w++)
+				row[w] = w < n_vis ? score_of(a, i, key_of(a, s, w)) : -INFINITY;
+		}
+	return ST_OK;
+}
+
+enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_seqs < 0 || a->ratio <= 0 || a->top_k <= 0 ||
+	    (!a->scores_in && (a->n_heads <= 0 || a->head_dim <= 0)))
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (!a->topk)
+		return ST_INVALID;
+	enum status st = topk_check(a, !a->scores_in);
+	if (st != ST_OK)
+		return st;
 	for (int s = 0; s < a->n_seqs; s++) {
 		for (int64_t i = a->q_off[s]; i < a->q_off[s + 1]; i++) {
 			int64_t t = a->start_pos[s] + (i - a->q_off[s]);
@@ -88,7 +131,8 @@ enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a)
 			float *out_s = a->scores ? a->scores + i * a->top_k : NULL;
 			/* Selection by repeated arg-max below the previous pick, in the
 			 * order (score desc, w asc): O(k·n) comparisons, no sorting scratch. */
-			bool cached = a->work && a->work_len >= n_vis;
+			const float *given = a->scores_in ? a->scores_in + i * a->score_stride : NULL;
+			bool cached = !given && a->work && a->work_len >= n_vis;
 			for (int64_t w = 0; cached && w < n_vis; w++)
 				a->work[w] = score_of(a, i, key_of(a, s, w));
 			float prev_s = INFINITY;
@@ -97,7 +141,8 @@ enum status kern_indexer_topk_ref(const struct kern_indexer_topk_args *a)
 				float best_s = -INFINITY;
 				int64_t best_w = -1;
 				for (int64_t w = 0; w < n_vis; w++) {
-					float sc = cached ? a->work[w] : score_of(a, i, key_of(a, s, w));
+					float sc = given ? given[w]
+						 : cached ? a->work[w] : score_of(a, i, key_of(a, s, w));
 					bool after_prev = sc < prev_s || (sc == prev_s && w > prev_w);
 					if (!after_prev)
 						continue;

@@ -1,5 +1,6 @@
 /*
- * kernels/indexer/indexer_variants.c: the registry tables of ops "indexer_rotate", "indexer_topk".
+ * kernels/indexer/indexer_variants.c: the registry tables of ops "indexer_rotate", "indexer_topk",
+ * "indexer_scores".
  *
  * Variants (priority order, highest first):
  *   <op>_cpu_ref   the CPU reference (indexer_ref.c), every shape; the oracle
@@ -41,4 +42,21 @@ const struct kern_op kern_op_indexer_topk = {
 	.name = "indexer_topk",
 	.variants = indexer_topk_variants,
 	.n_variants = (int)(sizeof indexer_topk_variants / sizeof indexer_topk_variants[0]),
+};
+
+static const struct kern_variant indexer_scores_variants[] = {
+	{
+		.name = "indexer_scores_cpu_ref",
+		.backend = KERN_BACKEND_CPU,
+		.priority = 0,
+		.run = KERN_FN(kern_indexer_scores_ref),
+		.run_host = KERN_FN(kern_indexer_scores_ref),
+		.desc = "CPU reference: indexer scores alone (TP-split form)",
+	},
+};
+
+const struct kern_op kern_op_indexer_scores = {
+	.name = "indexer_scores",
+	.variants = indexer_scores_variants,
+	.n_variants = (int)(sizeof indexer_scores_variants / sizeof indexer_scores_variants[0]),
 };

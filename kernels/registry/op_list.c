@@ -48,6 +48,7 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_compressor,
 	&kern_op_indexer_rotate,
 	&kern_op_indexer_topk,
+	&kern_op_indexer_scores,
 	&kern_op_route,
 	&kern_op_moe_group,
 	&kern_op_swiglu,

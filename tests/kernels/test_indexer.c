@@ -225,6 +225,62 @@ static void test_topk(int n_seqs, int H, int d, int k, bool ties)
 	free(ref);
 }
 
+/* The TP-split form: two "ranks" score half the heads each, the sums are
+ * added (the all-reduce), and the top-k from scores_in equals the one-rank
+ * result. Integer-valued inputs make every sum exact, so the two agree bit
+ * for bit whatever the summation order. */
+static void test_split(void)
+{
+	enum { HH = 4, DD = 16, K = 6 };
+	int32_t q_off[3] = {0, 0, 0}, start[2] = {mt_int(0, 40), mt_int(0, 3) ? mt_int(0, 40) : 0};
+	q_off[1] = mt_int(1, 9);
+	q_off[2] = q_off[1] + mt_int(1, 9);
+	int64_t T = q_off[2], row0[2] = {0, 30};
+	float *q = xcalloc((size_t)(T * HH * DD), 4), *hw = xcalloc((size_t)(T * HH), 4), *keys = xcalloc(60 * DD, 4);
+	for (int64_t i = 0; i < T * HH * DD; i++)
+		q[i] = (float)mt_int(-3, 3);
+	for (int64_t i = 0; i < T * HH; i++)
+		hw[i] = (float)mt_int(-2, 3);
+	for (int i = 0; i < 60 * DD; i++)
+		keys[i] = (float)mt_int(-3, 3);
+	int64_t stride = 20;
+	float *part[2], *sum = xcalloc((size_t)(T * stride), 4);
+	int32_t *tk1 = xcalloc((size_t)(T * K), 4), *tk2 = xcalloc((size_t)(T * K), 4);
+	struct kern_indexer_topk_args a = {.q = q, .head_w = hw, .weight_scale = 0.25f, .keys = keys,
+					   .n_key_rows = 60, .n_tokens = T, .n_seqs = 2, .q_off = q_off,
+					   .start_pos = start, .key_row0 = row0, .ratio = 4, .n_heads = HH,
+					   .head_dim = DD, .top_k = K, .topk = tk1, .score_stride = stride};
+	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
+	for (int r = 0; r < 2; r++) { /* rank r holds heads [2r, 2r+2) */
+		float *qr = xcalloc((size_t)(T * 2 * DD), 4), *wr = xcalloc((size_t)(T * 2), 4);
+		for (int64_t t = 0; t < T; t++) {
+			memcpy(qr + t * 2 * DD, q + (t * HH + 2 * r) * DD, sizeof(float) * 2 * DD);
+			wr[t * 2] = hw[t * HH + 2 * r];
+			wr[t * 2 + 1] = hw[t * HH + 2 * r + 1];
+		}
+		part[r] = xcalloc((size_t)(T * stride), 4);
+		fill_nan(part[r], (size_t)(T * stride));
+		struct kern_indexer_topk_args b = a;
+		b.q = qr, b.head_w = wr, b.n_heads = 2, b.score_out = part[r];
+		T_CHECK(kern_indexer_scores_ref(&b) == ST_OK);
+		T_CHECK(count_nan(part[r], (size_t)(T * stride)) == 0);
+		free(qr);
+		free(wr);
+	}
+	for (int64_t i = 0; i < T * stride; i++)
+		sum[i] = part[0][i] + part[1][i];
+	struct kern_indexer_topk_args c = {.n_tokens = T, .n_seqs = 2, .q_off = q_off, .start_pos = start,
+					   .ratio = 4, .top_k = K, .topk = tk2, .scores_in = sum,
+					   .score_stride = stride};
+	T_CHECK(kern_indexer_topk_ref(&c) == ST_OK);
+	T_CHECK(memcmp(tk1, tk2, sizeof(int32_t) * (size_t)(T * K)) == 0);
+	c.score_stride = 1; /* below the visible count of a later token */
+	bool any = (start[0] + q_off[1]) / 4 > 1 || (start[1] + q_off[2] - q_off[1]) / 4 > 1;
+	if (any)
+		T_CHECK(kern_indexer_topk_ref(&c) == ST_INVALID);
+	free(q), free(hw), free(keys), free(part[0]), free(part[1]), free(sum), free(tk1), free(tk2);
+}
+
 int main(void)
 {
 	mt_seed_from_env("test_indexer");
@@ -232,6 +288,8 @@ int main(void)
 	test_hadamard(32, 3);
 	test_hadamard(1, 2);
 	test_fp4();
+	for (int rep = 0; rep < 5; rep++)
+		test_split();
 	for (int rep = 0; rep < 3; rep++) {
 		test_topk(mt_int(1, 8), 4, 32, 16, false);
 		test_topk(mt_int(1, 8), 4, 32, 5, true);
