@@ -14,5 +14,7 @@ const struct cli_command cli_commands[] = {
 	{"tokenize", "encode text to token ids, or --decode ids", cmd_tokenize},
 	/* ---- kernels ---- */
 	/* ---- comm ---- */
+	/* ---- openai server ---- */
+	{"serve", "serve the OpenAI-compatible API (chat, completions, tokenize) over HTTP", cmd_serve},
 	{NULL, NULL, NULL},
 };

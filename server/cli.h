@@ -29,5 +29,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 /* ---- kernels ---- */
 /* ---- comm ---- */
+/* ---- openai server ---- */
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -1,0 +1,237 @@
+/*
+ * server/engine.c: wires tokenizer, scheduler loop, OpenAI routes and the
+ * HTTP server together, in start and stop order (engine.h), and the
+ * deterministic test executor that `dsv4 serve --executor test` runs.
+ *
+ * Stop order matters for the wake contract (openai.h): the HTTP server goes
+ * first (every stream's close runs and releases its scheduler streams), then
+ * the scheduler loop (no more notify callbacks), then the routes' state.
+ */
+#include "engine.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "model/tokenizer.h"
+#include "scheduler/scheduler.h"
+#include "server/api.h"
+#include "server/http.h"
+#include "server/openai.h"
+
+/* Request bodies above this get 413: 64 MiB holds ~16M tokens of text. */
+#define ENGINE_MAX_BODY_BYTES (64u << 20)
+#define ENGINE_DEFAULT_HTTP_THREADS 8
+#define ENGINE_CONNECTION_TIMEOUT_S 600
+
+struct engine {
+	struct model_tokenizer *tok;
+	struct sched_loop *loop;
+	struct api *api;
+	struct oai_server *oai;
+	struct http_server *http;
+	uint32_t max_model_len;
+};
+
+static void engine_stats(void *ctx, struct metrics_engine_stats *out)
+{
+	struct engine *en = ctx;
+	struct sched_stats st;
+	sched_loop_stats(en->loop, &st);
+	out->n_running = (int)st.n_requests_running;
+	out->n_waiting = (int)st.n_requests_waiting;
+	out->kv_usage = st.kv_usage;
+	out->prefix_queries_tokens = st.prefix_cache_queries_tokens;
+	out->prefix_hits_tokens = st.prefix_cache_hits_tokens;
+	out->n_preemptions = st.n_preemptions;
+	out->prompt_tokens = st.prompt_tokens;
+	out->generation_tokens = st.generation_tokens;
+}
+
+enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e)
+{
+	*out = NULL;
+	struct engine *en = calloc(1, sizeof *en);
+	if (!en)
+		return err_set(e, ST_NOMEM, "engine: out of memory");
+	enum status st = model_tokenizer_load(&en->tok, opt->model_dir, e);
+	if (st) {
+		engine_destroy(en);
+		return st;
+	}
+	struct sched_options so = {
+		.max_num_seqs = opt->max_num_seqs,
+		.max_num_batched_tokens = opt->max_num_batched_tokens,
+		.max_queued_requests = opt->max_queued_requests,
+		.max_model_len = opt->max_model_len,
+		.detokenize = oai_detok_piece,
+		.detok_ctx = en->tok,
+		.heartbeat = opt->heartbeat,
+		.heartbeat_ctx = opt->heartbeat_ctx,
+	};
+	if ((st = sched_loop_create(&en->loop, &so, opt->exec, e))) {
+		engine_destroy(en);
+		return st;
+	}
+	const struct sched_options *ro = sched_resolved_options(sched_loop_core(en->loop));
+	en->max_model_len = ro->max_model_len;
+	struct api_options ao = {.served_model_name = opt->served_model_name, .api_key = opt->api_key,
+				 .max_model_len = (int)en->max_model_len};
+	if ((st = api_create(&en->api, &ao, e))) {
+		engine_destroy(en);
+		return st;
+	}
+	metrics_set_engine(api_metrics(en->api), engine_stats, en);
+	struct oai_server_options oo = {.tok = en->tok, .loop = en->loop, .api = en->api,
+					.max_model_len = en->max_model_len,
+					.vocab_size = model_tokenizer_vocab_size(en->tok)};
+	if (opt->exec->info.vocab_size && (int32_t)opt->exec->info.vocab_size < oo.vocab_size)
+		oo.vocab_size = (int32_t)opt->exec->info.vocab_size;
+	if ((st = oai_server_create(&en->oai, &oo, e))) {
+		engine_destroy(en);
+		return st;
+	}
+	struct http_options ho = {.host = opt->host ? opt->host : "127.0.0.1", .port = opt->port,
+				  .n_threads = opt->n_http_threads > 0 ? opt->n_http_threads : ENGINE_DEFAULT_HTTP_THREADS,
+				  .max_body_bytes = ENGINE_MAX_BODY_BYTES,
+				  .connection_timeout_s = ENGINE_CONNECTION_TIMEOUT_S};
+	api_http_bind(en->api, &ho);
+	if ((st = http_server_create(&en->http, &ho, e))) {
+		engine_destroy(en);
+		return st;
+	}
+	*out = en;
+	return ST_OK;
+}
+
+int engine_port(const struct engine *en) { return http_server_port(en->http); }
+uint32_t engine_max_model_len(const struct engine *en) { return en->max_model_len; }
+void engine_set_ready(struct engine *en) { api_set_state(en->api, API_READY); }
+
+void engine_begin_drain(struct engine *en)
+{
+	api_set_state(en->api, API_DRAINING);
+	sched_loop_drain(en->loop);
+}
+
+bool engine_idle(struct engine *en)
+{
+	return sched_loop_n_active(en->loop) == 0 && oai_server_n_jobs(en->oai) == 0;
+}
+
+void engine_abort_all(struct engine *en) { oai_server_abort_all(en->oai); }
+
+void engine_destroy(struct engine *en)
+{
+	if (!en)
+		return;
+	if (en->http)
+		http_server_quiesce(en->http);
+	http_server_destroy(en->http);
+	sched_loop_destroy(en->loop);
+	oai_server_destroy(en->oai);
+	api_destroy(en->api);
+	model_tokenizer_destroy(en->tok);
+	free(en);
+}
+
+/* ---- the test executor ---- */
+
+struct test_exec {
+	struct exec ex;
+	float *logits;
+	void *work;
+};
+
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9E3779B97F4A7C15ull;
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return x ^ (x >> 31);
+}
+
+static enum status test_step(void *ctx, const struct exec_step *st, struct exec_sample *out, struct err *e)
+{
+	struct test_exec *t = ctx;
+	uint32_t V = t->ex.info.vocab_size, k = 0;
+	for (uint32_t i = 0; i < st->n_seqs; i++) {
+		const struct exec_seq *s = &st->seqs[i];
+		if (!s->sample)
+			continue;
+		uint32_t last = st->query_start[i + 1] - 1;
+		uint64_t h = mix64(((uint64_t)(uint32_t)st->token_ids[last] << 32) ^ (uint64_t)st->positions[last]);
+		/* Sparse logits: a handful of likely tokens over a flat floor. */
+		for (uint32_t v = 0; v < V; v++)
+			t->logits[v] = -4.0f;
+		for (uint32_t r = 0; r < 8; r++) {
+			h = mix64(h);
+			uint32_t id = (uint32_t)(h % V);
+			t->logits[id] = 4.0f + (float)(r == 0) * 2.0f + (float)((h >> 40) & 255) / 256.0f;
+		}
+		if (t->ex.info.eos_token_id >= 0 && (uint32_t)t->ex.info.eos_token_id < V)
+			t->logits[t->ex.info.eos_token_id] = -8.0f; /* rarely stops by itself */
+		struct kern_sample_history hist = {.prompt_ids = s->prompt_ids, .n_prompt = s->n_prompt,
+						   .output_ids = s->output_ids, .n_output = s->n_output};
+		out[k].seq_index = i;
+		enum status rc = kern_sample_ref(t->logits, V, s->sampling, &hist, s->n_output, t->work, &out[k].out);
+		if (rc)
+			return err_set(e, rc, "test executor: sampling failed (bad parameters)");
+		k++;
+	}
+	return ST_OK;
+}
+
+static const struct exec_ops test_ops = {.step = test_step};
+
+enum status engine_test_exec_create(struct exec **out, uint32_t vocab_size, int32_t eos_token_id,
+				    uint32_t max_model_len, struct err *e)
+{
+	*out = NULL;
+	struct test_exec *t = calloc(1, sizeof *t);
+	if (!t)
+		return err_set(e, ST_NOMEM, "test executor: out of memory");
+	t->logits = malloc((size_t)vocab_size * sizeof(float));
+	t->work = aligned_alloc(8, (kern_sample_workspace_bytes(vocab_size) + 7) & ~(size_t)7);
+	if (!t->logits || !t->work) {
+		free(t->logits);
+		free(t->work);
+		free(t);
+		return err_set(e, ST_NOMEM, "test executor: out of memory");
+	}
+	struct exec_layer_mix mix = {
+		.sliding_window = 32,
+		.swa = {.n_layers = 2, .ring_entry_bytes = 128},
+		.csa = {.n_layers = 2, .compress_ratio = 4, .overlap = true, .kv_entry_bytes = 128,
+			.indexer_entry_bytes = 64, .ring_entry_bytes = 128, .compressor_token_bytes = 512},
+		.hca = {.n_layers = 2, .compress_ratio = 8, .kv_entry_bytes = 128, .ring_entry_bytes = 128,
+			.compressor_token_bytes = 256},
+	};
+	t->ex.ops = &test_ops;
+	t->ex.ctx = t;
+	t->ex.info = (struct exec_info){
+		.mix = mix,
+		.block_tokens = 64,
+		.n_blocks = 8192,
+		.n_state_slots = 256,
+		.vocab_size = vocab_size,
+		.eos_token_id = eos_token_id,
+		.max_step_tokens = 8192,
+		.max_step_seqs = 256,
+		.max_model_len = max_model_len ? max_model_len : 65536,
+	};
+	*out = &t->ex;
+	return ST_OK;
+}
+
+void engine_test_exec_destroy(struct exec *ex)
+{
+	if (!ex)
+		return;
+	struct test_exec *t = ex->ctx;
+	free(t->logits);
+	free(t->work);
+	free(t);
+}

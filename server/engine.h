@@ -1,0 +1,68 @@
+/*
+ * server/engine.h: the serving engine: it owns the tokenizer, the scheduler
+ * loop (which owns the executor thread), the OpenAI API and the HTTP server,
+ * and knows the order in which they start and stop.
+ *
+ * Start: tokenizer -> scheduler loop (over the caller's executor) -> api and
+ * routes -> HTTP listener. The api starts in API_LOADING; engine_set_ready()
+ * flips it to API_READY (/health 200) once the caller is ready to announce
+ * it (systemd READY=1). Stop: engine_begin_drain() (new requests 503,
+ * /health 503, scheduler refuses), engine_idle() polled up to a timeout,
+ * engine_abort_all() if it passes, engine_destroy().
+ */
+#ifndef DSV4_SERVER_ENGINE_H
+#define DSV4_SERVER_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "model/exec.h"
+
+struct engine;
+
+struct engine_options {
+	const char *model_dir;           /* holds tokenizer.json */
+	const char *served_model_name;   /* "model" in requests must match it */
+	const char *api_key;             /* NULL / "" = no auth */
+	const char *host;
+	int port;                        /* 0 = any free port */
+	int n_http_threads;              /* 0 = default */
+	uint32_t max_model_len;          /* 0 = the executor's */
+	uint32_t max_num_seqs;           /* 0 = scheduler default */
+	uint32_t max_num_batched_tokens; /* 0 = scheduler default */
+	uint32_t max_queued_requests;    /* 0 = scheduler default */
+	struct exec *exec;               /* borrowed; must outlive the engine */
+	/* (optional) called on the step-loop thread after every step and about
+	 * once a second while idle (the systemd watchdog's liveness signal). */
+	void (*heartbeat)(void *ctx);
+	void *heartbeat_ctx;
+};
+
+enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e) DSV4_WUR;
+
+/* The port the HTTP server listens on. */
+int engine_port(const struct engine *en);
+/* The context length in effect (tokens). */
+uint32_t engine_max_model_len(const struct engine *en);
+
+void engine_set_ready(struct engine *en);
+/* Stop admitting: /health and new requests answer 503; running ones go on. */
+void engine_begin_drain(struct engine *en);
+/* True when no request is waiting, running or being answered. */
+bool engine_idle(struct engine *en);
+/* End every request in flight now (their clients get the end of the stream). */
+void engine_abort_all(struct engine *en);
+/* Stop listening and free everything. NULL is a no-op. */
+void engine_destroy(struct engine *en);
+
+/* ---- The deterministic test executor ----
+ * Until the real executor is wired in, `dsv4 serve --executor test` serves
+ * this one: no weights are read; the logits of each step are a hash of the
+ * sequence's last token and position, so output is reproducible and depends
+ * on the prompt, which is all the HTTP, SSE and scheduler paths need. */
+enum status engine_test_exec_create(struct exec **out, uint32_t vocab_size, int32_t eos_token_id,
+				    uint32_t max_model_len, struct err *e) DSV4_WUR;
+void engine_test_exec_destroy(struct exec *ex);
+
+#endif
