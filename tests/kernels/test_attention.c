@@ -340,12 +340,12 @@ static void test_index(int n_seqs, int window, int ratio, bool csa)
 				s++;
 			pbad += len2[i] != len[i];
 			for (int j = 0; j < len[i] && len2[i] == len[i]; j++) {
-				int64_t r = idx[i * stride + j], want = r;
+				int64_t r = idx[i * stride + j], expect = r;
 				if (r >= b.cmp0[s] && r < b.cmp0[s] + 1000) { /* a compressed entry: remap */
 					int64_t e = r - b.cmp0[s];
-					want = (int64_t)bt[s * BTS + e / PB] * PB + e % PB;
+					expect = (int64_t)bt[s * BTS + e / PB] * PB + e % PB;
 				}
-				pbad += idx2[i * stride + j] != want;
+				pbad += idx2[i * stride + j] != expect;
 			}
 		}
 		T_CHECKF(pbad == 0, "paged compressed rows: %d bad", pbad);
