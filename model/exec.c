@@ -69,16 +69,17 @@ uint64_t exec_slot_bytes(const struct exec_layer_mix *mix)
 	return kind_slot_bytes(&mix->swa, w) + kind_slot_bytes(&mix->csa, w) + kind_slot_bytes(&mix->hca, w);
 }
 
-uint64_t exec_block_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens)
+uint64_t exec_block_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens, bool slot_mode)
 {
 	return kind_rows_bytes(&mix->swa, block_tokens) + kind_rows_bytes(&mix->csa, block_tokens) +
-	       kind_rows_bytes(&mix->hca, block_tokens) + exec_block_snapshot_bytes(mix);
+	       kind_rows_bytes(&mix->hca, block_tokens) +
+	       (slot_mode ? exec_block_snapshot_bytes(mix) : exec_slot_bytes(mix));
 }
 
 uint32_t exec_blocks_for_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens, uint64_t kv_bytes,
 			       uint32_t n_slots)
 {
-	uint64_t slots = (uint64_t)n_slots * exec_slot_bytes(mix), per = exec_block_bytes(mix, block_tokens);
+	uint64_t slots = (uint64_t)n_slots * exec_slot_bytes(mix), per = exec_block_bytes(mix, block_tokens, n_slots > 0);
 	if (kv_bytes <= slots || !per)
 		return 0;
 	uint64_t n = (kv_bytes - slots) / per;

@@ -34,6 +34,15 @@
  *   full open-window capacity (ring + up to ratio, or 2*ratio for CSA,
  *   tokens of compressor inputs).
  *
+ * Two modes, chosen by the executor through exec_info.n_state_slots:
+ *   SLOT MODE (n_state_slots > 0): as above; memory-lean (for DSv4-Flash FP8
+ *   a block is ~4.7 MiB and a slot ~14.7 MiB, see exec_block_bytes); what a
+ *   GPU executor should do. Running sequences are bounded by the slot count.
+ *   BLOCK MODE (n_state_slots == 0): there are no slots; every block's
+ *   snapshot area has full open-window capacity and serves as the live state
+ *   while the block is the sequence's tail (rules 1b/2b below). Simple, and
+ *   what the CPU reference executor does; costs a slot's worth per block.
+ *
  * Requirements that make the boundary state well defined (exec_layer_mix_check):
  *   block_tokens % ratio == 0 for every compress ratio, so no compressed row
  *   straddles two blocks and every window is either empty (HCA) or exactly
@@ -43,16 +52,28 @@
  *
  * ---- What the executor must do ----
  *
- *   1. restore_state set (the first step of a sequence in a newly assigned
- *      slot): n_cached_tokens is then a multiple of B. Initialise the slot
- *      from the initial state (empty ring, score = -inf, kv = 0) when
- *      n_cached_tokens == 0, else from the boundary snapshot of block table
- *      entry n_cached_tokens/B - 1.
+ * restore_state is set on the first step of a sequence after it was
+ * admitted (fresh, from the prefix cache, after preemption, or forked as a
+ * child of an n > 1 request); n_cached_tokens is then a multiple of B.
+ *
+ * Slot mode:
+ *   1. restore_state: initialise the slot from the initial state (empty
+ *      ring, score = -inf, kv = 0) when n_cached_tokens == 0, else from the
+ *      boundary snapshot of block table entry n_cached_tokens/B - 1.
  *   2. Otherwise the slot holds the state after token n_cached_tokens - 1,
  *      as the executor left it at the end of this sequence's previous step.
  *   3. Process the tokens in order; whenever a token completes block k
  *      (position (k+1)*B - 1; a chunk may complete several blocks), write
  *      block k's boundary snapshot from the live state.
+ * Block mode (state_slot is EXEC_NO_SLOT):
+ *   1b. The live state for a step starting at p = n_cached_tokens is the
+ *      initial state when p == 0, else the state area of block table entry
+ *      (p-1)/B (the block holding token p-1).
+ *   2b. Before writing the first token of block k (position k*B, k > 0),
+ *      copy the state area of entry k-1 into entry k, then update entry k in
+ *      place; a completed block's area is then its boundary snapshot and is
+ *      never written again.
+ * Both modes:
  *   4. The scheduler never schedules writes into a block that another
  *      sequence or the prefix cache can read (shared blocks are complete
  *      blocks below every writer's n_cached_tokens), and never gives one slot
@@ -103,13 +124,15 @@ struct exec_layer_mix {
  * compress ratio divides block_tokens and block_tokens >= sliding_window. */
 enum status exec_layer_mix_check(const struct exec_layer_mix *mix, uint32_t block_tokens, struct err *e) DSV4_WUR;
 
-/* Bytes of one block: growing rows of its span plus its boundary snapshot. */
-uint64_t exec_block_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens);
-/* The boundary-snapshot part of exec_block_bytes() alone. */
+/* Bytes of one block: growing rows of its span plus its boundary snapshot
+ * (slot mode) or its full live-state area (block mode, slot_mode false). */
+uint64_t exec_block_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens, bool slot_mode);
+/* The boundary-snapshot part of a slot-mode block alone. */
 uint64_t exec_block_snapshot_bytes(const struct exec_layer_mix *mix);
 /* Bytes of one state slot (live ring + full open compressor windows). */
 uint64_t exec_slot_bytes(const struct exec_layer_mix *mix);
-/* Blocks that fit in kv_bytes once n_slots slots are set aside (0 if none). */
+/* Blocks that fit in kv_bytes once n_slots slots are set aside (0 if none);
+ * n_slots 0 sizes block-mode blocks. */
 uint32_t exec_blocks_for_bytes(const struct exec_layer_mix *mix, uint32_t block_tokens, uint64_t kv_bytes,
 			       uint32_t n_slots);
 
@@ -119,7 +142,8 @@ struct exec_info {
 	struct exec_layer_mix mix;
 	uint32_t block_tokens;     /* B; must pass exec_layer_mix_check() */
 	uint32_t n_blocks;         /* blocks the executor allocated (ids 0..n_blocks-1) */
-	uint32_t n_state_slots;    /* state slots allocated (ids 0..n-1); bounds running sequences */
+	uint32_t n_state_slots;    /* slot mode: slots allocated (ids 0..n-1), bounds running sequences;
+				      0 = block mode */
 	uint32_t vocab_size;
 	int32_t eos_token_id;      /* -1 = none */
 	uint32_t max_step_tokens;  /* flat batch capacity the activation arena was sized for */
@@ -129,6 +153,8 @@ struct exec_info {
 
 /* ---- The step plan ---- */
 
+#define EXEC_NO_SLOT UINT32_MAX
+
 /* Per-sequence row of a step. Arrays are flat over the batch so that the
  * executor can copy each one to the device once. */
 struct exec_seq {
@@ -137,8 +163,8 @@ struct exec_seq {
 	uint32_t n_context_tokens; /* n_cached_tokens + query tokens: context length after the step */
 	uint32_t n_blocks;         /* block table length = ceil(n_context_tokens / B) */
 	uint32_t block_table_start; /* index into exec_step.block_ids of its first entry */
-	uint32_t state_slot;       /* its live-state slot */
-	bool restore_state;        /* first step in this slot: initialise it (rule 1 above) */
+	uint32_t state_slot;       /* slot mode: its live-state slot; block mode: EXEC_NO_SLOT */
+	bool restore_state;        /* first step since admission (rule 1 above) */
 	bool sample;               /* compute logits at its last token and sample */
 	/* When sample: parameters and the token history the penalties read. */
 	const struct kern_sampling_params *sampling;

@@ -82,7 +82,7 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 	enum status st = exec_layer_mix_check(&in->mix, in->block_tokens, e);
 	if (st)
 		return err_prefix(e, "sched");
-	if (!in->n_blocks || !in->n_state_slots || !in->vocab_size || !in->max_step_tokens || !in->max_step_seqs)
+	if (!in->n_blocks || !in->vocab_size || !in->max_step_tokens || !in->max_step_seqs)
 		return err_set(e, ST_INVALID,
 			       "sched: executor reports %u blocks, %u state slots, vocab %u, step capacity %u tokens / %u seqs",
 			       in->n_blocks, in->n_state_slots, in->vocab_size, in->max_step_tokens, in->max_step_seqs);
@@ -95,8 +95,8 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 		o->max_num_seqs = SCHED_DEFAULT_MAX_NUM_SEQS;
 	if (o->max_num_seqs > in->max_step_seqs)
 		o->max_num_seqs = in->max_step_seqs;
-	if (o->max_num_seqs > in->n_state_slots)
-		o->max_num_seqs = in->n_state_slots; /* one live-state slot per running sequence */
+	if (in->n_state_slots && o->max_num_seqs > in->n_state_slots)
+		o->max_num_seqs = in->n_state_slots; /* slot mode: one live-state slot per running sequence */
 	if (!o->max_num_batched_tokens)
 		o->max_num_batched_tokens = SCHED_DEFAULT_MAX_BATCHED_TOKENS;
 	if (o->max_num_batched_tokens > in->max_step_tokens)
@@ -128,7 +128,7 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 	s->step_block_ids = calloc(s->cap_block_ids, sizeof(uint32_t));
 	s->step_samples = calloc(N, sizeof(*s->step_samples));
 	s->n_slots = in->n_state_slots;
-	s->free_slots = calloc(s->n_slots, sizeof(uint32_t));
+	s->free_slots = calloc(s->n_slots ? s->n_slots : 1, sizeof(uint32_t));
 	for (uint32_t i = 0; s->free_slots && i < s->n_slots; i++)
 		s->free_slots[s->n_free_slots++] = s->n_slots - 1 - i;
 	if (pthread_mutex_init(&s->pub_mu, NULL)) {
@@ -145,7 +145,7 @@ enum status sched_create(struct sched **out, const struct sched_options *opt, st
 	log_msg(LOG_INFO, "sched",
 		"blocks %u x %u tokens (%" PRIu64 " bytes each), max_num_seqs %u, max_num_batched_tokens %u, "
 		"max_model_len %u, prefix caching %s",
-		in->n_blocks, s->B, exec_block_bytes(&in->mix, s->B), N, T, o->max_model_len,
+		in->n_blocks, s->B, exec_block_bytes(&in->mix, s->B, in->n_state_slots > 0), N, T, o->max_model_len,
 		o->disable_prefix_caching ? "off" : "on");
 	return ST_OK;
 }
@@ -380,10 +380,11 @@ bool sched__waiting_insert(struct sched *s, struct sched__seq *q)
 
 bool sched__running_append(struct sched *s, struct sched__seq *q)
 {
-	if (!s->n_free_slots || !ptr_array_insert(&s->running, &s->n_running, &s->cap_running, s->n_running, q))
+	if ((s->n_slots && !s->n_free_slots) ||
+	    !ptr_array_insert(&s->running, &s->n_running, &s->cap_running, s->n_running, q))
 		return false;
 	q->state = SEQ_RUNNING;
-	q->slot = s->free_slots[--s->n_free_slots];
+	q->slot = s->n_slots ? s->free_slots[--s->n_free_slots] : EXEC_NO_SLOT;
 	q->slot_fresh = true;
 	return true;
 }
@@ -392,7 +393,8 @@ void sched__running_remove(struct sched *s, struct sched__seq *q)
 {
 	if (!ptr_array_remove(s->running, &s->n_running, q))
 		return;
-	s->free_slots[s->n_free_slots++] = q->slot;
+	if (s->n_slots)
+		s->free_slots[s->n_free_slots++] = q->slot;
 	q->slot = SCHED_BLOCK_NONE;
 }
 
@@ -703,7 +705,7 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 		return err_set(e, ST_NOMEM, "out of memory");
 	enum status st = ST_OK;
 	uint32_t n_run = 0, n_wait = 0;
-	uint8_t *slot_used = calloc(s->n_slots, 1);
+	uint8_t *slot_used = calloc(s->n_slots ? s->n_slots : 1, 1);
 	if (!slot_used) {
 		free(ref);
 		return err_set(e, ST_NOMEM, "out of memory");
@@ -719,7 +721,7 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 			n_run += q->state == SEQ_RUNNING;
 			if (q->state == SEQ_RUNNING && q->slot < s->n_slots)
 				slot_used[q->slot]++;
-			if ((q->state == SEQ_RUNNING) != (q->slot != SCHED_BLOCK_NONE))
+			if (s->n_slots && (q->state == SEQ_RUNNING) != (q->slot != SCHED_BLOCK_NONE))
 				st = err_set(e, ST_INVALID, "seq %" PRIu64 ": state %d with slot %u", q->seq_id, q->state, q->slot);
 			n_wait += q->state == SEQ_WAITING;
 			if (q->state == SEQ_WAITING && q->n_blocks)

@@ -16,7 +16,8 @@
  *   (prompt blocks are reserved at admission); a decode (one pending token)
  *   may hold one block less until the next plan allocates it;
  *   n_computed <= n_target <= n_tokens;
- *   exactly the running sequences hold an executor state slot, each its own.
+ *   in slot mode exactly the running sequences hold an executor state slot,
+ *   each its own.
  */
 #ifndef DSV4_SCHEDULER_SCHED_INTERNAL_H
 #define DSV4_SCHEDULER_SCHED_INTERNAL_H
@@ -48,7 +49,8 @@ struct sched__seq {
 	uint32_t n_hashes, cap_hashes;
 	struct kern_sampling_params sampling; /* the request's, with this choice's seed */
 	struct sched_stop stop;
-	uint32_t slot;                /* executor state slot while running, else SCHED_BLOCK_NONE */
+	uint32_t slot;                /* slot mode: executor state slot while running, else SCHED_BLOCK_NONE;
+					 block mode: EXEC_NO_SLOT while running */
 	bool slot_fresh;              /* the executor must restore the slot at its next step */
 	uint32_t sched_tokens;        /* tokens scheduled in the step being planned */
 	bool sched_sample;

@@ -93,6 +93,31 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 				return fail(f, e, "seq %u: block id %u >= %u", i, bt[b], o->n_blocks);
 		uint32_t p0 = s->n_cached_tokens, sl = s->state_slot;
 		uint64_t h = state_init(o);
+		if (o->block_mode) {
+			/* rules 1b/2b: the live state is the area of the block holding p-1 */
+			if (sl != EXEC_NO_SLOT)
+				return fail(f, e, "seq %u: state slot %u in block mode", i, sl, 0);
+			if (s->restore_state && p0 % B)
+				return fail(f, e, "seq %u: restart at %u, not a block boundary", i, p0, 0);
+			if (p0) {
+				uint32_t src = bt[(p0 - 1) / B];
+				if (f->blk_snap_pos[src] != (int64_t)p0 - 1)
+					return fail(f, e, "seq %u: block %u state is not at %u", i, src, p0 - 1);
+				h = f->blk_state[src];
+			}
+			for (uint32_t t = q0; t < q1; t++) {
+				uint32_t pos = (uint32_t)st->positions[t];
+				if (pos != p0 + (t - q0))
+					return fail(f, e, "seq %u: position %u, expected %u", i, pos, p0 + (t - q0));
+				uint32_t b = bt[pos / B];
+				if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
+					return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
+				h = state_next(h, st->token_ids[t], pos);
+				f->blk_last_pos[b] = f->blk_snap_pos[b] = pos;
+				f->blk_state[b] = h;
+			}
+			goto sampled;
+		}
 		if (sl >= f->ex.info.n_state_slots)
 			return fail(f, e, "seq %u: state slot %u out of range", i, sl, 0);
 		for (uint32_t j = 0; j < i; j++)
@@ -132,6 +157,7 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 		f->slot_state[sl] = h;
 		f->slot_seq[sl] = s->seq_id;
 		f->slot_pos[sl] = (int64_t)q1 - q0 + p0 - 1;
+sampled:
 		if (i < 64) {
 			rec.seq_tokens[i] = q1 - q0;
 			rec.seq_sample[i] = s->sample;
@@ -197,7 +223,7 @@ int fake_exec_init(struct fake_exec *f, const struct fake_exec_options *o)
 		.mix = fake_layer_mix(o->block_tokens),
 		.block_tokens = o->block_tokens,
 		.n_blocks = o->n_blocks,
-		.n_state_slots = n_slots,
+		.n_state_slots = o->block_mode ? 0 : n_slots,
 		.vocab_size = o->vocab,
 		.eos_token_id = o->eos_token_id,
 		.max_step_tokens = o->max_step_tokens,

@@ -22,7 +22,8 @@
 
 struct fake_exec_options {
 	uint32_t n_blocks, block_tokens, vocab, max_step_tokens, max_step_seqs, max_model_len;
-	uint32_t n_state_slots; /* 0 = max_step_seqs */
+	uint32_t n_state_slots; /* slot mode: 0 = max_step_seqs */
+	bool block_mode;        /* model/exec.h block mode (n_state_slots reported as 0) */
 	int32_t eos_token_id;
 	float eos_bias; /* added to the eos logit (negative: rarely stop) */
 	uint64_t model_seed;

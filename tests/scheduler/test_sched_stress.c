@@ -52,10 +52,11 @@ static int check_choices(struct harness *h, struct h_req *r)
 	return bad;
 }
 
-static void run(int caching, uint32_t n_requests)
+static void run(int caching, uint32_t n_requests, bool block_mode)
 {
 	struct harness h;
 	struct fake_exec_options fo = h_default_fake();
+	fo.block_mode = block_mode;
 	fo.n_blocks = 40;
 	fo.max_step_tokens = 96;
 	fo.max_step_seqs = 12;
@@ -126,8 +127,8 @@ static void run(int caching, uint32_t n_requests)
 	struct sched_stats st;
 	sched_stats_get(h.s, &st);
 	T_CHECK(st.n_blocks_used == 0 && st.n_requests_running == 0 && st.n_requests_waiting == 0);
-	fprintf(stderr, "caching %d: %u requests (%u refused), %u aborted, %u steps, %llu preemptions, "
-		"prefix hits %llu / %llu tokens\n", caching, n_sub, n_refused, n_aborted, steps,
+	fprintf(stderr, "%s mode, caching %d: %u requests (%u refused), %u aborted, %u steps, %llu preemptions, "
+		"prefix hits %llu / %llu tokens\n", block_mode ? "block" : "slot", caching, n_sub, n_refused, n_aborted, steps,
 		(unsigned long long)st.n_preemptions, (unsigned long long)st.prefix_cache_hits_tokens,
 		(unsigned long long)st.prefix_cache_queries_tokens);
 	T_CHECK(st.n_preemptions > 0);
@@ -142,7 +143,9 @@ static void run(int caching, uint32_t n_requests)
 int main(void)
 {
 	g_rng = h_seed();
-	run(1, 250);
-	run(0, 150);
+	run(1, 250, false);
+	run(0, 150, false);
+	run(1, 150, true);
+	run(0, 100, true);
 	return test_exit();
 }
