@@ -5,7 +5,10 @@
  */
 #include "kernels/moe_gemm/moe_dispatch.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "dsv4_config.h"
 
 enum status kern_moe_dispatch_ref(const struct kern_moe_dispatch_args *a)
 {
@@ -67,6 +70,17 @@ enum status kern_moe_combine_ref(const struct kern_moe_combine_args *a)
 	return ST_OK;
 }
 
+static bool dispatch_cuda_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	(void)dev;
+	const struct kern_moe_dispatch_shape *s = p->shape;
+	if (s && s->n_experts > 1024) {
+		snprintf(why, n, "%lld local experts (at most 1024)", (long long)s->n_experts);
+		return false;
+	}
+	return true;
+}
+
 static const struct kern_variant moe_dispatch_variants[] = {
 	{
 		.name = "moe_dispatch_cpu_ref",
@@ -74,6 +88,20 @@ static const struct kern_variant moe_dispatch_variants[] = {
 		.run = KERN_FN(kern_moe_dispatch_ref),
 		.run_host = KERN_FN(kern_moe_dispatch_ref),
 		.desc = "CPU reference: stable counting sort of (token, slot) by local expert",
+	},
+	{
+		.name = "moe_dispatch_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+		.supports = dispatch_cuda_supports,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_moe_dispatch_cuda_generic),
+		.run_host = KERN_FN(kern_moe_dispatch_cuda_generic_host),
+#endif
+		.desc = "portable CUDA dispatch: one block, deterministic stable placement",
 	},
 };
 
@@ -90,6 +118,19 @@ static const struct kern_variant moe_combine_variants[] = {
 		.run = KERN_FN(kern_moe_combine_ref),
 		.run_host = KERN_FN(kern_moe_combine_ref),
 		.desc = "CPU reference: per-token sum of its expert rows, f32",
+	},
+	{
+		.name = "moe_combine_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_moe_combine_cuda_generic),
+		.run_host = KERN_FN(kern_moe_combine_cuda_generic_host),
+#endif
+		.desc = "portable CUDA combine: a gather per token, fixed order",
 	},
 };
 

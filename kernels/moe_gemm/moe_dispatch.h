@@ -27,6 +27,13 @@
 #include "kernels/quant/quant.h"
 #include "kernels/registry/registry.h"
 
+/* kern_problem.shape for op moe_dispatch (may be NULL for moe_combine). */
+struct kern_moe_dispatch_shape {
+	int64_t n_experts;         /* local experts */
+	int top_k;
+	int64_t max_tokens;
+};
+
 struct kern_moe_dispatch_args {
 	int64_t n_tokens;
 	int top_k;
@@ -63,6 +70,15 @@ typedef enum status (*kern_moe_combine_fn)(const struct kern_moe_combine_args *a
 /* CPU references. ST_INVALID for bad sizes or missing outputs. */
 enum status kern_moe_dispatch_ref(const struct kern_moe_dispatch_args *a) DSV4_WUR;
 enum status kern_moe_combine_ref(const struct kern_moe_combine_args *a) DSV4_WUR;
+
+/* CUDA variants (moe_dispatch_generic.cu): every pointer is device memory,
+ * n_rows included (the host never needs it: moe_gemm's CUDA variant takes
+ * n_rows = n_tokens * top_k as an upper bound and reads the device offsets).
+ * dispatch needs n_experts <= 1024. *_host: the same on host buffers. */
+enum status kern_moe_dispatch_cuda_generic(const struct kern_moe_dispatch_args *a);
+enum status kern_moe_dispatch_cuda_generic_host(const struct kern_moe_dispatch_args *a);
+enum status kern_moe_combine_cuda_generic(const struct kern_moe_combine_args *a);
+enum status kern_moe_combine_cuda_generic_host(const struct kern_moe_combine_args *a);
 
 extern const struct kern_op kern_op_moe_dispatch;
 extern const struct kern_op kern_op_moe_combine;

@@ -69,7 +69,9 @@ extern const struct kern_op kern_op_moe_gemm;
 /* ---- CUDA variants (kernels/moe_gemm/moe_gemm_generic.cu) ---- */
 
 /* Generic expert GEMM for cc >= 8.0 (MXFP4, NVFP4, or FP8 with E8M0 or f32
- * 128x128 scales): weights decoded in shared memory, f32 FMA. x, y, expert_offsets, row_src and w_dev are device
+ * 128x128 scales): weights decoded in shared memory, f32 FMA. n_rows may be
+ * an upper bound (n_tokens * top_k) when the offsets were produced on the
+ * device: the device offsets decide which rows exist and are written. x, y, expert_offsets, row_src and w_dev are device
  * memory; w (host array) gives the shape and format. */
 enum status kern_moe_gemm_cuda_generic(const struct kern_moe_gemm_args *a);
 /* The same on host buffers (copies everything in and out). */
