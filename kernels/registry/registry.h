@@ -17,7 +17,8 @@
  *   2. backend matches the device (CPU device: cpu variants; GPU: cuda variants)
  *   3. cc_min <= cc <= cc_max
  *   4. the variant's image is in dev->loadable (the probe; an sm_100a image on
- *      sm_121 is refused here even if a cc range were wrong)
+ *      sm_121 is refused here even if a cc range were wrong), and its run()
+ *      is compiled into this binary
  *   5. required features present
  *   6. the stored weight format is one the variant accepts
  *   7. supports(problem, device) (shape limits, TP size), with its reason
