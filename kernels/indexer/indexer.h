@@ -47,6 +47,9 @@ struct kern_indexer_topk_args {
 	const float *q;           /* [n_tokens, n_heads, head_dim] prepared queries */
 	const float *head_w;      /* [n_tokens, n_heads] ω before weight_scale (x·weights_projᵀ) */
 	float weight_scale;       /* head_dim^-0.5 · n_heads^-0.5 */
+	bool bf16_scores;         /* emulate the reference's bf16 tensors: ω = bf16(head_w·weight_scale),
+				   * each q·k rounded to bf16, each ReLU·ω product rounded, the head
+				   * sum rounded (default: fp32 throughout, weight_scale applied last) */
 	const float *keys;        /* [n_key_rows, head_dim] prepared indexer keys (pool) */
 	int64_t n_key_rows;
 	int64_t n_tokens;         /* = q_off[n_seqs] */

@@ -48,9 +48,15 @@ static float score_of(const struct kern_indexer_topk_args *a, int64_t tok, const
 		float dot = 0;
 		for (int c = 0; c < a->head_dim; c++)
 			dot += q[c] * k[c];
-		acc += a->head_w[tok * a->n_heads + h] * (dot > 0 ? dot : 0);
+		float w = a->head_w[tok * a->n_heads + h];
+		if (a->bf16_scores) {
+			dot = kern__bf16_round(dot);
+			acc += kern__bf16_round((dot > 0 ? dot : 0) * kern__bf16_round(w * a->weight_scale));
+		} else {
+			acc += w * (dot > 0 ? dot : 0);
+		}
 	}
-	return acc * a->weight_scale;
+	return a->bf16_scores ? kern__bf16_round(acc) : acc * a->weight_scale;
 }
 
 static inline const float *key_of(const struct kern_indexer_topk_args *a, int s, int64_t w)

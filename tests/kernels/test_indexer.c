@@ -209,6 +209,39 @@ static void test_topk(int n_seqs, int H, int d, int k, bool ties)
 		free(bt);
 		free(pk);
 	}
+	/* bf16_scores: every score is a bf16 value within bf16 rounding of the fp32 one */
+	{
+		float *sb = xcalloc((size_t)(T * k), 4);
+		int32_t *tkb = xcalloc((size_t)(T * k), 4);
+		struct kern_indexer_topk_args b = a;
+		b.bf16_scores = true;
+		b.topk = tkb;
+		b.scores = sb;
+		b.work = NULL;
+		T_CHECK(kern_indexer_topk_ref(&b) == ST_OK);
+		int bb = 0;
+		for (int64_t i = 0; i < T; i++)
+			for (int j = 0; j < tl[i]; j++) {
+				float v = sb[i * k + j];
+				bb += v != kern__bf16_round(v);
+				bb += j > 0 && v > sb[i * k + j - 1];
+				bb += tkb[i * k + j] < 0;
+			}
+		T_CHECKF(bb == 0, "bf16 scores: %d bad", bb);
+		/* by hand: q·k = 1 + 2^-8 rounds (to even) to 1 in bf16; fp32 keeps it */
+		float q1 = 1.0f + 0x1p-8f, k1[4] = {1, 1, 1, 1}, w1 = 1, s1 = 0;
+		int32_t qo[2] = {0, 1}, st = 3, id = -1;
+		int64_t r0 = 0;
+		struct kern_indexer_topk_args h = {.q = &q1, .head_w = &w1, .weight_scale = 1, .bf16_scores = true,
+						   .keys = k1, .n_key_rows = 4, .n_tokens = 1, .n_seqs = 1, .q_off = qo,
+						   .start_pos = &st, .key_row0 = &r0, .ratio = 4, .n_heads = 1,
+						   .head_dim = 1, .top_k = 1, .topk = &id, .scores = &s1};
+		T_CHECK(kern_indexer_topk_ref(&h) == ST_OK && id == 0 && s1 == 1.0f);
+		h.bf16_scores = false;
+		T_CHECK(kern_indexer_topk_ref(&h) == ST_OK && id == 0 && s1 == q1);
+		free(sb);
+		free(tkb);
+	}
 	/* a pool too small for the visible entries is refused */
 	a.n_key_rows = row0[n_seqs - 1];
 	bool any = (start[n_seqs - 1] + (q_off[n_seqs] - q_off[n_seqs - 1])) / 4 > 0;
