@@ -29,10 +29,13 @@
  * Flat batch: sequence s owns tokens [q_off[s], q_off[s+1]) at positions
  * start_pos[s].., its state is slot state_slot[s] of the state pools, and
  * its entry w goes to row out_row0[s] + w of the output pool (or the paged
- * row of out_paged, rowmap.h). Tokens of one
- * sequence must be consecutive positions continuing its state. A GPU variant
- * parallelises over (sequence, channel); the state update order matters only
- * within a sequence.
+ * row of out_paged, rowmap.h). Tokens of one sequence must be consecutive
+ * positions continuing its state. A GPU variant parallelises over (sequence,
+ * channel); the state update order matters only within a sequence.
+ *
+ * Simulations: FP8_NOPE and HADAMARD_FP4 model the reference's QAT roundings
+ * (dsv4.md §2.2); NONE gives the plain norm + rope result, for comparisons
+ * with implementations that omit them (HF transformers omits the Hadamard).
  */
 #ifndef DSV4_KERNELS_COMPRESSOR_COMPRESSOR_H
 #define DSV4_KERNELS_COMPRESSOR_COMPRESSOR_H
