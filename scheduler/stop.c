@@ -99,9 +99,8 @@ int32_t sched_stop_feed(struct sched_stop *m, const struct sched_stop_set *set, 
 					break;
 				}
 		}
-		uint32_t u = utf8_incomplete_tail(m->pending, m->n_pending);
-		if (u > hold)
-			hold = u;
+		/* Never release half a character, whatever the stop strings look like. */
+		hold += utf8_incomplete_tail(m->pending, m->n_pending - hold);
 	}
 	release(m, m->n_pending - hold, out, out_n, nomem);
 	return -1;

@@ -28,9 +28,11 @@ struct sched_stop {
 
 /* Feed n bytes. Released bytes are appended to *out (heap, grown; *out_n
  * updated). final: no more bytes will come (release everything left).
- * Returns the index of the stop string that matched (the text from its start
- * on is dropped and the matcher is done), or -1. ST_NOMEM is reported via
- * *nomem. */
+ * Returns the index of the stop string that matched, or -1. The first feed
+ * that completes an occurrence of any stop string ends the text; among the
+ * occurrences complete at that point the earliest start wins (lower index on
+ * ties), and the text from that start on is dropped. ST_NOMEM is reported
+ * via *nomem. */
 int32_t sched_stop_feed(struct sched_stop *m, const struct sched_stop_set *set, const char *bytes, uint32_t n,
 			bool final, char **out, uint32_t *out_n, bool *nomem);
 void sched_stop_fini(struct sched_stop *m);
