@@ -423,6 +423,7 @@ int cmd_serve(int argc, char **argv)
 				break;
 		}
 	}
+	log_msg(LOG_INFO, "serve", "drained; stopping");
 	engine_destroy(en);
 	engine_test_exec_destroy(ex);
 	model_checkpoint_destroy(ck);
