@@ -17,6 +17,7 @@
 #ifndef DSV4_KERNELS_LINEAR_H
 #define DSV4_KERNELS_LINEAR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/status.h"
@@ -43,6 +44,10 @@ struct kern_linear_args {
 	const struct kern_wmat *w; /* [out, in], already prepared for the variant */
 	int act_quant_block;      /* 0 or 128 */
 	void *stream;             /* cudaStream_t for CUDA variants, ignored on the CPU */
+	void *workspace;          /* device scratch planned at load, for variants that need it
+				   * (linear_cublaslt_sm90: FP8 activations + cuBLASLt workspace;
+				   * size from kern_linear_cublaslt_workspace_bytes); NULL otherwise */
+	size_t workspace_bytes;
 };
 
 /* Signature of run / run_host of every linear variant. */
