@@ -218,7 +218,7 @@ static enum status add_step(struct model_tokenizer *tok, const char *pattern, bo
 	if (tok->n_steps == TOK_MAX_STEPS)
 		return err_set(e, ST_UNSUPPORTED, "pre_tokenizer: more than %d steps", TOK_MAX_STEPS);
 	struct tok__step *st = &tok->steps[tok->n_steps];
-	enum status s = tok__regex_compile(pattern, literal, &st->re, e);
+	enum status s = tok__regex_compile(pattern, literal, &st->re, &st->jit, e);
 	if (s != ST_OK)
 		return err_prefix(e, "pre_tokenizer");
 	st->behavior = b;

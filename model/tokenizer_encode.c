@@ -294,7 +294,9 @@ static bool find_matches(struct enc *x, const struct tok__step *st, size_t start
 	PCRE2_SPTR subj = (PCRE2_SPTR)(x->text + start);
 	size_t len = end - start, prev = 0, from = 0;
 	while (from <= len) {
-		int rc = pcre2_match(st->re, subj, len, from, PCRE2_NO_UTF_CHECK, x->md, x->mctx);
+		/* The text is valid UTF-8 (sanitized), so the JIT entry needs no checks. */
+		int rc = st->jit ? pcre2_jit_match(st->re, subj, len, from, 0, x->md, x->mctx)
+				 : pcre2_match(st->re, subj, len, from, PCRE2_NO_UTF_CHECK, x->md, x->mctx);
 		if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !x->jit_stack) {
 			x->jit_stack = pcre2_jit_stack_create(64 * 1024, 16 * 1024 * 1024, NULL);
 			x->mctx = pcre2_match_context_create(NULL);

@@ -32,12 +32,13 @@ struct tok__step {
 	pcre2_code *re;            /* owned; JIT-compiled when the JIT is available */
 	enum tok__behavior behavior;
 	bool invert;
+	bool jit;                  /* JIT-compiled: matched with pcre2_jit_match */
 };
 
 /* Translate a pattern in HF's regex dialect (Oniguruma, Unicode mode) into an
  * equivalent PCRE2 pattern (UTF + UCP) and compile it, JIT included.
  * literal: the pattern is a plain string (SplitPattern::String) to match as is. */
-enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **out,
+enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **out, bool *jit,
 			       struct err *e) DSV4_WUR;
 
 /* Translation only (exposed for tests): writes a NUL-terminated PCRE2 pattern

@@ -7,7 +7,9 @@
  * Oniguruma means:
  *   \s  U+0009..U+000D, U+0085 and General_Category Z (Zs, Zl, Zp);
  *       PCRE2's UCP \s leaves out U+0085.
- *   \w  L, M, Nd, Pc   (PCRE2 10.42's UCP \w is L, N and '_')
+ *   \w  Alphabetic, M, Nd, Pc (Oniguruma's Word; PCRE2 10.42's UCP
+ *       \w is L, N and '_'), plus U+00B2 U+00B3 U+00B9 U+00BC..U+00BE, which
+ *       Oniguruma's ISO-8859-1 ctype table (used below U+0100) calls word
  *   \d  Nd             \h  hex digit (PCRE2's \h is horizontal space)
  *   \uHHHH -> \x{HHHH}; ^ and $ are line anchors in Oniguruma (PCRE2_MULTILINE).
  * Constructs whose meaning differs and that we do not translate (nested or
@@ -31,6 +33,7 @@
 
 #define ONIG_SPACE_CTRL "\\t-\\r\\x{85}"
 #define ONIG_HEX "0-9A-Fa-f"
+#define ONIG_WORD_LATIN1 "\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}"
 
 struct sbuf {
 	char *p;
@@ -151,7 +154,7 @@ static enum status put_props(struct sbuf *b, const char *const *names, bool in_c
 }
 
 static const char *const space_props[] = {"Z", NULL};
-static const char *const word_props[] = {"L", "M", "Nd", "Pc", NULL};
+static const char *const word_props[] = {"Alphabetic", "M", "Nd", "Pc", NULL};
 
 /* Bytes of the UTF-8 character starting with byte c (1 for junk). */
 static size_t char_len(unsigned char c)
@@ -204,6 +207,8 @@ enum status tok__regex_translate(const char *pat, bool literal, char *out, size_
 					puts_(&b, x == 's' || x == 'w' ? "[" : "[^");
 				if (x == 's' || x == 'S')
 					puts_(&b, ONIG_SPACE_CTRL);
+				else
+					puts_(&b, ONIG_WORD_LATIN1);
 				st = put_props(&b, x == 's' || x == 'S' ? space_props : word_props, in_class,
 					       pat, e);
 				if (!in_class)
@@ -296,7 +301,7 @@ done:
 	return ST_OK;
 }
 
-enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **out,
+enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **out, bool *jit,
 			       struct err *e)
 {
 	*out = NULL;
@@ -323,6 +328,8 @@ enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **o
 		return st;
 	}
 	int jrc = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+	if (jit)
+		*jit = jrc == 0;
 	if (jrc != 0)
 		log_msg(LOG_WARN, "model", "tokenizer: regex /%s/: no JIT (%d), interpreting", buf,
 			jrc);

