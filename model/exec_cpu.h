@@ -1,0 +1,79 @@
+/*
+ * model/exec_cpu.h: the CPU executor, the reference implementation of the
+ * executor interface (model/exec.h) for DeepSeek-V4: weights as views into
+ * the mapped checkpoint (model/weights.h), a paged fp32 block pool
+ * (model/state.h), the forward pass (model/forward.h) and kern_sample_ref.
+ *
+ * Besides the vtable it exposes what tests and speculative decoding need:
+ * the logits of any rows of a step, the pre-head streams, and the MTP
+ * layer's forward.
+ */
+#ifndef DSV4_MODEL_EXEC_CPU_H
+#define DSV4_MODEL_EXEC_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kernels/kernels.h"
+#include "model/checkpoint.h"
+#include "model/exec.h"
+
+struct comm;
+struct model_exec_cpu;
+
+/* Numerics (docs/forward.md "Precision"). */
+enum model_precision {
+	MODEL_PREC_REFERENCE = 0, /* DeepSeek's reference: FP8/FP4 simulations on, bf16 storage rounding (default) */
+	MODEL_PREC_FP32 = 1,      /* no simulations, fp32 between ops: what transformers computes in float32 */
+};
+
+struct model_exec_cpu_options {
+	const struct model_checkpoint *ck; /* borrowed; must outlive the executor */
+	uint32_t block_tokens;    /* B; 0 = 256 (rounded up to a multiple of every ratio and >= the window) */
+	uint32_t n_blocks;        /* pool size; 0 = 64 */
+	uint32_t max_step_tokens; /* 0 = 512 */
+	uint32_t max_step_seqs;   /* 0 = 64 */
+	uint32_t max_model_len;   /* 0 = min(max_position_embeddings, n_blocks * B) */
+	enum model_precision precision;
+	bool load_mtp;            /* load mtp.0.* (model_exec_cpu_mtp) */
+	const struct kern_device *dev;        /* NULL: the CPU */
+	const struct kern_disabled *disabled; /* NULL: none */
+	/* Tensor parallelism (design.md): rank / world size / communicator.
+	 * Only world_size 1 (or 0, meaning 1) is implemented; see docs/forward.md. */
+	int rank, world_size;
+	struct comm *comm;
+};
+
+enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct model_exec_cpu_options *opt,
+				  struct err *e) DSV4_WUR;
+void model_exec_cpu_destroy(struct model_exec_cpu *x);
+
+/* The executor handle for the scheduler (borrowed; lives as long as x). */
+struct exec *model_exec_cpu_exec(struct model_exec_cpu *x);
+
+/* Run the forward pass of step (no sampling) and write the logits of flat
+ * tokens rows[0..n_rows) into logits [n_rows, vocab]. Updates the blocks as
+ * a step does. */
+enum status model_exec_cpu_forward(struct model_exec_cpu *x, const struct exec_step *step, const uint32_t *rows,
+				   uint32_t n_rows, float *logits, struct err *e) DSV4_WUR;
+
+/* Pre-head hyper-connection streams [n_tokens, hc_mult, hidden] of the last
+ * forward (step or model_exec_cpu_forward); valid until the next call. NULL
+ * before the first. */
+const float *model_exec_cpu_streams(const struct model_exec_cpu *x);
+
+/* MTP logits [n_tokens, vocab] from pre-head streams [n_tokens, hc_mult,
+ * hidden] and the next token ids: mtp_step has the same sequences, positions
+ * and block tables as the main step that produced the streams, with
+ * token_ids[i] = the token after flat token i. */
+enum status model_exec_cpu_mtp(struct model_exec_cpu *x, const struct exec_step *mtp_step, const float *streams,
+			       float *logits, struct err *e) DSV4_WUR;
+
+/* The per-layer kernel plan ("layer 2 (CSA): linear=linear_cpu_ref ..."),
+ * one line per layer, into buf; returns the length needed. */
+size_t model_exec_cpu_plan_str(const struct model_exec_cpu *x, char *buf, size_t n);
+/* The plan for /metrics and logs (borrowed). */
+const struct kern_plan *model_exec_cpu_plan(const struct model_exec_cpu *x);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * model/forward.h: the DeepSeek-V4 forward pass over one flat varlen batch
+ * (design.md "The executor"; dsv4.md §3), every op called through the
+ * variant the layer plan (model/weights.h) holds, per-sequence state in the
+ * paged block pool (model/state.h) with the block rules of model/exec.h.
+ *
+ * Precision (docs/forward.md): fp32 accumulation everywhere. With
+ * quant_sim the reference's simulations run (FP8 act_quant block 128 before
+ * FP8/FP4 GEMMs, KV nope FP8 qdq block 64, indexer Hadamard + FP4 qdq); with
+ * bf16_round every tensor the reference stores in bf16 (residual streams,
+ * sublayer inputs and outputs, norm outputs, bf16 linear outputs, q/kv after
+ * rope, attention output) is rounded to bf16 values. Both on is the
+ * reference (serving default); both off is transformers in float32 (the
+ * golden files), up to the compressor op, which always rounds its entries
+ * to bf16 as the reference does.
+ *
+ * Owned by one thread; buffers sized at create for max_tokens, nothing is
+ * allocated per step except inside the CPU reference kernels themselves.
+ */
+#ifndef DSV4_MODEL_FORWARD_H
+#define DSV4_MODEL_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "model/exec.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+struct model_fwd;
+
+struct model_fwd_options {
+	uint32_t max_tokens;   /* flat batch capacity */
+	uint32_t max_seqs;     /* sequences per step */
+	uint32_t max_context;  /* longest context (positions) a sequence may reach */
+	bool quant_sim;
+	bool bf16_round;
+};
+
+enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,
+			     const struct model_fwd_options *opt, struct err *e) DSV4_WUR;
+void model_fwd_destroy(struct model_fwd *f);
+
+/* Run the main layers over step (token ids, positions, sequences, block
+ * tables as model/exec.h), updating the sequences' blocks. On success the
+ * pre-head streams [n_tokens, hc_mult, D] are at model_fwd_streams(). */
+enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, struct err *e) DSV4_WUR;
+const float *model_fwd_streams(const struct model_fwd *f);
+
+/* Final head on rows[0..n_rows) of streams [*, hc_mult, D]: HCHead, final
+ * norm, lm_head (fp32). logits [n_rows, vocab]. */
+enum status model_fwd_logits(struct model_fwd *f, const float *streams, const uint32_t *rows, uint32_t n_rows,
+			     float *logits, struct err *e) DSV4_WUR;
+
+/* The MTP layer (dsv4.md §3.11): step carries the NEXT token ids (token t+1
+ * at the row of position t) with the same positions and block tables as the
+ * main step whose pre-head streams are given; the MTP layer's ring lives in
+ * the same blocks. logits [n_tokens, vocab] (MTP head: its own HCHead and
+ * norm, the shared lm_head). ST_UNSUPPORTED when MTP was not loaded. */
+enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, const float *streams,
+			  float *logits, struct err *e) DSV4_WUR;
+
+#endif
