@@ -354,6 +354,25 @@ int cmd_serve(int argc, char **argv)
 		model_checkpoint_destroy(ck);
 		return CLI_EXIT_FAIL;
 	}
+	const char *script = getenv("DSV4_TEST_EXEC_SCRIPT");
+	if (script && script[0]) {
+		/* Test hook: whitespace-separated token ids every output starts with. */
+		int32_t ids[4096];
+		uint32_t n = 0;
+		for (char *p = (char *)script, *end; *p && n < 4096; p = end) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			ids[n++] = (int32_t)v;
+		}
+		if (engine_test_exec_script(ex, ids, n, &e)) {
+			fprintf(stderr, "dsv4 serve: DSV4_TEST_EXEC_SCRIPT: %s\n", e.msg);
+			engine_test_exec_destroy(ex);
+			model_checkpoint_destroy(ck);
+			return CLI_EXIT_FAIL;
+		}
+		log_msg(LOG_INFO, "serve", "test executor scripted with %u tokens", n);
+	}
 	atomic_store(&g_heartbeat_s, time_mono_s());
 	struct engine_options eo = {
 		.model_dir = dir,

@@ -143,6 +143,8 @@ struct test_exec {
 	struct exec ex;
 	float *logits;
 	void *work;
+	int32_t *script;
+	uint32_t n_script;
 };
 
 static uint64_t mix64(uint64_t x)
@@ -161,6 +163,13 @@ static enum status test_step(void *ctx, const struct exec_step *st, struct exec_
 		const struct exec_seq *s = &st->seqs[i];
 		if (!s->sample)
 			continue;
+		if (s->n_output < t->n_script) {
+			memset(&out[k], 0, sizeof out[k]);
+			out[k].seq_index = i;
+			out[k].out.token_id = t->script[s->n_output];
+			k++;
+			continue;
+		}
 		uint32_t last = st->query_start[i + 1] - 1;
 		uint64_t h = mix64(((uint64_t)(uint32_t)st->token_ids[last] << 32) ^ (uint64_t)st->positions[last]);
 		/* Sparse logits: a handful of likely tokens over a flat floor. */
@@ -226,11 +235,28 @@ enum status engine_test_exec_create(struct exec **out, uint32_t vocab_size, int3
 	return ST_OK;
 }
 
+enum status engine_test_exec_script(struct exec *ex, const int32_t *ids, uint32_t n, struct err *e)
+{
+	struct test_exec *t = ex->ctx;
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] < 0 || (uint32_t)ids[i] >= t->ex.info.vocab_size)
+			return err_set(e, ST_INVALID, "test executor script: id %d outside the vocabulary", ids[i]);
+	int32_t *c = malloc((n ? n : 1) * sizeof *c);
+	if (!c)
+		return err_set(e, ST_NOMEM, "test executor: out of memory");
+	memcpy(c, ids, n * sizeof *c);
+	free(t->script);
+	t->script = c;
+	t->n_script = n;
+	return ST_OK;
+}
+
 void engine_test_exec_destroy(struct exec *ex)
 {
 	if (!ex)
 		return;
 	struct test_exec *t = ex->ctx;
+	free(t->script);
 	free(t->logits);
 	free(t->work);
 	free(t);

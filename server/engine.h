@@ -63,6 +63,10 @@ void engine_destroy(struct engine *en);
  * on the prompt, which is all the HTTP, SSE and scheduler paths need. */
 enum status engine_test_exec_create(struct exec **out, uint32_t vocab_size, int32_t eos_token_id,
 				    uint32_t max_model_len, struct err *e) DSV4_WUR;
+/* Script the test executor: every sequence's output starts with these ids
+ * (copied; sampling is bypassed for them), then continues as above. For
+ * tests that need a known output, e.g. a DSML tool call. */
+enum status engine_test_exec_script(struct exec *ex, const int32_t *ids, uint32_t n, struct err *e) DSV4_WUR;
 void engine_test_exec_destroy(struct exec *ex);
 
 #endif

@@ -32,11 +32,11 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, *extra):
+    def __init__(self, *extra, env=None):
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "dsv4-e2e-%d-%d.log" % (os.getpid(), id(self))), "w+")
         self.p = subprocess.Popen([BIN, "serve", "--model", "tiny", "--port", "0", "--executor", "test",
                                    "--served-model-name", "tiny-e2e", *extra],
-                                  stdout=self.log, stderr=subprocess.STDOUT)
+                                  stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
         self.port = None
         t0 = time.time()
         while time.time() - t0 < 120 and self.p.poll() is None:
@@ -240,6 +240,16 @@ def main():
         {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\": 21}"}])
     check(rt.choices[0].finish_reason in ("stop", "length", "tool_calls"), "tool round trip answered")
 
+    # Token ids of a known DSML tool call, for the scripted server below.
+    call_text = ("Let me check.\n\n<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
+                 "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Paris</\uff5cDSML\uff5cparameter>\n"
+                 "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">3</\uff5cDSML\uff5cparameter>\n"
+                 "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
+    st, body, _ = http(srv, "POST", "/tokenize", {"prompt": call_text})
+    script_ids = json.loads(body)["tokens"] + [1]  # then <｜end▁of▁sentence｜>
+    st, body, _ = http(srv, "POST", "/detokenize", {"tokens": script_ids[:-1]})
+    check(json.loads(body)["prompt"] == call_text, "DSML text round-trips through the tokenizer")
+
     # ---- prefix cache: the same long prompt twice reports cached tokens ----
     long_msgs = [{"role": "user", "content": "cache " * 150}]
     client.chat.completions.create(model="tiny-e2e", messages=long_msgs, max_tokens=1, temperature=0)
@@ -324,8 +334,46 @@ def main():
     check(rc == 0, "main server exit status after SIGTERM: %r\n%s" % (rc, srv.logtext()[-3000:]))
 
     # ---- 429 and SIGTERM drain on a one-sequence server ----
-    small = Server("--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60")
+    small = Server("--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60",
+                   env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids))})
     sclient = openai.OpenAI(base_url=small.url + "/v1", api_key="x", max_retries=0)
+
+    # ---- a generated tool call comes back as tool_calls, streamed or not ----
+    wmsgs = [{"role": "user", "content": "Weather in Paris?"}]
+    r = sclient.chat.completions.create(model="tiny-e2e", messages=wmsgs, tools=tools, max_tokens=200)
+    c = r.choices[0]
+    check(c.finish_reason == "tool_calls", "finish_reason tool_calls: %r" % c.finish_reason)
+    check(c.message.content == "Let me check.", "content before the call: %r" % c.message.content)
+    tcs = c.message.tool_calls or []
+    check(len(tcs) == 1 and tcs[0].function.name == "get_weather" and tcs[0].type == "function" and
+          tcs[0].id.startswith("call_"), "one tool call: %r" % tcs)
+    if tcs:
+        check(json.loads(tcs[0].function.arguments) == {"city": "Paris", "days": 3},
+              "arguments: %r" % tcs[0].function.arguments)
+    stream = sclient.chat.completions.create(model="tiny-e2e", messages=wmsgs, tools=tools, max_tokens=200,
+                                             stream=True)
+    content, args, names, ids_seen, finish = "", {}, {}, {}, None
+    for ch in stream:
+        for cc in ch.choices:
+            d = cc.delta
+            content += d.content or ""
+            for t in d.tool_calls or []:
+                if t.id:
+                    ids_seen[t.index] = t.id
+                if t.function and t.function.name:
+                    names[t.index] = t.function.name
+                if t.function and t.function.arguments:
+                    args[t.index] = args.get(t.index, "") + t.function.arguments
+            finish = cc.finish_reason or finish
+    check(finish == "tool_calls" and content == "Let me check." and names == {0: "get_weather"},
+          "streamed tool call: %r %r %r" % (finish, content, names))
+    check(json.loads(args.get(0, "null")) == {"city": "Paris", "days": 3}, "streamed arguments: %r" % args)
+    # The round trip: the call and its result go back in; the server renders them (DSML) and answers.
+    if tcs:
+        back = wmsgs + [c.message.model_dump(exclude_none=True),
+                        {"role": "tool", "tool_call_id": tcs[0].id, "content": "{\"temp_c\": 21}"}]
+        rt = sclient.chat.completions.create(model="tiny-e2e", messages=back, tools=tools, max_tokens=3)
+        check(rt.choices[0].message is not None, "round trip answered")
     results = {}
 
     def long_req(name, n):
