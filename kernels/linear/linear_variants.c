@@ -9,6 +9,12 @@
  *   linear_cuda_generic_bf16  the same kernel for bf16 / f32 weights (lm_head,
  *                        router gate, dequantized checkpoints).
  *   linear_cpu_ref       the reference; every format, every shape.
+ * Added by cuda-kernels-2 (rows at the end of the table):
+ *   linear_cublaslt_sm90 cc 9.0 only; cuBLASLt FP8 x FP8 with 128x128 f32
+ *                        weight scales and 1x128 activation scales
+ *                        (activations quantized on the device first).
+ *   linear_sm100a_fp8, linear_sm120a_fp8, linear_sm121a_fp8: guards only
+ *                        (no run() yet), refused as "not compiled".
  */
 #include "kernels/linear/linear.h"
 
@@ -17,6 +23,7 @@
 #include <stdlib.h>
 
 #include "dsv4_config.h"
+#include "kernels/linear/linear_cublaslt.h"
 
 /* ---- guards ---- */
 
@@ -55,6 +62,49 @@ static bool linear_cuda_generic_supports(const struct kern_problem *p, const str
 		snprintf(why, n, "dimension above 2^24");
 		return false;
 	}
+	return true;
+}
+
+/* ---- guards of the cuda-kernels-2 variants ---- */
+
+/* linear_cublaslt_sm90: FP8 x FP8 through cuBLASLt's DeepSeek block scaling.
+ * in % 512: whole 128-wide K blocks and a 4-aligned count of them per row
+ * (the scale layout cuBLASLt reads; linear_cublaslt.cu). out % 16: the FP8
+ * path's 16-byte alignment of D. On a real device the heuristic is asked,
+ * for T = 1 and T = max_tokens, whether it has an algorithm. */
+static bool linear_cublaslt_supports(const struct kern_problem *p, const struct kern_device *dev, char *why,
+				     size_t n)
+{
+	if (!linear_shape_ok(p, why, n))
+		return false;
+	const struct kern_linear_shape *s = p->shape;
+	if (s->act_quant_block != 128) {
+		snprintf(why, n, "act_quant_block %d: the FP8 x FP8 GEMM needs 128", s->act_quant_block);
+		return false;
+	}
+	if (s->in % 512) {
+		snprintf(why, n, "in %lld not a multiple of 512 (cuBLASLt 128x128 scale layout)", (long long)s->in);
+		return false;
+	}
+	if (s->out % 16) {
+		snprintf(why, n, "out %lld not a multiple of 16 (cuBLASLt FP8 alignment)", (long long)s->out);
+		return false;
+	}
+	if (s->in > (1 << 24) || s->out > (1 << 24) || s->max_tokens > 65535) {
+		snprintf(why, n, "dimension too large");
+		return false;
+	}
+#if DSV4_HAVE_CUDA
+	if (!dev->simulated) {
+		if (!kern_linear_cublaslt_check(dev->index, s->in, s->out, 1, s->y_dtype, why, n))
+			return false;
+		if (s->max_tokens > 1 &&
+		    !kern_linear_cublaslt_check(dev->index, s->in, s->out, s->max_tokens, s->y_dtype, why, n))
+			return false;
+	}
+#else
+	(void)dev;
+#endif
 	return true;
 }
 
@@ -201,6 +251,64 @@ static const struct kern_variant linear_variants[] = {
 		.run_host = KERN_FN(kern_linear_cuda_generic_host),
 #endif
 		.desc = "portable CUDA linear for bf16 / f32 weights (lm_head, gate; f32 FMA)",
+	},
+	/* ---- cuda-kernels-2 ---- */
+	{
+		.name = "linear_cublaslt_sm90",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 90,
+		.cc_max = 90,
+		.target = KERN_TARGET_SM80, /* its act-quant kernel; the GEMM is cuBLASLt's */
+		.features = KERN_FEAT_FP8_MMA,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
+		.wfmt_run = KERN_WFMT_FP8_F32_B128,
+		.priority = 20,
+		.supports = linear_cublaslt_supports,
+		.prepare = prepare_fp8_f32_scales,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_linear_cublaslt),
+		.run_host = KERN_FN(kern_linear_cublaslt_host),
+#endif
+		.desc = "cuBLASLt FP8 GEMM, BLK128x128 f32 weight scales x VEC128 activation scales (sm_90 only)",
+	},
+	/* Block-scaled FP8 tensor-core variants of later issues: real guards, no
+	 * run() in this build, so selection refuses them ("not compiled into this
+	 * binary") and falls through to the generic kernel. */
+	{
+		.name = "linear_sm100a_fp8",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 100,
+		.cc_max = 100,
+		.target = KERN_TARGET_SM100A,
+		.features = KERN_FEAT_TCGEN05,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
+		.priority = 30,
+		.supports = linear_cuda_generic_supports,
+		.desc = "tcgen05 kind::mxf8f6f4 with ue8m0 scales (not implemented yet)",
+	},
+	{
+		.name = "linear_sm120a_fp8",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 120,
+		.cc_max = 120,
+		.target = KERN_TARGET_SM120A,
+		.features = KERN_FEAT_FP4_MMA_SYNC,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
+		.priority = 30,
+		.supports = linear_cuda_generic_supports,
+		.desc = "mma.sync kind::mxf8f6f4.block_scale ue8m0 (not implemented yet)",
+	},
+	{
+		.name = "linear_sm121a_fp8",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 121,
+		.cc_max = 121,
+		.target = KERN_TARGET_SM121A,
+		.features = KERN_FEAT_FP4_MMA_SYNC,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
+		.priority = 30,
+		.supports = linear_cuda_generic_supports,
+		.desc = "mma.sync kind::mxf8f6f4.block_scale ue8m0 on GB10 (not implemented yet)",
 	},
 };
 
