@@ -452,6 +452,11 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 	}
 	s->st.n_steps++;
 	s->st.last_step_tokens = st.n_tokens;
+	s->st.iter_tokens_sum += st.n_tokens;
+	uint32_t b = 0;
+	while (b < SCHED_ITER_BUCKETS - 1 && st.n_tokens > sched_iter_bucket_le[b])
+		b++;
+	s->st.iter_tokens_count[b]++;
 	sched__publish_stats(s);
 	if (n_tokens_out)
 		*n_tokens_out = st.n_tokens;

@@ -30,6 +30,9 @@ int sched_refusal_http_status(enum sched_refusal r)
 	}
 }
 
+const uint32_t sched_iter_bucket_le[SCHED_ITER_BUCKETS - 1] = {1,   8,   16,   32,   64,   128,  256,
+								512, 1024, 2048, 4096, 8192, 16384};
+
 void sched_event_clear(struct sched_event *ev)
 {
 	if (!ev)

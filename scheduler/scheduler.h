@@ -152,6 +152,11 @@ struct sched_request_params {
 
 /* ---- Metrics snapshot (serving.md 2.1 names in comments) ---- */
 
+/* Upper bounds (inclusive) of the tokens-per-step histogram buckets, vLLM's
+ * vllm:iteration_tokens_total; the last bucket is +Inf. */
+#define SCHED_ITER_BUCKETS 14
+extern const uint32_t sched_iter_bucket_le[SCHED_ITER_BUCKETS - 1];
+
 struct sched_stats {
 	uint32_t n_requests_running;       /* vllm:num_requests_running */
 	uint32_t n_requests_waiting;       /* vllm:num_requests_waiting */
@@ -165,7 +170,9 @@ struct sched_stats {
 	uint64_t prefill_computed_tokens;  /* prompt + recompute tokens actually run */
 	uint64_t generation_tokens;        /* vllm:generation_tokens_total */
 	uint64_t n_steps;
-	uint64_t last_step_tokens;         /* vllm:iteration_tokens_total sample */
+	uint64_t last_step_tokens;
+	uint64_t iter_tokens_count[SCHED_ITER_BUCKETS]; /* vllm:iteration_tokens_total, per bucket (not cumulative) */
+	uint64_t iter_tokens_sum;
 	uint64_t n_finished[SCHED_FINISH_N_REASONS]; /* vllm:request_success_total{finished_reason} */
 	uint64_t n_refused[SCHED_REFUSE_N];          /* vllm:admission_rejections_total */
 };

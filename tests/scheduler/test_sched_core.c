@@ -127,6 +127,11 @@ static void test_chunked_budget_and_decode_first(void)
 			T_CHECK(rec->seq_sample[1]);
 	}
 	T_CHECK(prefill == 150 && steps == 4); /* 47 + 47 + 47 + 9 */
+	struct sched_stats hs;
+	sched_stats_get(h.s, &hs);
+	/* steps so far: 20 tokens, 1, then 48, 48, 48, 10 */
+	T_CHECK(hs.iter_tokens_count[0] == 1 && hs.iter_tokens_count[2] == 1 && hs.iter_tokens_count[3] == 1 &&
+		hs.iter_tokens_count[4] == 3 && hs.iter_tokens_sum == 20 + 1 + 48 * 3 + 10 && hs.n_steps == 6);
 	h_run(&h, 1000);
 	T_CHECK(!h_check_ref(&h, a) && !h_check_ref(&h, b));
 	h_close(&h);
