@@ -7,6 +7,11 @@
  *                          read as stored (W4A16-style: e2m1 decoded in shared
  *                          memory, f32 FMA). The floor on every GPU.
  *   moe_gemm_cpu_ref       the reference; every weight format.
+ * Added by cuda-kernels-2 (rows at the end of the table):
+ *   moe_gemm_sm90_fp4      cc 9.0, sm_90a image; MXFP4/NVFP4 unpacked in
+ *                          registers to bf16, mma.sync m16n8k16.
+ *   moe_gemm_sm100a_fp4, moe_gemm_sm120a_fp4, moe_gemm_sm121a_fp4: guards
+ *                          only (no run() yet), refused as "not compiled".
  */
 #include "kernels/moe_gemm/moe_gemm.h"
 
@@ -15,6 +20,7 @@
 #include <stdlib.h>
 
 #include "dsv4_config.h"
+#include "kernels/moe_gemm/moe_gemm_sm90.h"
 
 /* ---- guards ---- */
 
@@ -63,6 +69,18 @@ static bool moe_cuda_generic_supports(const struct kern_problem *p, const struct
 	}
 	if (s->max_rows > INT32_MAX / 2) {
 		snprintf(why, n, "max_rows %lld too large", (long long)s->max_rows);
+		return false;
+	}
+	return true;
+}
+
+/* The FP4 tensor-core variants (cuda-kernels-2): MXFP4 / NVFP4 only, in % 32. */
+static bool moe_fp4_mma_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	if (!moe_cuda_generic_supports(p, dev, why, n))
+		return false;
+	if (p->wfmt != KERN_WFMT_MXFP4 && p->wfmt != KERN_WFMT_NVFP4) {
+		snprintf(why, n, "FP4 experts only");
 		return false;
 	}
 	return true;
@@ -184,6 +202,61 @@ static const struct kern_variant moe_gemm_variants[] = {
 		.run_host = KERN_FN(kern_moe_gemm_cuda_generic_host),
 #endif
 		.desc = "portable CUDA grouped expert GEMM, MXFP4/NVFP4/FP8 experts (f32 FMA)",
+	},
+	/* ---- cuda-kernels-2 ---- */
+	{
+		.name = "moe_gemm_sm90_fp4",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 90,
+		.cc_max = 90,
+		.target = KERN_TARGET_SM90A,
+		.features = KERN_FEAT_BF16_MMA,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.priority = 20,
+		.supports = moe_fp4_mma_supports,
+#if DSV4_HAVE_SM_90A
+		.run = KERN_FN(kern_moe_gemm_sm90_fp4),
+		.run_host = KERN_FN(kern_moe_gemm_sm90_fp4_host),
+#endif
+		.desc = "Hopper W4A16 expert GEMM: e2m1 unpacked in registers to bf16, mma.sync m16n8k16",
+	},
+	/* Native block-scaled FP4 MMA variants of a later issue: real guards, no
+	 * run() in this build, refused as "not compiled into this binary". */
+	{
+		.name = "moe_gemm_sm100a_fp4",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 100,
+		.cc_max = 100,
+		.target = KERN_TARGET_SM100A,
+		.features = KERN_FEAT_TCGEN05,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.priority = 30,
+		.supports = moe_fp4_mma_supports,
+		.desc = "tcgen05 kind::mxf4nvf4 block_scale (not implemented yet)",
+	},
+	{
+		.name = "moe_gemm_sm120a_fp4",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 120,
+		.cc_max = 120,
+		.target = KERN_TARGET_SM120A,
+		.features = KERN_FEAT_FP4_MMA_SYNC,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.priority = 30,
+		.supports = moe_fp4_mma_supports,
+		.desc = "mma.sync m16n8k64 kind::mxf4nvf4.block_scale (not implemented yet)",
+	},
+	{
+		.name = "moe_gemm_sm121a_fp4",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 121,
+		.cc_max = 121,
+		.target = KERN_TARGET_SM121A,
+		.features = KERN_FEAT_FP4_MMA_SYNC,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.priority = 30,
+		.supports = moe_fp4_mma_supports,
+		.desc = "mma.sync m16n8k64 kind::mxf4nvf4.block_scale on GB10 (not implemented yet)",
 	},
 };
 

@@ -1,0 +1,325 @@
+/*
+ * kernels/moe_gemm/moe_gemm_sm90.cu: the grouped FP4 expert GEMM on Hopper
+ * tensor cores (variant moe_gemm_sm90_fp4), compiled for sm_90a only.
+ *
+ * Hopper has no FP4 MMA (kernels.md §3.1), so this is W4A16 in the Marlin
+ * spirit: e2m1 codes are unpacked in registers straight into bf16 MMA
+ * fragments and multiplied with bf16 activations by mma.sync m16n8k16
+ * (f32 accumulation). Numerics are exact up to the f32 accumulation order:
+ *   - e2m1 × block scale is exact in bf16 (≤ 5 significant bits: MXFP4's
+ *     E8M0 is a power of two; NVFP4's e4m3 has 4), and NVFP4's per-expert
+ *     f32 global scale multiplies the accumulator once at the end;
+ *   - activations after the FP8 act_quant (e4m3 × power of two) and bf16
+ *     activations are exact in bf16; f32 activations without act_quant are
+ *     split x = hi + lo into two bf16 halves and take two MMAs (residual
+ *     below 2^-16 relative).
+ *
+ * Tiling: one block of 4 warps per (expert, 16-row tile, 64 outputs). The
+ * block scans the device offsets for its expert (as the generic kernel),
+ * stages 16 rows × 256 K of activations in shared memory as bf16 (gathered
+ * through row_src, act_quant per 128 columns by a 4-lane shuffle), and each
+ * warp owns 16 outputs (two n8 tiles). Per 64-wide K chunk a lane loads 8
+ * bytes (16 codes) of one weight row with one 64-bit load; the K order inside
+ * the chunk is permuted so that those 16 codes are exactly the lane's B
+ * fragments for the chunk's four k16 steps (the A fragments read the same
+ * permutation from shared memory; a dot product does not care about K order).
+ * No shared memory for weights, no ldmatrix, no cp.async: simple first, tuned
+ * later (the benchmark says how far from the roofline it is).
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "kernels/moe_gemm/moe_gemm_sm90.h"
+}
+#include "kernels/quant/quant_cuda.cuh"
+
+#define S9_TM 16  /* rows per block */
+#define S9_TN 64  /* outputs per block: 4 warps × 2 n8 tiles */
+#define S9_TK 256 /* K per staged activation tile */
+#define S9_NT 128
+#define S9_XLD (S9_TK + 8) /* bf16 row stride of the staged tile (breaks bank alignment) */
+
+static __device__ __forceinline__ uint32_t s9_pack_bf16(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
+/* Byte b of a packed e2m1 row (low nibble = even element) times s, as bf16x2. */
+static __device__ __forceinline__ uint32_t s9_decode_pair(uint32_t b, float s)
+{
+	return s9_pack_bf16(kq_e2m1_to_f32(b & 0xFu) * s, kq_e2m1_to_f32((b >> 4) & 0xFu) * s);
+}
+
+static __device__ __forceinline__ void s9_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+					      uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+		     "{%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <bool SPLIT>
+__global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
+	int64_t n_experts, const int32_t *__restrict__ offsets, const int32_t *__restrict__ row_src, int64_t in,
+	int64_t out, const void *__restrict__ x, int x_dt, int64_t ldx, void *__restrict__ y, int y_dt, int64_t ldy,
+	const struct kern_wmat *__restrict__ w, int act_quant)
+{
+	__shared__ __align__(16) __nv_bfloat16 xs[S9_TM][S9_XLD];
+	__shared__ __align__(16) __nv_bfloat16 xl[SPLIT ? S9_TM : 1][SPLIT ? S9_XLD : 8];
+	__shared__ int sh_expert, sh_r0, sh_r1;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	if (tid == 0) {
+		int64_t slot = blockIdx.y, cum = 0;
+		sh_expert = -1;
+		for (int64_t e = 0; e < n_experts; e++) {
+			const int32_t b = offsets[e], c = offsets[e + 1];
+			const int64_t tiles = (c - b + S9_TM - 1) / S9_TM;
+			if (slot < cum + tiles) {
+				sh_expert = (int)e;
+				sh_r0 = b + (int)(slot - cum) * S9_TM;
+				sh_r1 = min(sh_r0 + S9_TM, c);
+				break;
+			}
+			cum += tiles;
+		}
+	}
+	__syncthreads();
+	const int e = sh_expert;
+	if (e < 0)
+		return;
+	const int r0 = sh_r0, r1 = sh_r1;
+	const struct kern_wmat wm = w[e];
+	const bool nv = wm.fmt == KERN_WFMT_NVFP4;
+	const uint8_t *wd = (const uint8_t *)wm.data, *wsc = (const uint8_t *)wm.scale;
+	const int g = lane >> 2, tig = lane & 3;
+	const int64_t n_warp = (int64_t)blockIdx.x * S9_TN + warp * 16;
+	/* Activation staging layout: 8 threads per row, 32 consecutive columns each. */
+	const int xr = tid >> 3, xseg = (tid & 7) * 32;
+	const int xrow = r0 + xr;
+	const int64_t src = xrow < r1 ? (row_src ? row_src[xrow] : xrow) : -1;
+	float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+
+	for (int64_t k0 = 0; k0 < in; k0 += S9_TK) {
+		/* Weights of this tile first, so the loads are in flight while the
+		 * activations are staged: 4 chunks × 2 n-tiles × 16 codes. */
+		uint2 wq[4][2];
+		float wsv[4][2];
+#pragma unroll
+		for (int c = 0; c < 4; c++)
+#pragma unroll
+			for (int j = 0; j < 2; j++) {
+				const int64_t o = n_warp + j * 8 + g, kk = k0 + c * 64 + tig * 16;
+				wq[c][j] = make_uint2(0u, 0u);
+				wsv[c][j] = 0.f;
+				if (o < out && kk < in) {
+					wq[c][j] = *(const uint2 *)(wd + o * (in / 2) + kk / 2);
+					wsv[c][j] = nv ? kq_e4m3_to_f32(wsc[o * (in / 16) + kk / 16])
+						       : kq_e8m0_to_f32(wsc[o * (in / 32) + kk / 32]);
+				}
+			}
+
+		__syncthreads(); /* the previous tile's readers are done */
+		{
+			float v[32];
+			float amax = 0.f;
+#pragma unroll
+			for (int i = 0; i < 32; i++) {
+				const int64_t k = k0 + xseg + i;
+				v[i] = (src >= 0 && k < in) ? kq_load(x, x_dt, src * ldx + k) : 0.f;
+				amax = fmaxf(amax, fabsf(v[i]));
+			}
+			if (act_quant) {
+				/* 4 lanes (tid & 3 group within the row's 8) cover one 128-column block. */
+				amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+				amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+				const float s = kq_fp8_block_scale(amax);
+#pragma unroll
+				for (int i = 0; i < 32; i++)
+					v[i] = kq_fp8_qdq(v[i], s);
+			}
+#pragma unroll
+			for (int i = 0; i < 32; i += 2) {
+				const __nv_bfloat162 h = __floats2bfloat162_rn(v[i], v[i + 1]);
+				*(__nv_bfloat162 *)&xs[xr][xseg + i] = h;
+				if (SPLIT)
+					*(__nv_bfloat162 *)&xl[xr][xseg + i] = __floats2bfloat162_rn(
+						v[i] - __bfloat162float(h.x), v[i + 1] - __bfloat162float(h.y));
+			}
+		}
+		__syncthreads();
+
+#pragma unroll
+		for (int c = 0; c < 4; c++) {
+			if (k0 + c * 64 >= in)
+				break;
+			/* The lane's 16 activations of rows g and g+8 for this chunk. */
+			const int base = c * 64 + tig * 16;
+			uint32_t ah[2][8], al[2][8];
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const uint4 *p = (const uint4 *)&xs[g + 8 * h][base];
+				const uint4 q0 = p[0], q1 = p[1];
+				ah[h][0] = q0.x, ah[h][1] = q0.y, ah[h][2] = q0.z, ah[h][3] = q0.w;
+				ah[h][4] = q1.x, ah[h][5] = q1.y, ah[h][6] = q1.z, ah[h][7] = q1.w;
+				if (SPLIT) {
+					const uint4 *pl = (const uint4 *)&xl[g + 8 * h][base];
+					const uint4 l0 = pl[0], l1 = pl[1];
+					al[h][0] = l0.x, al[h][1] = l0.y, al[h][2] = l0.z, al[h][3] = l0.w;
+					al[h][4] = l1.x, al[h][5] = l1.y, al[h][6] = l1.z, al[h][7] = l1.w;
+				}
+			}
+#pragma unroll
+			for (int j = 0; j < 2; j++) {
+				const uint32_t lo = wq[c][j].x, hi = wq[c][j].y;
+				const float s = wsv[c][j];
+				uint32_t b[8];
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					b[i] = s9_decode_pair((lo >> (8 * i)) & 0xFFu, s);
+					b[4 + i] = s9_decode_pair((hi >> (8 * i)) & 0xFFu, s);
+				}
+				/* Step s: fragment k 0..7 <- codes 4s, 4s+1; k 8..15 <- 4s+2, 4s+3. */
+#pragma unroll
+				for (int st = 0; st < 4; st++) {
+					s9_mma(acc[j], ah[0][2 * st], ah[1][2 * st], ah[0][2 * st + 1], ah[1][2 * st + 1],
+					       b[2 * st], b[2 * st + 1]);
+					if (SPLIT)
+						s9_mma(acc[j], al[0][2 * st], al[1][2 * st], al[0][2 * st + 1],
+						       al[1][2 * st + 1], b[2 * st], b[2 * st + 1]);
+				}
+			}
+		}
+	}
+
+	const float gs = nv ? wm.global_scale : 1.0f;
+#pragma unroll
+	for (int j = 0; j < 2; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int rr = r0 + g + (i >= 2 ? 8 : 0);
+			const int64_t o = n_warp + j * 8 + tig * 2 + (i & 1);
+			if (rr < r1 && o < out)
+				kq_store(y, y_dt, (int64_t)rr * ldy + o, acc[j][i] * gs);
+		}
+}
+
+extern "C" enum status kern_moe_gemm_sm90_fp4(const struct kern_moe_gemm_args *a)
+{
+	if (!a->w || !a->w_dev || a->n_experts <= 0)
+		return ST_INVALID;
+	const enum kern_wfmt f = a->w[0].fmt;
+	const int64_t in = a->w[0].cols, out = a->w[0].rows;
+	if ((f != KERN_WFMT_MXFP4 && f != KERN_WFMT_NVFP4) || in % 32)
+		return ST_INVALID;
+	if (a->act_quant_block != 0 && a->act_quant_block != 128)
+		return ST_INVALID;
+	if (a->n_rows == 0)
+		return ST_OK;
+	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
+	const int64_t slots = (a->n_rows + S9_TM - 1) / S9_TM + a->n_experts;
+	if (slots > 65535)
+		return ST_INVALID;
+	dim3 grid((unsigned)((out + S9_TN - 1) / S9_TN), (unsigned)slots);
+	cudaStream_t s = (cudaStream_t)a->stream;
+	const int aq = a->act_quant_block != 0;
+	if (a->x_dtype == KERN_DT_F32 && !aq)
+		moe_gemm_sm90_kernel<true><<<grid, S9_NT, 0, s>>>(a->n_experts, a->expert_offsets, a->row_src, in, out,
+								  a->x, (int)a->x_dtype, ldx, a->y, (int)a->y_dtype,
+								  ldy, a->w_dev, aq);
+	else
+		moe_gemm_sm90_kernel<false><<<grid, S9_NT, 0, s>>>(a->n_experts, a->expert_offsets, a->row_src, in,
+								   out, a->x, (int)a->x_dtype, ldx, a->y,
+								   (int)a->y_dtype, ldy, a->w_dev, aq);
+	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
+}
+
+/* ---- host-buffer wrapper (self-checks, tests) ---- */
+
+struct s9_bufs {
+	void *p[8];
+	int n;
+	cudaError_t ce;
+};
+
+static void *s9_dev(struct s9_bufs *b, const void *src, size_t bytes)
+{
+	void *d = NULL;
+	if (b->ce != cudaSuccess || b->n >= 8)
+		return NULL;
+	b->ce = cudaMalloc(&d, bytes ? bytes : 1);
+	if (b->ce != cudaSuccess)
+		return NULL;
+	b->p[b->n++] = d;
+	if (src && bytes)
+		b->ce = cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice);
+	return d;
+}
+
+extern "C" enum status kern_moe_gemm_sm90_fp4_host(const struct kern_moe_gemm_args *a)
+{
+	enum status st = kern_moe_gemm_args_check(a, NULL);
+	if (st)
+		return st;
+	const int64_t E = a->n_experts, R = a->n_rows, in = a->w[0].cols, out = a->w[0].rows;
+	if (R == 0)
+		return ST_OK;
+	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
+	const size_t xb = (size_t)((a->n_x_rows - 1) * ldx + in) * kern_dtype_bytes(a->x_dtype);
+	const size_t yb = (size_t)((R - 1) * ldy + out) * kern_dtype_bytes(a->y_dtype);
+	const size_t wb = kern_wmat_data_bytes(&a->w[0]), sb = kern_wmat_scale_bytes(&a->w[0]);
+	struct s9_bufs b = {{0}, 0, cudaSuccess};
+	void *dx = s9_dev(&b, a->x, xb);
+	void *dy = s9_dev(&b, a->y, yb); /* keeps unwritten sentinels visible */
+	void *doff = s9_dev(&b, a->expert_offsets, (size_t)(E + 1) * sizeof(int32_t));
+	void *dsrc = a->row_src ? s9_dev(&b, a->row_src, (size_t)R * sizeof(int32_t)) : NULL;
+	const size_t wb_al = (wb + 255) & ~(size_t)255, stride = wb_al + ((sb + 255) & ~(size_t)255);
+	uint8_t *dw = (uint8_t *)s9_dev(&b, NULL, (size_t)E * stride);
+	struct kern_wmat *hw = (struct kern_wmat *)calloc((size_t)E, sizeof *hw);
+	if (!hw) {
+		for (int i = 0; i < b.n; i++)
+			cudaFree(b.p[i]);
+		return ST_NOMEM;
+	}
+	for (int64_t e = 0; e < E && b.ce == cudaSuccess; e++) {
+		hw[e] = a->w[e];
+		hw[e].owned = NULL;
+		hw[e].data = dw + e * stride;
+		hw[e].scale = dw + e * stride + wb_al;
+		b.ce = cudaMemcpy((void *)hw[e].data, a->w[e].data, wb, cudaMemcpyHostToDevice);
+		if (b.ce == cudaSuccess)
+			b.ce = cudaMemcpy((void *)hw[e].scale, a->w[e].scale, sb, cudaMemcpyHostToDevice);
+	}
+	void *dwm = s9_dev(&b, hw, (size_t)E * sizeof *hw);
+	if (b.ce == cudaSuccess) {
+		struct kern_moe_gemm_args da = *a;
+		da.x = dx;
+		da.y = dy;
+		da.expert_offsets = (const int32_t *)doff;
+		da.row_src = (const int32_t *)dsrc;
+		da.w = hw;
+		da.w_dev = (const struct kern_wmat *)dwm;
+		da.stream = 0;
+		st = kern_moe_gemm_sm90_fp4(&da);
+		if (st == ST_OK) {
+			b.ce = cudaDeviceSynchronize();
+			if (b.ce == cudaSuccess)
+				b.ce = cudaMemcpy(a->y, dy, yb, cudaMemcpyDeviceToHost);
+		}
+	}
+	cudaError_t ce = b.ce;
+	for (int i = 0; i < b.n; i++)
+		cudaFree(b.p[i]);
+	free(hw);
+	if (st)
+		return st;
+	if (ce != cudaSuccess) {
+		cudaGetLastError();
+		return ST_CUDA;
+	}
+	return ST_OK;
+}
