@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/checkpoint.h"
+#include "model/exec_cpu.h"
 #include "server/engine.h"
 #include "server/notify.h"
 
@@ -46,6 +47,7 @@ struct serve_args {
 	long tensor_parallel_size;
 	double shutdown_timeout_s;
 	const char *executor;
+	long num_blocks;
 	long http_threads;
 };
 
@@ -71,7 +73,9 @@ static void usage(FILE *f)
 		"  --gpu-memory-utilization F   fraction of GPU memory to use, (0, 1] (default 0.9; CUDA builds)\n"
 		"  --tensor-parallel-size N     GPUs to split the model over (default 1)\n"
 		"  --shutdown-timeout S         seconds to drain requests on SIGTERM (default 30)\n"
-		"  --executor test              serve the deterministic test executor (no forward pass)\n"
+		"  --executor cpu|test          cpu: the CPU forward pass (default); test: the deterministic\n"
+		"                               test executor (no weights read; for API tests)\n"
+		"  --num-gpu-blocks-override N  KV blocks to allocate (default: 4 sequences of max-model-len)\n"
 		"  --http-threads N             HTTP worker threads (default 8)\n"
 		"  -h, --help                   this text\n");
 }
@@ -108,7 +112,7 @@ static bool parse_double(const char *s, double lo, double hi, double *out)
 
 enum {
 	O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXLEN, O_SEQS, O_BATCHED, O_QUEUED, O_GPU, O_TP, O_SHUTDOWN,
-	O_EXECUTOR, O_THREADS,
+	O_EXECUTOR, O_THREADS, O_BLOCKS,
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -128,6 +132,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"shutdown-timeout", required_argument, NULL, O_SHUTDOWN},
 		{"executor", required_argument, NULL, O_EXECUTOR},
 		{"http-threads", required_argument, NULL, O_THREADS},
+		{"num-gpu-blocks-override", required_argument, NULL, O_BLOCKS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -194,13 +199,17 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 				return bad("--shutdown-timeout '%s': expected seconds in 0..86400", v);
 			break;
 		case O_EXECUTOR:
-			if (strcmp(v, "test") && strcmp(v, "auto"))
-				return bad("--executor '%s': expected 'auto' or 'test'", v);
+			if (strcmp(v, "test") && strcmp(v, "cpu") && strcmp(v, "auto"))
+				return bad("--executor '%s': expected 'cpu' or 'test'", v);
 			a->executor = v;
 			break;
 		case O_THREADS:
 			if (!parse_long(v, 1, 256, &a->http_threads))
 				return bad("--http-threads '%s': expected an integer in 1..256", v);
+			break;
+		case O_BLOCKS:
+			if (!parse_long(v, 1, 1L << 30, &a->num_blocks))
+				return bad("--num-gpu-blocks-override '%s': expected a positive integer", v);
 			break;
 		case ':':
 			return bad("option '%s' needs a value", argv[optind - 1]);
@@ -343,18 +352,45 @@ int cmd_serve(int argc, char **argv)
 	const struct model_config *cfg = model_checkpoint_config(ck);
 	uint32_t model_len = cfg->max_position_embeddings > INT32_MAX ? INT32_MAX
 								      : (uint32_t)cfg->max_position_embeddings;
-	struct exec *ex = NULL;
-	/* The real executor is not committed yet: the test executor stands in (docs/api.md). */
-	if (!a.executor || strcmp(a.executor, "test"))
-		log_msg(LOG_WARN, "serve", "no forward-pass executor is built into this binary yet: serving the "
-					   "deterministic test executor (output is not the model's)");
-	uint32_t test_len = a.max_model_len ? (uint32_t)a.max_model_len : (model_len < 65536 ? model_len : 65536);
-	if (engine_test_exec_create(&ex, (uint32_t)cfg->vocab_size, (int32_t)cfg->eos_token_id, test_len, &e)) {
-		fprintf(stderr, "dsv4 serve: %s\n", e.msg);
-		model_checkpoint_destroy(ck);
-		return CLI_EXIT_FAIL;
+	struct exec *ex = NULL, *test_ex = NULL;
+	struct model_exec_cpu *cpu = NULL;
+	bool use_test = a.executor && !strcmp(a.executor, "test");
+	if (use_test) {
+		uint32_t len = a.max_model_len ? (uint32_t)a.max_model_len : (model_len < 65536 ? model_len : 65536);
+		if (engine_test_exec_create(&test_ex, (uint32_t)cfg->vocab_size, (int32_t)cfg->eos_token_id, len, &e)) {
+			fprintf(stderr, "dsv4 serve: %s\n", e.msg);
+			model_checkpoint_destroy(ck);
+			return CLI_EXIT_FAIL;
+		}
+		ex = test_ex;
+		log_msg(LOG_WARN, "serve", "--executor test: output comes from the deterministic test executor, "
+					   "not from the model");
+	} else {
+		/* The CPU executor keeps fp32 state: default to a modest context and
+		 * room for four full-length sequences. */
+		uint32_t len = a.max_model_len ? (uint32_t)a.max_model_len : (model_len < 16384 ? model_len : 16384);
+		uint32_t per_seq = (len + 255) / 256;
+		struct model_exec_cpu_options xo = {
+			.ck = ck,
+			.n_blocks = a.num_blocks ? (uint32_t)a.num_blocks : (per_seq * 4 < 64 ? 64 : per_seq * 4),
+			.max_step_tokens = a.max_num_batched_tokens ? (uint32_t)a.max_num_batched_tokens : 512,
+			.max_step_seqs = a.max_num_seqs ? (uint32_t)a.max_num_seqs : 64,
+			.max_model_len = len,
+		};
+		if (model_exec_cpu_create(&cpu, &xo, &e)) {
+			fprintf(stderr, "dsv4 serve: %s\n", e.msg);
+			model_checkpoint_destroy(ck);
+			return CLI_EXIT_FAIL;
+		}
+		ex = model_exec_cpu_exec(cpu);
 	}
 	const char *script = getenv("DSV4_TEST_EXEC_SCRIPT");
+	if (script && script[0] && !test_ex) {
+		fprintf(stderr, "dsv4 serve: DSV4_TEST_EXEC_SCRIPT needs --executor test\n");
+		model_exec_cpu_destroy(cpu);
+		model_checkpoint_destroy(ck);
+		return CLI_EXIT_USAGE;
+	}
 	if (script && script[0]) {
 		/* Test hook: whitespace-separated token ids every output starts with. */
 		int32_t ids[4096];
@@ -365,9 +401,9 @@ int cmd_serve(int argc, char **argv)
 				break;
 			ids[n++] = (int32_t)v;
 		}
-		if (engine_test_exec_script(ex, ids, n, &e)) {
+		if (engine_test_exec_script(test_ex, ids, n, &e)) {
 			fprintf(stderr, "dsv4 serve: DSV4_TEST_EXEC_SCRIPT: %s\n", e.msg);
-			engine_test_exec_destroy(ex);
+			engine_test_exec_destroy(test_ex);
 			model_checkpoint_destroy(ck);
 			return CLI_EXIT_FAIL;
 		}
@@ -391,7 +427,8 @@ int cmd_serve(int argc, char **argv)
 	struct engine *en = NULL;
 	if (engine_create(&en, &eo, &e)) {
 		fprintf(stderr, "dsv4 serve: %s\n", e.msg);
-		engine_test_exec_destroy(ex);
+		engine_test_exec_destroy(test_ex);
+		model_exec_cpu_destroy(cpu);
 		model_checkpoint_destroy(ck);
 		return CLI_EXIT_FAIL;
 	}
@@ -444,7 +481,8 @@ int cmd_serve(int argc, char **argv)
 	}
 	log_msg(LOG_INFO, "serve", "drained; stopping");
 	engine_destroy(en);
-	engine_test_exec_destroy(ex);
+	engine_test_exec_destroy(test_ex);
+	model_exec_cpu_destroy(cpu);
 	model_checkpoint_destroy(ck);
 	log_msg(LOG_INFO, "serve", "stopped");
 	return CLI_EXIT_OK;

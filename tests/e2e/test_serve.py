@@ -1,8 +1,10 @@
 """tests/e2e/test_serve.py: the real `dsv4 serve --model tiny` on a free port,
 driven with curl, raw sockets and the official OpenAI Python SDK.
 
-Two servers: the main one (with an API key) for the API surface, and a small
-one (--max-num-seqs 1 --max-num-queued-reqs 1) for 429 and the SIGTERM drain.
+Two servers: the main one (the CPU executor on the tiny random checkpoint,
+with an API key) for the API surface, and a small one on the scripted test
+executor (--max-num-seqs 1 --max-num-queued-reqs 1) for a known DSML tool
+call, 429 and the SIGTERM drain.
 Few tokens per request: the binary runs under ASan on 2 cores. The process
 must exit 0 after SIGTERM, which under ASan also means no leak report.
 """
@@ -23,18 +25,20 @@ import openai
 BIN = os.environ.get("DSV4_BIN", "build/server/dsv4")
 KEY = "sk-e2e-" + os.urandom(4).hex()
 FAILS = []
+N_CHECKS = [0]
 
 
 def check(cond, what):
+    N_CHECKS[0] += 1
     if not cond:
         FAILS.append(what)
         print("FAIL:", what, file=sys.stderr, flush=True)
 
 
 class Server:
-    def __init__(self, *extra, env=None):
+    def __init__(self, executor, *extra, env=None):
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "dsv4-e2e-%d-%d.log" % (os.getpid(), id(self))), "w+")
-        self.p = subprocess.Popen([BIN, "serve", "--model", "tiny", "--port", "0", "--executor", "test",
+        self.p = subprocess.Popen([BIN, "serve", "--model", "tiny", "--port", "0", "--executor", executor,
                                    "--served-model-name", "tiny-e2e", *extra],
                                   stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
         self.port = None
@@ -111,7 +115,7 @@ def sse_events(text):
 
 
 def main():
-    srv = Server("--api-key", KEY)
+    srv = Server("cpu", "--api-key", KEY)
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
 
@@ -251,7 +255,7 @@ def main():
     check(json.loads(body)["prompt"] == call_text, "DSML text round-trips through the tokenizer")
 
     # ---- prefix cache: the same long prompt twice reports cached tokens ----
-    long_msgs = [{"role": "user", "content": "cache " * 150}]
+    long_msgs = [{"role": "user", "content": "cache " * 300}]
     client.chat.completions.create(model="tiny-e2e", messages=long_msgs, max_tokens=1, temperature=0)
     r = client.chat.completions.create(model="tiny-e2e", messages=long_msgs, max_tokens=1, temperature=0)
     check(r.usage.prompt_tokens_details.cached_tokens > 0, "cached_tokens: %r" % r.usage)
@@ -308,7 +312,7 @@ def main():
 
     # ---- disconnect mid-stream frees the request ----
     disc0 = metric(srv, "dsv4:http_requests_client_disconnected_total") or 0
-    body = json.dumps({"model": "tiny-e2e", "messages": msgs, "max_tokens": 20000, "ignore_eos": True,
+    body = json.dumps({"model": "tiny-e2e", "messages": msgs, "max_tokens": 10000, "ignore_eos": True,
                        "stream": True}).encode()
     s = socket.create_connection(("127.0.0.1", srv.port))
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
@@ -334,7 +338,7 @@ def main():
     check(rc == 0, "main server exit status after SIGTERM: %r\n%s" % (rc, srv.logtext()[-3000:]))
 
     # ---- 429 and SIGTERM drain on a one-sequence server ----
-    small = Server("--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60",
+    small = Server("test", "--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60",
                    env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids))})
     sclient = openai.OpenAI(base_url=small.url + "/v1", api_key="x", max_retries=0)
 
@@ -412,7 +416,7 @@ def main():
         rc = -9
     check(rc == 0, "drained server exits 0: %r\n%s" % (rc, small.logtext()[-3000:]))
 
-    print("%d failures" % len(FAILS))
+    print("%d checks, %d failures" % (N_CHECKS[0], len(FAILS)))
     return 1 if FAILS else 0
 
 
