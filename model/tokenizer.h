@@ -10,7 +10,9 @@
  *      Sequence is accepted) and the pre-tokenizer Sequence read from the file:
  *      Split steps whose regexes are compiled with PCRE2 (UTF + UCP + JIT) after
  *      translating the Oniguruma dialect HF uses (\s, \S, \w, \d, \h ...), then
- *      ByteLevel;
+ *      ByteLevel. Categories are Unicode 16.0's, as in HF's Oniguruma: PCRE2
+ *      10.42 knows Unicode 14.0, and a generated table (tokenizer_unicode.h)
+ *      adds what changed since (see tokenizer_regex.c);
  *   3. each piece is BPE-merged by merge rank, on raw bytes.
  *
  * Invalid UTF-8 input: HF takes a Rust String, so it never sees invalid bytes.

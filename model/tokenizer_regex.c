@@ -58,22 +58,18 @@ static void puts_(struct sbuf *b, const char *s) { put(b, s, strlen(s)); }
  * some other version, warned about once). */
 static int unicode_delta_on(void)
 {
-	static int on = -1; /* benign race: every thread computes the same value */
-	if (on < 0) {
-		char v[32] = "";
-		pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v);
-		if (strcmp(v, TOK_UNICODE_BASE) == 0) {
-			on = 1;
-		} else {
-			if (strcmp(v, TOK_UNICODE_TARGET) != 0)
-				log_msg(LOG_WARN, "model",
-					"tokenizer: PCRE2 has Unicode %s, HF tokenizers %s: categories of "
-					"code points assigned in between may differ",
-					v, TOK_UNICODE_TARGET);
-			on = 0;
-		}
-	}
-	return on;
+	/* Asked each time (cheap, load-time only) rather than cached in a static,
+	 * so that concurrent loads share no state. */
+	char v[32] = "";
+	pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v);
+	if (strcmp(v, TOK_UNICODE_BASE) == 0)
+		return 1;
+	if (strcmp(v, TOK_UNICODE_TARGET) != 0)
+		log_msg(LOG_WARN, "model",
+			"tokenizer: PCRE2 has Unicode %s, HF tokenizers %s: categories of code "
+			"points assigned in between may differ",
+			v, TOK_UNICODE_TARGET);
+	return 0;
 }
 
 /* Emit \p{name} (or its negation) with the category's Unicode 16 members.
@@ -82,8 +78,8 @@ static enum status put_prop(struct sbuf *b, const char *name, size_t name_len, b
 			    bool in_class, const char *pat, struct err *e)
 {
 	const char *added = "", *removed = "";
-	for (size_t i = 0; unicode_delta_on() && i < sizeof tok__ucat_deltas / sizeof tok__ucat_deltas[0];
-	     i++)
+	bool delta = unicode_delta_on();
+	for (size_t i = 0; delta && i < sizeof tok__ucat_deltas / sizeof tok__ucat_deltas[0]; i++)
 		if (strlen(tok__ucat_deltas[i].cat) == name_len &&
 		    memcmp(tok__ucat_deltas[i].cat, name, name_len) == 0) {
 			added = tok__ucat_deltas[i].added;
