@@ -423,6 +423,20 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 		sched__publish_stats(s);
 		return rc;
 	}
+	/* The executor's answer must name the sampling sequences in order with
+	 * valid ids; anything else is an executor failure, not a crash. */
+	for (uint32_t j = 0, k = 0; j < n_sched; j++) {
+		if (!s->step_seqs[j].sample)
+			continue;
+		const struct exec_sample *sm = &s->step_samples[k++];
+		if (sm->seq_index != j || sm->out.token_id < 0 || (uint32_t)sm->out.token_id >= s->ex->info.vocab_size) {
+			log_msg(LOG_ERROR, "sched", "executor returned sample %u for sequence %u, token %d (vocab %u)", k - 1,
+				sm->seq_index, sm->out.token_id, s->ex->info.vocab_size);
+			fail_step(s, n_sched);
+			sched__publish_stats(s);
+			return err_set(e, ST_INVALID, "sched: the executor returned an invalid sample");
+		}
+	}
 	now = time_mono_s();
 	for (uint32_t j = 0; j < n_sched; j++) {
 		struct sched__seq *q = s->step_seq_ptr[j];
@@ -445,7 +459,6 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 		}
 		if (!q->sched_sample)
 			continue;
-		CHECK(k < st.n_sample && s->step_samples[k].seq_index == j);
 		struct sched__req *r = q->req;
 		process_sample(s, q, &s->step_samples[k++].out, now);
 		sched__req_maybe_free(s, r);

@@ -175,6 +175,10 @@ sampled:
 	}
 	if (k != st->n_sample)
 		return fail(f, e, "n_sample %u but %u seqs sample", st->n_sample, k, 0);
+	if (k && f->bad_token_at_step >= 0 && f->n_steps == (uint64_t)f->bad_token_at_step + 1) {
+		f->bad_token_at_step = -1;
+		out[0].out.token_id = (int32_t)o->vocab;
+	}
 	f->n_tokens_total += st->n_tokens;
 	f->last = rec;
 	if (f->n_records == f->cap_records) {
@@ -203,6 +207,7 @@ int fake_exec_init(struct fake_exec *f, const struct fake_exec_options *o)
 	memset(f, 0, sizeof(*f));
 	f->opt = *o;
 	f->fail_at_step = -1;
+	f->bad_token_at_step = -1;
 	uint32_t n_slots = o->n_state_slots ? o->n_state_slots : o->max_step_seqs;
 	f->blk_state = calloc(o->n_blocks, sizeof(uint64_t));
 	f->blk_last_pos = malloc(o->n_blocks * sizeof(int64_t));

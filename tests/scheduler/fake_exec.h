@@ -48,6 +48,7 @@ struct fake_exec {
 	void *work;
 	uint64_t n_steps, n_tokens_total, n_released;
 	int32_t fail_at_step; /* >= 0: that step returns ST_CUDA once */
+	int32_t bad_token_at_step; /* >= 0: that step returns an out-of-vocabulary sample once */
 	_Atomic uint32_t step_sleep_us; /* slow every step down (threaded tests) */
 	char error[512];      /* first contract violation seen, "" if none */
 	struct fake_step_record last, *records;

@@ -538,6 +538,15 @@ static void test_executor_failure(void)
 	T_CHECK(!h_submit(&h, b));
 	h_run(&h, 100);
 	T_CHECK(!h_check_ref(&h, b));
+	/* a sample outside the vocabulary is an executor failure too */
+	struct h_req *c = h_req_new(prompt, 30, 1, 10, h_sp(0, 0));
+	T_CHECK(!h_submit(&h, c));
+	h.f.bad_token_at_step = (int32_t)h.f.n_steps;
+	T_CHECK(sched_step(h.s, NULL, &e) == ST_INVALID);
+	T_CHECK(c->ch[0].finished && c->ch[0].fin.finish == SCHED_FINISH_ERROR && c->ch[0].n == 0);
+	sched_stats_get(h.s, &st);
+	T_CHECK(st.n_blocks_used == 0 && !sched_has_work(h.s));
+	h_req_free(c);
 	h_close(&h);
 	h_req_free(a);
 	h_req_free(b);
