@@ -338,8 +338,26 @@ def main():
     check(rc == 0, "main server exit status after SIGTERM: %r\n%s" % (rc, srv.logtext()[-3000:]))
 
     # ---- 429 and SIGTERM drain on a one-sequence server ----
+    # systemd notify: a datagram socket stands in for systemd.
+    npath = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dsv4-e2e-notify-%d.sock" % os.getpid())
+    if os.path.exists(npath):
+        os.unlink(npath)
+    nsock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    nsock.bind(npath)
+    nsock.settimeout(0.2)
+    notes = []
+
+    def collect():
+        while not getattr(collect, "stop", False):
+            try:
+                notes.append(nsock.recv(4096).decode())
+            except socket.timeout:
+                pass
+    nthread = threading.Thread(target=collect)
+    nthread.start()
     small = Server("test", "--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60",
-                   env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids))})
+                   env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids)), "NOTIFY_SOCKET": npath,
+                        "WATCHDOG_USEC": "400000"})
     sclient = openai.OpenAI(base_url=small.url + "/v1", api_key="x", max_retries=0)
 
     # ---- a generated tool call comes back as tool_calls, streamed or not ----
@@ -415,6 +433,14 @@ def main():
         small.p.kill()
         rc = -9
     check(rc == 0, "drained server exits 0: %r\n%s" % (rc, small.logtext()[-3000:]))
+    collect.stop = True
+    nthread.join()
+    nsock.close()
+    os.unlink(npath)
+    kinds = [n.split("\n")[0] for n in notes]
+    check(kinds and kinds[0] == "READY=1", "READY=1 first: %r" % kinds[:3])
+    check("WATCHDOG=1" in kinds, "WATCHDOG=1 pings: %r" % sorted(set(kinds)))
+    check("STOPPING=1" in kinds and kinds.index("STOPPING=1") > 0, "STOPPING=1 on drain: %r" % sorted(set(kinds)))
 
     print("%d checks, %d failures" % (N_CHECKS[0], len(FAILS)))
     return 1 if FAILS else 0
