@@ -529,37 +529,62 @@ void model_weights_free(struct model_weights *w)
 	memset(w, 0, sizeof *w);
 }
 
+struct plan_buf {
+	char *buf;
+	size_t n, len;
+};
+
+static void pb_add(struct plan_buf *b, const char *fmt, const char *x, const char *y)
+{
+	int k = snprintf(b->len < b->n ? b->buf + b->len : NULL, b->len < b->n ? b->n - b->len : 0, fmt, x, y);
+	if (k > 0)
+		b->len += (size_t)k;
+}
+
+/* " linear[fmt]=variant" once per distinct (format, variant) pair. */
+static void pb_lins(struct plan_buf *b, const struct model_lin *const *ls, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (!ls[i]->v)
+			continue;
+		bool seen = false;
+		for (int j = 0; j < i; j++)
+			seen |= ls[j]->v == ls[i]->v && ls[j]->w.fmt == ls[i]->w.fmt;
+		if (!seen)
+			pb_add(b, " linear[%s]=%s", kern_wfmt_name(ls[i]->w.fmt), ls[i]->v->name);
+	}
+}
+
 size_t model_weights_plan_str(const struct model_weights *w, char *buf, size_t n)
 {
-	size_t len = 0;
-	int cur = -2;
-	for (int i = 0; i < w->plan.n; i++) {
-		const struct kern_plan_entry *pe = &w->plan.entries[i];
-		/* one line per layer, each op once (the linears of a layer share a variant name per op) */
-		bool dup = false;
-		for (int j = i - 1; j >= 0 && w->plan.entries[j].layer == pe->layer; j--)
-			if (!strcmp(w->plan.entries[j].op, pe->op) && !strcmp(w->plan.entries[j].variant, pe->variant))
-				dup = true;
-		if (dup)
-			continue;
-		int k;
-		if (pe->layer != cur) {
-			const char *what = "head";
-			char lbl[48];
-			if (pe->layer >= 0) {
-				const struct model_layer *ly = &w->layers[pe->layer];
-				snprintf(lbl, sizeof lbl, "layer %d (%s%s)", pe->layer, model_attn_kind_str(ly->kind),
-					 ly->mtp ? ", MTP" : "");
-				what = lbl;
-			}
-			k = snprintf(len < n ? buf + len : NULL, len < n ? n - len : 0, "%s%s:", cur == -2 ? "" : "\n",
-				     what);
-			cur = pe->layer;
-			len += (size_t)k;
+	struct plan_buf b = {.buf = buf, .n = n};
+	if (n)
+		buf[0] = 0;
+	const struct model_lin *hl[] = {&w->head};
+	pb_add(&b, "%s%s:", "head", "");
+	pb_lins(&b, hl, 1);
+	pb_add(&b, "%s%s\n", "", "");
+	for (int l = 0; l < w->n_layers + w->n_mtp; l++) {
+		const struct model_layer *ly = &w->layers[l];
+		char lbl[64];
+		snprintf(lbl, sizeof lbl, "layer %d (%s%s%s):", l, model_attn_kind_str(ly->kind), ly->mtp ? ", MTP" : "",
+			 ly->hash ? ", hash-routed" : "");
+		pb_add(&b, "%s%s", lbl, "");
+		const struct model_lin *ls[] = {&ly->wq_a, &ly->wq_b, &ly->wkv, &ly->wo_a[0], &ly->wo_b, &ly->cmp_wkv,
+						&ly->idx_wq_b, &ly->idx_wproj, &ly->gate, &ly->sh_w1, &ly->sh_w2,
+						&ly->e_proj, &ly->h_proj};
+		pb_lins(&b, ls, (int)(sizeof ls / sizeof ls[0]));
+		pb_add(&b, " moe_gemm[%s]=%s", kern_wfmt_name(ly->experts.w1[0].fmt), ly->experts.v13->name);
+		if (ly->experts.v2 != ly->experts.v13)
+			pb_add(&b, " moe_gemm[%s]=%s", kern_wfmt_name(ly->experts.w2[0].fmt), ly->experts.v2->name);
+		/* the weight-free ops, from the plan records of this layer */
+		for (int i = 0; i < w->plan.n; i++) {
+			const struct kern_plan_entry *pe = &w->plan.entries[i];
+			if (pe->layer != l || !strcmp(pe->op, "linear") || !strcmp(pe->op, "moe_gemm"))
+				continue;
+			pb_add(&b, " %s=%s", pe->op, pe->variant);
 		}
-		k = snprintf(len < n ? buf + len : NULL, len < n ? n - len : 0, " %s=%s", pe->op, pe->variant);
-		len += (size_t)k;
+		pb_add(&b, "%s%s\n", "", "");
 	}
-	int k = snprintf(len < n ? buf + len : NULL, len < n ? n - len : 0, "\n");
-	return len + (size_t)k;
+	return b.len;
 }

@@ -14,6 +14,8 @@ const struct cli_command cli_commands[] = {
 	{"tokenize", "encode text to token ids, or --decode ids", cmd_tokenize},
 	/* ---- kernels ---- */
 	/* ---- comm ---- */
+	/* ---- forward pass ---- */
+	{"generate", "run one prompt through the CPU executor (prefill, decode, sampling)", cmd_generate},
 	/* ---- openai server ---- */
 	{"serve", "serve the OpenAI-compatible API (chat, completions, tokenize) over HTTP", cmd_serve},
 	{NULL, NULL, NULL},

@@ -29,6 +29,8 @@ int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 /* ---- kernels ---- */
 /* ---- comm ---- */
+/* ---- forward pass ---- */
+int cmd_generate(int argc, char **argv);
 /* ---- openai server ---- */
 int cmd_serve(int argc, char **argv);
 

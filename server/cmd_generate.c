@@ -1,0 +1,288 @@
+/*
+ * server/cmd_generate.c: `dsv4 generate`, one prompt through the CPU
+ * executor (model/exec_cpu.h) without HTTP or the scheduler: prefill in
+ * chunks of the step budget, then decode token by token with the executor's
+ * own sampling, printing the ids and (with a tokenizer in the model
+ * directory) the text.
+ *
+ *   dsv4 generate --model DIR (--prompt-ids 0,1,2 | --prompt TEXT)
+ *                 [--max-tokens N] [--temperature T] [--seed S]
+ *                 [--precision reference|fp32] [--kernel-plan]
+ *
+ * --prompt TEXT is encoded with the model's tokenizer.json (added tokens
+ * recognised) and BOS is put in front unless the text already starts with
+ * it. --kernel-plan prints the per-layer kernel plan first (alone, it
+ * prints the plan and exits). Output on stdout:
+ *   prompt_ids: 0 1 2
+ *   output_ids: 17 4 ...
+ *   text: ...        (when the tokenizer loads)
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/checkpoint.h"
+#include "model/exec_cpu.h"
+#include "model/tokenizer.h"
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: dsv4 generate --model DIR (--prompt-ids 0,1,2 | --prompt TEXT) [--max-tokens N]\n"
+			"                     [--temperature T] [--seed S] [--precision reference|fp32] [--kernel-plan]\n");
+}
+
+static int parse_ids(const char *s, int32_t **out, size_t *n)
+{
+	size_t cap = 16, k = 0;
+	int32_t *v = malloc(cap * sizeof *v);
+	if (!v)
+		return -1;
+	while (*s) {
+		char *end;
+		errno = 0;
+		long x = strtol(s, &end, 10);
+		if (end == s || errno || x < 0 || x > INT32_MAX) {
+			free(v);
+			return -1;
+		}
+		if (k == cap) {
+			int32_t *p = realloc(v, 2 * cap * sizeof *v);
+			if (!p) {
+				free(v);
+				return -1;
+			}
+			v = p;
+			cap *= 2;
+		}
+		v[k++] = (int32_t)x;
+		s = end;
+		if (*s == ',')
+			s++;
+		else if (*s) {
+			free(v);
+			return -1;
+		}
+	}
+	*out = v;
+	*n = k;
+	return k ? 0 : -1;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *prec = "reference";
+	long max_tokens = 16;
+	double temperature = 0;
+	unsigned long long seed = 0;
+	bool plan = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--kernel-plan")) {
+			plan = true;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage();
+			return CLI_EXIT_OK;
+		}
+		if (!v) {
+			fprintf(stderr, "dsv4 generate: %s needs a value\n", a);
+			usage();
+			return CLI_EXIT_USAGE;
+		}
+		char *end = NULL;
+		if (!strcmp(a, "--model"))
+			model = v;
+		else if (!strcmp(a, "--prompt"))
+			prompt = v;
+		else if (!strcmp(a, "--prompt-ids"))
+			prompt_ids = v;
+		else if (!strcmp(a, "--precision"))
+			prec = v;
+		else if (!strcmp(a, "--max-tokens")) {
+			max_tokens = strtol(v, &end, 10);
+			if (*end || max_tokens < 0 || max_tokens > 1000000)
+				goto bad;
+		} else if (!strcmp(a, "--temperature")) {
+			temperature = strtod(v, &end);
+			if (*end || !(temperature >= 0))
+				goto bad;
+		} else if (!strcmp(a, "--seed")) {
+			seed = strtoull(v, &end, 10);
+			if (*end)
+				goto bad;
+		} else {
+			fprintf(stderr, "dsv4 generate: unknown option %s\n", a);
+			usage();
+			return CLI_EXIT_USAGE;
+		}
+		i++;
+		continue;
+bad:
+		fprintf(stderr, "dsv4 generate: bad value for %s: %s\n", a, v);
+		return CLI_EXIT_USAGE;
+	}
+	if (!model || (!plan && !prompt == !prompt_ids) || (prompt && prompt_ids)) {
+		usage();
+		return CLI_EXIT_USAGE;
+	}
+	enum model_precision precision;
+	if (!strcmp(prec, "reference"))
+		precision = MODEL_PREC_REFERENCE;
+	else if (!strcmp(prec, "fp32"))
+		precision = MODEL_PREC_FP32;
+	else {
+		fprintf(stderr, "dsv4 generate: --precision must be reference or fp32\n");
+		return CLI_EXIT_USAGE;
+	}
+
+	int rc = CLI_EXIT_FAIL;
+	struct err e = {0};
+	struct model_checkpoint *ck = NULL;
+	struct model_exec_cpu *x = NULL;
+	struct model_tokenizer *tok = NULL;
+	int32_t *ids = NULL, *all = NULL;
+	uint32_t *blocks = NULL;
+	size_t n_prompt = 0;
+	char *text = NULL;
+	struct model_checkpoint_options co = {.dir = model};
+	if (model_checkpoint_create(&ck, &co, &e)) {
+		fprintf(stderr, "dsv4 generate: %s\n", e.msg);
+		goto out;
+	}
+	if (model_tokenizer_load(&tok, model, &e)) {
+		if (prompt) {
+			fprintf(stderr, "dsv4 generate: tokenizer: %s\n", e.msg);
+			goto out;
+		}
+		tok = NULL;
+	}
+	if (prompt_ids && parse_ids(prompt_ids, &ids, &n_prompt)) {
+		fprintf(stderr, "dsv4 generate: --prompt-ids wants comma-separated token ids\n");
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (prompt) {
+		int32_t *enc = NULL;
+		size_t n_enc = 0;
+		if (model_tokenizer_encode_alloc(tok, prompt, strlen(prompt), MODEL_TOK_ADDED_ALL, &enc, &n_enc, &e)) {
+			fprintf(stderr, "dsv4 generate: encode: %s\n", e.msg);
+			goto out;
+		}
+		int32_t bos = model_tokenizer_bos_id(tok);
+		bool add_bos = bos >= 0 && (n_enc == 0 || enc[0] != bos);
+		ids = malloc((n_enc + 1) * sizeof *ids);
+		if (!ids) {
+			free(enc);
+			goto out;
+		}
+		n_prompt = 0;
+		if (add_bos)
+			ids[n_prompt++] = bos;
+		if (n_enc)
+			memcpy(ids + n_prompt, enc, n_enc * sizeof *ids);
+		n_prompt += n_enc;
+		free(enc);
+	}
+	uint32_t total = (uint32_t)(n_prompt + (size_t)max_tokens);
+	uint32_t B = 256, nb = (total + B - 1) / B + 1;
+	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = 0, .n_blocks = nb < 2 ? 2 : nb,
+					    .max_step_tokens = 256, .max_step_seqs = 1, .precision = precision};
+	if (model_exec_cpu_create(&x, &xo, &e)) {
+		fprintf(stderr, "dsv4 generate: %s\n", e.msg);
+		goto out;
+	}
+	struct exec *ex = model_exec_cpu_exec(x);
+	if (plan) {
+		size_t need = model_exec_cpu_plan_str(x, NULL, 0);
+		char *buf = malloc(need + 1);
+		if (buf) {
+			model_exec_cpu_plan_str(x, buf, need + 1);
+			fputs(buf, stdout);
+			free(buf);
+		}
+		if (!prompt && !prompt_ids) {
+			rc = CLI_EXIT_OK;
+			goto out;
+		}
+	}
+	B = ex->info.block_tokens;
+	if (total > ex->info.max_model_len) {
+		fprintf(stderr, "dsv4 generate: %u tokens exceed the model length %u\n", total, ex->info.max_model_len);
+		goto out;
+	}
+	for (size_t i = 0; i < n_prompt; i++)
+		if (ids[i] < 0 || (uint32_t)ids[i] >= ex->info.vocab_size) {
+			fprintf(stderr, "dsv4 generate: token id %d outside the vocabulary\n", ids[i]);
+			rc = CLI_EXIT_USAGE;
+			goto out;
+		}
+	all = malloc(((size_t)total + 1) * sizeof *all);
+	blocks = malloc(((size_t)total / B + 2) * sizeof *blocks);
+	if (!all || !blocks)
+		goto out;
+	memcpy(all, ids, n_prompt * sizeof *all);
+	for (uint32_t k = 0; k < total / B + 2; k++)
+		blocks[k] = k;
+	struct kern_sampling_params sp = {.temperature = (float)temperature, .top_p = 1, .repetition_penalty = 1,
+					  .seed = seed};
+	uint32_t done = 0, len = (uint32_t)n_prompt, n_out = 0;
+	int32_t *pos = malloc((size_t)ex->info.max_step_tokens * sizeof *pos);
+	if (!pos)
+		goto out;
+	while (n_out < (uint32_t)max_tokens) {
+		uint32_t q = len - done;
+		if (q > ex->info.max_step_tokens)
+			q = ex->info.max_step_tokens;
+		bool last = done + q == len;
+		for (uint32_t k = 0; k < q; k++)
+			pos[k] = (int32_t)(done + k);
+		struct exec_seq es = {.seq_id = 1, .n_cached_tokens = done, .n_context_tokens = done + q,
+				      .n_blocks = (done + q + B - 1) / B, .sample = last, .sampling = &sp,
+				      .prompt_ids = ids, .n_prompt = (uint32_t)n_prompt, .output_ids = all + n_prompt,
+				      .n_output = n_out};
+		uint32_t qs[2] = {0, q};
+		struct exec_step step = {.n_tokens = q, .token_ids = all + done, .positions = pos, .n_seqs = 1,
+					 .seqs = &es, .query_start = qs, .block_ids = blocks, .n_block_ids = es.n_blocks,
+					 .n_sample = last ? 1 : 0};
+		struct exec_sample smp;
+		if (ex->ops->step(ex->ctx, &step, &smp, &e)) {
+			fprintf(stderr, "dsv4 generate: step: %s\n", e.msg);
+			free(pos);
+			goto out;
+		}
+		done += q;
+		if (!last)
+			continue;
+		all[len++] = smp.out.token_id;
+		n_out++;
+		if (smp.out.token_id == ex->info.eos_token_id)
+			break;
+	}
+	free(pos);
+	printf("prompt_ids:");
+	for (size_t i = 0; i < n_prompt; i++)
+		printf(" %d", ids[i]);
+	printf("\noutput_ids:");
+	for (uint32_t i = 0; i < n_out; i++)
+		printf(" %d", all[n_prompt + i]);
+	printf("\n");
+	if (tok) {
+		size_t tl = 0;
+		if (model_tokenizer_decode(tok, all + n_prompt, n_out, 0, &text, &tl, &e) == ST_OK)
+			printf("text: %s\n", text);
+	}
+	rc = CLI_EXIT_OK;
+out:
+	free(text);
+	free(all);
+	free(blocks);
+	free(ids);
+	model_exec_cpu_destroy(x);
+	model_tokenizer_destroy(tok);
+	model_checkpoint_destroy(ck);
+	return rc;
+}
