@@ -9,6 +9,7 @@
  * concurrent encoding, the regex dialect translation and load errors.
  * Random inputs use a fresh seed each run (printed; DSV4_TEST_SEED repeats).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -390,26 +391,86 @@ static void test_load_errors(void)
 	struct model_tokenizer *t = (struct model_tokenizer *)1;
 	struct err e = {0};
 	T_CHECK(model_tokenizer_load(&t, "/nonexistent/tokenizer.json", &e) == ST_IO && t == NULL);
-	char path[] = "/tmp/dsv4-tok-test-XXXXXX";
-	int fd = mkstemp(path);
+	/* In a fresh directory, so that no tokenizer_config.json sits beside it. */
+	char dir[] = "/tmp/dsv4-tok-test-XXXXXX", path[64];
+	T_CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	T_CHECK(fd >= 0);
-	const char *bad[] = {
-		"{not json",
-		"{\"model\": {\"type\": \"Unigram\"}}",
-		"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
-		" \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": false},"
-		" \"decoder\": {\"type\": \"ByteLevel\"}}",
+	/* A minimal valid file: the 256 byte tokens and one merge, built here. */
+	char *good = malloc(1 << 16);
+	size_t g = (size_t)sprintf(good, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+	for (int b = 0; b < 256; b++) {
+		/* the byte-level char of byte b, as JSON \\u escapes */
+		int n = 0, cp = 0;
+		for (int k = 0; k <= b; k++) {
+			bool pr = (k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || k >= 0xAE;
+			cp = pr ? k : 256 + n++;
+		}
+		g += (size_t)sprintf(good + g, "\"\\u%04x\": %d, ", cp, b);
+	}
+	g += (size_t)sprintf(good + g, "\"ab\": 256}, \"merges\": [\"a b\"]}, "
+			     "\"added_tokens\": [{\"id\": 257, \"content\": \"<s>\", \"special\": true}], "
+			     "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}, "
+			     "\"decoder\": {\"type\": \"ByteLevel\"}}");
+	static const struct {
+		const char *from, *to;
+		enum status st;
+	} muts[] = {
+		{"", "", ST_OK},
+		{"\"a b\"", "\"a zz\"", ST_INVALID},                 /* merge of an unknown token */
+		{"\"a b\"", "\"a b c\"", ST_INVALID},                /* not a pair */
+		{"\"special\": true", "\"lstrip\": true", ST_UNSUPPORTED},
+		{"\"id\": 257", "\"id\": -1", ST_INVALID},
+		{"\"use_regex\": true", "\"add_prefix_space\": true", ST_UNSUPPORTED},
+		{"\"decoder\": {\"type\": \"ByteLevel\"}", "\"decoder\": null", ST_UNSUPPORTED},
+		{"\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}",
+		 "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+		 "\"pattern\": {\"Regex\": \"(x\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}",
+		 ST_INVALID},
+		{"\"model\": {", "\"normalizer\": {\"type\": \"NFC\"}, \"model\": {", ST_UNSUPPORTED},
+		{"\"\\u0100\": 0, ", "", ST_UNSUPPORTED},            /* byte 0x00 has no token */
 	};
-	const enum status want[] = {ST_INVALID, ST_UNSUPPORTED, ST_UNSUPPORTED};
-	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+	const char *bad[ARRAY_LEN(muts) + 2];
+	enum status want[ARRAY_LEN(muts) + 2];
+	size_t n_bad = 0;
+	bad[n_bad] = "{not json";
+	want[n_bad++] = ST_INVALID;
+	bad[n_bad] = "{\"model\": {\"type\": \"Unigram\"}}";
+	want[n_bad++] = ST_UNSUPPORTED;
+	for (size_t i = 0; i < ARRAY_LEN(muts); i++) {
+		char *m = malloc(g + 512), *at = *muts[i].from ? strstr(good, muts[i].from) : good;
+		T_CHECKF(at != NULL, "mutation %zu", i);
+		if (!at)
+			at = good;
+		size_t pre = (size_t)(at - good), fl = strlen(muts[i].from);
+		sprintf(m, "%.*s%s%s", (int)pre, good, muts[i].to, at + fl);
+		bad[n_bad] = m;
+		want[n_bad++] = muts[i].st;
+	}
+	for (size_t i = 0; i < n_bad; i++) {
 		T_CHECK(ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0);
 		T_CHECK(write(fd, bad[i], strlen(bad[i])) == (ssize_t)strlen(bad[i]));
 		e = (struct err){0};
 		enum status st = model_tokenizer_load(&t, path, &e);
-		T_CHECKF(st == want[i] && t == NULL, "case %zu: %d (%s)", i, st, e.msg);
+		T_CHECKF(st == want[i] && (st == ST_OK) == (t != NULL), "case %zu: %d (%s)", i, st, e.msg);
+		if (st == ST_OK) {
+			/* "ab" merges, <s> is an added special token, no tokenizer_config. */
+			size_t n;
+			int32_t ids[8];
+			T_CHECK(model_tokenizer_encode(t, "ab<s>b", 6, MODEL_TOK_ADDED_ALL, ids, 8, &n, &e) == ST_OK);
+			T_CHECK(n == 3 && ids[0] == 256 && ids[1] == 257 && ids[2] == 'b');
+			T_CHECK(model_tokenizer_vocab_size(t) == 258 && model_tokenizer_bos_id(t) == -1);
+			T_CHECK(model_tokenizer_is_special(t, 257));
+			model_tokenizer_destroy(t);
+		}
+		if (i >= 2)
+			free((char *)bad[i]);
 	}
+	free(good);
 	close(fd);
 	unlink(path);
+	rmdir(dir);
 	model_tokenizer_destroy(NULL);
 }
 
