@@ -213,7 +213,10 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 	if (r->timing.first_token_s == 0.0)
 		r->timing.first_token_s = now;
 	uint32_t n_out = q->n_tokens - r->n_prompt;
-	bool stop_tok = is_stop_token(r, tok, s->ex->info.eos_token_id);
+	/* The first min_tokens tokens were sampled with the stop ids masked (so a
+	 * stop id there is an ordinary token); stop strings are matched from the
+	 * token that reaches min_tokens on, as vLLM does. */
+	bool stop_tok = n_out > r->min_tokens && is_stop_token(r, tok, s->ex->info.eos_token_id);
 	bool length = n_out >= r->max_tokens || q->n_tokens >= s->opt.max_model_len;
 	int32_t stop_str = -1;
 	struct sched_event ev = {.kind = SCHED_EV_TOKEN, .choice = q->choice, .token_id = tok, .time_s = now,
@@ -224,8 +227,8 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 		if (nb > sizeof(buf))
 			nb = sizeof(buf);
 		bool nomem = false;
-		stop_str = sched_stop_feed(&q->stop, &r->stops, buf, nb, stop_tok || length, &ev.text, &ev.text_bytes,
-					   &nomem);
+		const struct sched_stop_set *set = n_out >= r->min_tokens ? &r->stops : NULL;
+		stop_str = sched_stop_feed(&q->stop, set, buf, nb, stop_tok || length, &ev.text, &ev.text_bytes, &nomem);
 		if (nomem) {
 			sched_event_clear(&ev);
 			sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
@@ -360,7 +363,8 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 		memcpy(s->step_block_ids + n_bid, q->blocks, (size_t)es->n_blocks * sizeof(uint32_t));
 		n_bid += es->n_blocks;
 		if (q->sched_sample) {
-			es->sampling = &q->sampling;
+			bool below_min = q->n_tokens - r->n_prompt < r->min_tokens;
+			es->sampling = below_min ? &q->sampling_min : &q->sampling;
 			es->prompt_ids = r->prompt;
 			es->n_prompt = r->n_prompt;
 			es->output_ids = q->tokens + r->n_prompt;

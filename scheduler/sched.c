@@ -6,6 +6,7 @@
 #include "sched_internal.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,7 @@ static void req_free(struct sched__req *r)
 		return;
 	free(r->prompt);
 	free(r->bias);
+	free(r->bias_min);
 	free(r->stop_ids);
 	for (uint32_t i = 0; i < r->stops.n; i++)
 		free(r->stops.strs[i]);
@@ -269,6 +271,8 @@ enum sched_refusal sched_check(const struct sched *s, const struct sched_request
 		if (!L || L > SCHED_MAX_STOP_STRING_BYTES)
 			return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "stop strings must be 1..256 bytes");
 	}
+	if (p->min_tokens && p->max_tokens && p->min_tokens > p->max_tokens)
+		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "min_tokens must not exceed max_tokens");
 	if (p->priority && s->opt.policy == SCHED_POLICY_FCFS)
 		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "priority requires the priority scheduling policy");
 	uint32_t mml = s->opt.max_model_len;
@@ -332,6 +336,12 @@ struct sched__seq *sched__seq_new(struct sched *s, struct sched__req *r, uint32_
 	q->slot = SCHED_BLOCK_NONE;
 	q->sampling = r->sampling;
 	q->sampling.seed = sched_choice_seed(r->sampling.seed, choice == SCHED__PARENT ? 0 : choice);
+	q->sampling_min = q->sampling;
+	if (r->bias_min) {
+		q->sampling_min.logit_bias = r->bias_min;
+		q->sampling_min.n_logit_bias = r->sampling.n_logit_bias + r->n_stop_ids +
+					       (!r->ignore_eos && s->ex->info.eos_token_id >= 0);
+	}
 	return q;
 }
 
@@ -559,6 +569,19 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 				goto nomem_req;
 			r->stops.lens[i] = (uint32_t)strlen(p->stop_strings[i]);
 		}
+	}
+	r->min_tokens = p->min_tokens;
+	if (p->min_tokens) {
+		uint32_t nb = p->sampling.n_logit_bias, k = nb;
+		r->bias_min = malloc((size_t)(nb + r->n_stop_ids + 1) * sizeof(*r->bias_min));
+		if (!r->bias_min)
+			goto nomem_req;
+		if (nb)
+			memcpy(r->bias_min, r->bias, (size_t)nb * sizeof(*r->bias_min));
+		for (uint32_t i = 0; i < r->n_stop_ids; i++)
+			r->bias_min[k++] = (struct kern_logit_bias){r->stop_ids[i], -INFINITY};
+		if (!r->ignore_eos && s->ex->info.eos_token_id >= 0)
+			r->bias_min[k++] = (struct kern_logit_bias){s->ex->info.eos_token_id, -INFINITY};
 	}
 	r->priority = p->priority;
 	r->order = s->next_order++;

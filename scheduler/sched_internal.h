@@ -48,6 +48,7 @@ struct sched__seq {
 	struct sched_block_hash *hashes; /* chained hashes of its first n_hashes full blocks */
 	uint32_t n_hashes, cap_hashes;
 	struct kern_sampling_params sampling; /* the request's, with this choice's seed */
+	struct kern_sampling_params sampling_min; /* the same with eos / stop ids masked (min_tokens) */
 	struct sched_stop stop;
 	uint32_t slot;                /* slot mode: executor state slot while running, else SCHED_BLOCK_NONE;
 					 block mode: EXEC_NO_SLOT while running */
@@ -64,6 +65,8 @@ struct sched__req {
 	struct kern_sampling_params sampling;
 	struct kern_logit_bias *bias;
 	uint32_t max_tokens;          /* resolved: never 0 */
+	uint32_t min_tokens;
+	struct kern_logit_bias *bias_min; /* bias + a -inf entry per masked id, while below min_tokens */
 	bool ignore_eos;
 	int32_t *stop_ids;
 	uint32_t n_stop_ids;

@@ -136,6 +136,9 @@ struct sched_request_params {
 	struct kern_sampling_params sampling; /* logit_bias copied; seed used only if has_seed */
 	bool has_seed;                  /* without a seed the scheduler draws one (kept across preemption) */
 	uint32_t max_tokens;            /* 0 = up to max_model_len */
+	uint32_t min_tokens;            /* the first min_tokens tokens are sampled with eos and
+					   stop_token_ids masked (-inf bias); stop strings are matched from
+					   the min_tokens-th token on (vLLM); must be <= max_tokens */
 	bool ignore_eos;
 	const int32_t *stop_token_ids;  /* copied */
 	uint32_t n_stop_token_ids;

@@ -19,7 +19,8 @@
  *   4. temperature == 0: exact argmax of the logits after 1-3 (lowest id on
  *                 ties); stages 5-8 are skipped.
  *   5. logit /= temperature; p = softmax.
- *   6. min_p:     drop tokens with p < min_p * max(p).
+ *   6. min_p:     drop tokens with p < min_p * max(p); tokens with p == 0 (a
+ *                 -inf bias, which the scheduler uses to mask tokens) never survive.
  *   7. top_k:     keep the k most probable (ties: lower id first).
  *   8. top_p:     keep the smallest most-probable prefix whose mass >= top_p
  *                 (of the mass left after 6-7); at least one token survives.
@@ -46,7 +47,7 @@
 
 struct kern_logit_bias {
 	int32_t token_id;
-	float bias; /* added to the logit; OpenAI allows [-100, 100] */
+	float bias; /* added to the logit; OpenAI allows [-100, 100]; -INFINITY masks the token */
 };
 
 struct kern_sampling_params {

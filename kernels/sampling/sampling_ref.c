@@ -143,11 +143,12 @@ enum status kern_sample_ref(const float *logits, uint32_t vocab, const struct ke
 		for (uint32_t v = 0; v < vocab; v++)
 			pmax = fmaxf(pmax, l[v]);
 
-		/* 6. min_p, collecting candidates */
+		/* 6. min_p, collecting candidates; a token of probability 0 (a -inf
+		 * bias, or underflow) is never a candidate */
 		uint32_t n = 0;
 		float thr = p->min_p * pmax;
 		for (uint32_t v = 0; v < vocab; v++)
-			if (l[v] >= thr && (l[v] > 0.0f || p->min_p == 0.0f))
+			if (l[v] > 0.0f && l[v] >= thr)
 				cand[n++] = v;
 		if (!n) /* pmax itself always passes; only reachable with NaN logits */
 			return ST_INVALID;

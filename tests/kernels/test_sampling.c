@@ -261,6 +261,36 @@ static void test_distribution(void)
 	free(work);
 }
 
+/* A -inf bias masks a token: never drawn, not even the most likely one. */
+static void test_mask(void)
+{
+	enum { V = 50 };
+	float logits[V];
+	void *work = malloc(kern_sample_workspace_bytes(V));
+	for (uint32_t v = 0; v < V; v++)
+		logits[v] = (float)(urand() * 2);
+	logits[7] = 30.0f;
+	logits[8] = 29.0f;
+	struct kern_logit_bias lb[2] = {{7, -INFINITY}, {8, -INFINITY}};
+	struct kern_sampling_params p = base(0);
+	p.logit_bias = lb;
+	p.n_logit_bias = 2;
+	struct kern_sample_out out;
+	T_CHECK(kern_sample_ref(logits, V, &p, NULL, 0, work, &out) == ST_OK && out.token_id != 7 && out.token_id != 8);
+	for (int t = 0; t < 4; t++) {
+		p = base(t < 2 ? 1.0f : 3.0f);
+		p.top_p = t % 2 ? 0.5f : 1.0f;
+		p.logit_bias = lb;
+		p.n_logit_bias = 2;
+		p.seed = g_rng;
+		for (uint64_t c = 0; c < 2000; c++) {
+			T_CHECK(kern_sample_ref(logits, V, &p, NULL, c, work, &out) == ST_OK);
+			T_CHECK(out.token_id != 7 && out.token_id != 8);
+		}
+	}
+	free(work);
+}
+
 static void test_invalid(void)
 {
 	float logits[8] = {0};
@@ -300,6 +330,7 @@ int main(void)
 	test_greedy_bias_penalties();
 	test_logprobs();
 	test_distribution();
+	test_mask();
 	test_invalid();
 	return test_exit();
 }

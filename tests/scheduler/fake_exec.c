@@ -3,6 +3,7 @@
  */
 #include "fake_exec.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,26 @@ uint32_t fake_reference(const struct fake_exec_options *o, const int32_t *prompt
 			const int32_t *stop_ids, uint32_t n_stop_ids, uint32_t max_model_len, int32_t *out,
 			int32_t *stopped_by)
 {
+	return fake_reference_min(o, prompt, n_prompt, sp, max_tokens, 0, ignore_eos, stop_ids, n_stop_ids,
+				  max_model_len, out, stopped_by);
+}
+
+uint32_t fake_reference_min(const struct fake_exec_options *o, const int32_t *prompt, uint32_t n_prompt,
+			    const struct kern_sampling_params *sp_in, uint32_t max_tokens, uint32_t min_tokens,
+			    bool ignore_eos, const int32_t *stop_ids, uint32_t n_stop_ids, uint32_t max_model_len,
+			    int32_t *out, int32_t *stopped_by)
+{
+	struct kern_logit_bias masked[400];
+	struct kern_sampling_params sp_min = *sp_in;
+	uint32_t nb = 0;
+	for (uint32_t i = 0; i < sp_in->n_logit_bias; i++)
+		masked[nb++] = sp_in->logit_bias[i];
+	for (uint32_t i = 0; i < n_stop_ids; i++)
+		masked[nb++] = (struct kern_logit_bias){stop_ids[i], -INFINITY};
+	if (!ignore_eos)
+		masked[nb++] = (struct kern_logit_bias){o->eos_token_id, -INFINITY};
+	sp_min.logit_bias = masked;
+	sp_min.n_logit_bias = nb;
 	float *l = malloc(o->vocab * sizeof(float));
 	void *work = malloc(kern_sample_workspace_bytes(o->vocab));
 	uint64_t h = state_init(o);
@@ -268,11 +289,12 @@ uint32_t fake_reference(const struct fake_exec_options *o, const int32_t *prompt
 		make_logits(o, h, l);
 		struct kern_sample_history hist = {prompt, n_prompt, out, n};
 		struct kern_sample_out so;
+		const struct kern_sampling_params *sp = n < min_tokens ? &sp_min : sp_in;
 		if (kern_sample_ref(l, o->vocab, sp, &hist, n, work, &so))
 			break;
 		out[n++] = so.token_id;
-		bool stop = !ignore_eos && so.token_id == o->eos_token_id;
-		for (uint32_t i = 0; i < n_stop_ids; i++)
+		bool stop = n > min_tokens && !ignore_eos && so.token_id == o->eos_token_id;
+		for (uint32_t i = 0; i < n_stop_ids && n > min_tokens; i++)
 			stop |= so.token_id == stop_ids[i];
 		if (stop) {
 			*stopped_by = so.token_id;

@@ -68,6 +68,13 @@ uint32_t fake_reference(const struct fake_exec_options *o, const int32_t *prompt
 			const int32_t *stop_ids, uint32_t n_stop_ids, uint32_t max_model_len, int32_t *out,
 			int32_t *stopped_by);
 
+/* The same with min_tokens: the first min_tokens samples have eos and the
+ * stop ids masked with a -inf bias, and no stop ends the output before. */
+uint32_t fake_reference_min(const struct fake_exec_options *o, const int32_t *prompt, uint32_t n_prompt,
+			    const struct kern_sampling_params *sp, uint32_t max_tokens, uint32_t min_tokens,
+			    bool ignore_eos, const int32_t *stop_ids, uint32_t n_stop_ids, uint32_t max_model_len,
+			    int32_t *out, int32_t *stopped_by);
+
 /* Detokenizer for tests: every token decodes to 1-3 ASCII letters from "abcd",
  * except tokens = 5 (mod 17), which decode to the two bytes of U+00E9 split
  * across tokens 5 and 6 (mod 17) (the first byte alone / the second alone). */

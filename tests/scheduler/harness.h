@@ -33,7 +33,7 @@ struct h_req {
 	bool bad_order; /* an event after FINISH */
 	/* what was submitted, for the reference */
 	int32_t *prompt;
-	uint32_t n_prompt, n, max_tokens;
+	uint32_t n_prompt, n, max_tokens, min_tokens;
 	struct kern_sampling_params sp;
 	bool ignore_eos;
 	int32_t stop_ids[4];
@@ -132,7 +132,7 @@ static inline void h_req_free(struct h_req *r)
 static inline struct sched_request_params h_params(struct h_req *r)
 {
 	struct sched_request_params p = {.prompt_ids = r->prompt, .n_prompt = r->n_prompt, .sampling = r->sp,
-					 .has_seed = true, .max_tokens = r->max_tokens, .n = r->n,
+					 .has_seed = true, .max_tokens = r->max_tokens, .min_tokens = r->min_tokens, .n = r->n,
 					 .ignore_eos = r->ignore_eos, .stop_token_ids = r->stop_ids,
 					 .n_stop_token_ids = r->n_stop_ids, .on_event = h_on_event, .user = r};
 	return p;
@@ -182,8 +182,8 @@ static inline int h_check_ref(struct harness *h, const struct h_req *r)
 		sp.seed = sched_choice_seed(r->sp.seed, c);
 		int32_t stopped;
 		uint32_t mt = r->max_tokens ? r->max_tokens : H_MAX_OUT;
-		uint32_t n = fake_reference(&h->fo, r->prompt, r->n_prompt, &sp, mt, r->ignore_eos, r->stop_ids,
-					    r->n_stop_ids, mml, ref, &stopped);
+		uint32_t n = fake_reference_min(&h->fo, r->prompt, r->n_prompt, &sp, mt, r->min_tokens, r->ignore_eos,
+						r->stop_ids, r->n_stop_ids, mml, ref, &stopped);
 		const struct h_choice *ch = &r->ch[c];
 		bool same = ch->finished && ch->n == n && !memcmp(ch->toks, ref, n * sizeof(int32_t));
 		if (!same) {

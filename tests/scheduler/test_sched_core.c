@@ -445,6 +445,32 @@ static void test_stops(void)
 	T_CHECK(u->ch[0].n == 1 && u->ch[0].fin.finish == SCHED_FINISH_STOP && u->ch[0].fin.stop_token_id == 1);
 	T_CHECK(v->ch[0].n == 5 && v->ch[0].fin.finish == SCHED_FINISH_LENGTH && v->ch[0].fin.n_output_tokens == 5);
 	T_CHECK(!h_check_ref(&h, u) && !h_check_ref(&h, v));
+
+	/* min_tokens: eos (forced by the bias) and a stop id are masked for the
+	 * first 6 tokens, so the 7th token is eos */
+	struct h_req *w = h_req_new(prompt, 20, 2, 20, h_sp(0.9f, 3));
+	w->sp.logit_bias = &lb;
+	w->sp.n_logit_bias = 1;
+	w->stop_ids[0] = ref->ch[0].toks[0];
+	w->n_stop_ids = 1;
+	struct sched_request_params pw = h_params(w);
+	pw.min_tokens = 6;
+	T_CHECK(!sched_submit(h.s, &pw, &w->id, &why, &e));
+	pw.min_tokens = 21;
+	T_CHECK(sched_submit(h.s, &pw, NULL, &why, &e) == ST_INVALID && why == SCHED_REFUSE_INVALID);
+	h_run(&h, 1000);
+	for (uint32_t c = 0; c < 2; c++) {
+		int32_t want[32], stopped;
+		struct kern_sampling_params sp = w->sp;
+		sp.seed = sched_choice_seed(w->sp.seed, c);
+		uint32_t n = fake_reference_min(&h.fo, prompt, 20, &sp, 20, 6, false, w->stop_ids, 1, 4096, want, &stopped);
+		T_CHECK(n == 7 && stopped == 1);
+		T_CHECK(w->ch[c].n == n && !memcmp(w->ch[c].toks, want, n * sizeof(int32_t)));
+		T_CHECK(w->ch[c].fin.finish == SCHED_FINISH_STOP && w->ch[c].fin.stop_token_id == 1);
+		for (uint32_t i = 0; i < 6; i++)
+			T_CHECK(w->ch[c].toks[i] != 1 && w->ch[c].toks[i] != w->stop_ids[0]);
+	}
+	h_req_free(w);
 	h_close(&h);
 	h_req_free(ref);
 	h_req_free(r);

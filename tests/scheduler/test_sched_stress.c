@@ -37,8 +37,8 @@ static int check_choices(struct harness *h, struct h_req *r)
 		struct kern_sampling_params sp = r->sp;
 		sp.seed = sched_choice_seed(r->sp.seed, c);
 		int32_t stopped;
-		uint32_t n = fake_reference(&h->fo, r->prompt, r->n_prompt, &sp, r->max_tokens, r->ignore_eos, NULL, 0,
-					    mml, ref, &stopped);
+		uint32_t n = fake_reference_min(&h->fo, r->prompt, r->n_prompt, &sp, r->max_tokens, r->min_tokens,
+						r->ignore_eos, NULL, 0, mml, ref, &stopped);
 		if (ch->n != n || memcmp(ch->toks, ref, n * sizeof(int32_t)) || ch->fin.n_output_tokens != n) {
 			uint32_t i = 0;
 			while (i < n && i < ch->n && ch->toks[i] == ref[i])
@@ -85,6 +85,8 @@ static void run(int caching, uint32_t n_requests, bool block_mode)
 				sp.frequency_penalty = 0.3f;
 			struct h_req *r = h_req_new(prompt, pre + suf, 1 + (rnd(4) == 0) * (1 + rnd(2)), 1 + rnd(70), sp);
 			r->ignore_eos = !rnd(5);
+			if (!rnd(4))
+				r->min_tokens = rnd(r->max_tokens + 1);
 			struct sched_request_params p = h_params(r);
 			if (!caching)
 				p.priority = (int32_t)rnd(3);
