@@ -229,6 +229,17 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 		bool nomem = false;
 		const struct sched_stop_set *set = n_out >= r->min_tokens ? &r->stops : NULL;
 		stop_str = sched_stop_feed(&q->stop, set, buf, nb, stop_tok || length, &ev.text, &ev.text_bytes, &nomem);
+		if (!nomem && stop_str >= 0 && r->include_stop_str) {
+			uint32_t L = r->stops.lens[stop_str];
+			char *t = realloc(ev.text, (size_t)ev.text_bytes + L + 1);
+			if (t) {
+				memcpy(t + ev.text_bytes, r->stops.strs[stop_str], L);
+				ev.text_bytes += L;
+				t[ev.text_bytes] = 0;
+				ev.text = t;
+			}
+			nomem = !t;
+		}
 		if (nomem) {
 			sched_event_clear(&ev);
 			sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);

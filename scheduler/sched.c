@@ -571,6 +571,7 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 		}
 	}
 	r->min_tokens = p->min_tokens;
+	r->include_stop_str = p->include_stop_str_in_output;
 	if (p->min_tokens) {
 		uint32_t nb = p->sampling.n_logit_bias, k = nb;
 		r->bias_min = malloc((size_t)(nb + r->n_stop_ids + 1) * sizeof(*r->bias_min));

@@ -71,6 +71,7 @@ struct sched__req {
 	int32_t *stop_ids;
 	uint32_t n_stop_ids;
 	struct sched_stop_set stops;
+	bool include_stop_str;
 	uint32_t n;
 	struct sched__seq *parent;    /* NULL once forked or when not used */
 	struct sched__seq **seqs;     /* [n]; NULL entries until created (fork) */

@@ -144,6 +144,7 @@ struct sched_request_params {
 	uint32_t n_stop_token_ids;
 	const char *const *stop_strings; /* copied; need options.detokenize */
 	uint32_t n_stop_strings;
+	bool include_stop_str_in_output; /* a matched stop string ends the released text instead of being cut */
 	uint32_t n;                     /* choices; 0 = 1 */
 	int32_t priority;               /* SCHED_POLICY_PRIORITY: lower runs first; must be 0 under FCFS */
 	uint64_t cache_salt;            /* mixed into the first block's hash (tenant isolation); 0 = none */

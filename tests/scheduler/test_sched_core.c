@@ -417,6 +417,19 @@ static void test_stops(void)
 	for (uint32_t i = 0; i < r->ch[0].n; i++)
 		T_CHECK(r->ch[0].toks[i] == ref->ch[0].toks[i]);
 
+	/* the same with include_stop_str_in_output */
+	struct h_req *r2 = h_req_new(prompt, 20, 1, 60, h_sp(0.7f, 99));
+	p = h_params(r2);
+	p.stop_strings = stops;
+	p.n_stop_strings = 2;
+	p.include_stop_str_in_output = true;
+	T_CHECK(!sched_submit(h.s, &p, &r2->id, &why, &e));
+	h_run(&h, 1000);
+	uint32_t with = want_bytes + (uint32_t)strlen(stop);
+	T_CHECKF(r2->ch[0].n_text == with && !memcmp(r2->ch[0].text, full, with), "%u vs %u", r2->ch[0].n_text, with);
+	T_CHECK(r2->ch[0].n == r->ch[0].n && r2->ch[0].fin.stop_string_index == 1);
+	h_req_free(r2);
+
 	/* stop token id: the 10th generated token stops it; text excludes it */
 	struct h_req *t = h_req_new(prompt, 20, 1, 60, h_sp(0.7f, 99));
 	t->stop_ids[0] = ref->ch[0].toks[9];
