@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ struct http_stream {
 	bool wake_pending;   /* a wake arrived while not suspended */
 	bool ended;          /* read returned END */
 	bool closed;         /* close callback ran */
+	bool peer_gone;      /* the housekeeper saw the client hang up while suspended */
 	struct http_stream *next, *prev; /* srv->streams, under srv->mu */
 };
 
@@ -124,7 +126,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 	for (;;) {
 		pthread_mutex_lock(&st->mu);
 		st->wake_pending = false;
+		bool gone = st->peer_gone;
 		pthread_mutex_unlock(&st->mu);
+		if (gone) /* close the connection; the completion callback reports an abort */
+			return MHD_CONTENT_READER_END_WITH_ERROR;
 		/* Called without our lock: the producer wakes under its own lock,
 		 * and read() takes that lock, so holding ours here would invert. */
 		ssize_t n = st->ops.read(st->ctx, buf, max);
@@ -149,6 +154,23 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void stream_free_noop(void *cls) { (void)cls; }
 
+/* A suspended connection is not polled, so a client that hangs up while its
+ * response has nothing to say (a non-streamed answer still generating) would
+ * go unnoticed. Peek at the socket: EOF means the peer closed it. Under
+ * st->mu, only while suspended (libmicrohttpd is not using the socket then). */
+static void stream_check_peer(struct http_stream *st)
+{
+	pthread_mutex_lock(&st->mu);
+	if (st->suspended && !st->peer_gone) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(st->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		char c;
+		if (ci && recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+			st->peer_gone = true;
+	}
+	pthread_mutex_unlock(&st->mu);
+}
+
 static void *housekeeper_main(void *arg)
 {
 	struct http_server *s = arg;
@@ -164,8 +186,10 @@ static void *housekeeper_main(void *arg)
 		pthread_cond_timedwait(&s->hk_cv, &s->mu, &ts);
 		if (s->stopping)
 			break;
-		for (struct http_stream *st = s->streams; st; st = st->next)
+		for (struct http_stream *st = s->streams; st; st = st->next) {
+			stream_check_peer(st);
 			http_stream_wake(st); /* lock order: srv->mu then st->mu, same everywhere */
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
