@@ -114,7 +114,20 @@ def sse_events(text):
     return evs
 
 
+def cli_errors():
+    for args, want in ((["--bogus"], 2), ([], 2), (["--model", "tiny", "--port", "99999"], 2),
+                       (["--model", "tiny", "--max-num-seqs", "0"], 2), (["--model", "tiny", "--executor", "gpu"], 2),
+                       (["--model", "tiny", "extra"], 2), (["--model", "tiny", "--port"], 2),
+                       (["--model", "/nonexistent/dsv4-model"], 1)):
+        p = subprocess.run([BIN, "serve", *args], capture_output=True, timeout=60)
+        check(p.returncode == want and p.stderr.strip(), "serve %s -> exit %d with a message (got %d: %r)" % (
+            " ".join(args), want, p.returncode, p.stderr[-200:]))
+    p = subprocess.run([BIN, "serve", "--help"], capture_output=True, timeout=60)
+    check(p.returncode == 0 and b"--served-model-name" in p.stdout, "serve --help")
+
+
 def main():
+    cli_errors()
     srv = Server("cpu", "--api-key", KEY)
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
@@ -332,6 +345,20 @@ def main():
     check(metric(srv, "dsv4:num_requests_running") == 0, "disconnect: no request left running")
     check((metric(srv, "dsv4:http_requests_client_disconnected_total") or 0) > disc0, "disconnect counted")
     check(metric(srv, "dsv4:kv_cache_usage_perc") == 0, "disconnect: KV blocks returned")
+    # The same for a non-streamed request (the connection is suspended while it waits).
+    body = json.dumps({"model": "tiny-e2e", "prompt": "x", "max_tokens": 10000, "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    t0 = time.time()
+    while metric(srv, "dsv4:num_requests_running") != 1 and time.time() - t0 < 20:
+        time.sleep(0.05)
+    s.close()
+    t0 = time.time()
+    while metric(srv, "dsv4:num_requests_running") != 0 and time.time() - t0 < 20:
+        time.sleep(0.2)
+    check(metric(srv, "dsv4:num_requests_running") == 0 and metric(srv, "dsv4:kv_cache_usage_perc") == 0,
+          "non-streamed disconnect frees the request")
     check((metric(srv, "dsv4:request_success_total") or 0) > 0, "request_success counted")
 
     rc = srv.stop()
