@@ -279,6 +279,35 @@ static void schedule_chunk(struct sched *s, struct sched__seq *q, uint32_t *budg
 	s->step_seq_ptr[(*n_sched)++] = q;
 }
 
+/* Whom to preempt: under FCFS the newest admitted sequence (vLLM); under the
+ * priority policy the lowest priority (largest value), latest arrival first. */
+static uint32_t victim_index(const struct sched *s)
+{
+	uint32_t best = s->n_running - 1;
+	if (s->opt.policy != SCHED_POLICY_PRIORITY)
+		return best;
+	for (uint32_t i = s->n_running; i-- > 0;) {
+		const struct sched__req *a = s->running[i]->req, *b = s->running[best]->req;
+		if (a->priority > b->priority || (a->priority == b->priority && a->order > b->order))
+			best = i;
+	}
+	return best;
+}
+
+/* Take an already scheduled sequence out of the step being planned. */
+static void unschedule(struct sched *s, struct sched__seq *q, uint32_t *budget, uint32_t *n_sched)
+{
+	for (uint32_t j = 0; j < *n_sched; j++)
+		if (s->step_seq_ptr[j] == q) {
+			memmove(s->step_seq_ptr + j, s->step_seq_ptr + j + 1, (*n_sched - j - 1) * sizeof(*s->step_seq_ptr));
+			(*n_sched)--;
+			*budget += q->sched_tokens;
+			q->sched_tokens = 0;
+			q->sched_sample = false;
+			return;
+		}
+}
+
 static uint32_t plan(struct sched *s, double now)
 {
 	uint32_t budget = s->opt.max_num_batched_tokens, n_sched = 0;
@@ -302,12 +331,17 @@ static uint32_t plan(struct sched *s, double now)
 				}
 				continue;
 			}
-			struct sched__seq *victim = s->running[s->n_running - 1];
+			uint32_t v = victim_index(s);
+			struct sched__seq *victim = s->running[v];
+			if (victim->sched_tokens) /* priority policy: may be older and already scheduled */
+				unschedule(s, victim, &budget, &n_sched);
 			sched__preempt(s, victim);
 			if (victim == q) {
 				preempted_self = true;
 				break;
 			}
+			if (v < i)
+				i--; /* q moved down one slot */
 		}
 		if (preempted_self) {
 			i--; /* q left the list; the next one moved into slot i */

@@ -555,6 +555,42 @@ static void test_priority(void)
 	h_req_free(hi);
 }
 
+/* Under the priority policy the victim of a preemption is the lowest
+ * priority, even when it is the older one. */
+static void test_priority_preemption(void)
+{
+	for (int policy = 0; policy < 2; policy++) {
+		struct harness h;
+		struct fake_exec_options fo = h_default_fake();
+		fo.n_blocks = 8;
+		fo.eos_bias = -50.0f;
+		struct sched_options so = {.policy = policy ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS,
+					   .disable_prefix_caching = true};
+		T_CHECK(!h_open(&h, &fo, &so));
+		int32_t prompt[40];
+		h_rand_tokens(prompt, 40, fo.vocab, &g_rng);
+		struct h_req *lo = h_req_new(prompt, 40, 1, 40, h_sp(0, 0)), *hi = h_req_new(prompt + 1, 39, 1, 40, h_sp(0, 0));
+		struct sched_request_params p = h_params(lo);
+		p.priority = policy ? 5 : 0;
+		struct err e = {0};
+		enum sched_refusal why;
+		T_CHECK(!sched_submit(h.s, &p, &lo->id, &why, &e));
+		T_CHECK(!sched_step(h.s, NULL, &e)); /* lo is admitted first */
+		p = h_params(hi);
+		T_CHECK(!sched_submit(h.s, &p, &hi->id, &why, &e));
+		h_run(&h, 1000);
+		T_CHECK(!h_check_ref(&h, lo) && !h_check_ref(&h, hi));
+		/* FCFS preempts the newer (hi), priority the lower-priority (lo) */
+		T_CHECKF((policy ? lo : hi)->ch[0].fin.timing.n_preemptions > 0 &&
+				 (policy ? hi : lo)->ch[0].fin.timing.n_preemptions == 0,
+			 "policy %d: lo %u hi %u preemptions", policy, lo->ch[0].fin.timing.n_preemptions,
+			 hi->ch[0].fin.timing.n_preemptions);
+		h_close(&h);
+		h_req_free(lo);
+		h_req_free(hi);
+	}
+}
+
 static void test_executor_failure(void)
 {
 	struct harness h;
@@ -605,6 +641,7 @@ int main(void)
 	test_stops();
 	test_seed_determinism();
 	test_priority();
+	test_priority_preemption();
 	test_executor_failure();
 	return test_exit();
 }
