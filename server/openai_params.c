@@ -463,7 +463,7 @@ enum key {
 	K_IGNORED = 0, K_MODEL, K_STREAM, K_STREAM_OPTIONS, K_N, K_MAX_TOKENS, K_MAX_COMPLETION_TOKENS,
 	K_TEMPERATURE, K_TOP_P, K_TOP_K, K_MIN_P, K_SEED, K_PRESENCE, K_FREQUENCY, K_REPETITION, K_LOGIT_BIAS,
 	K_STOP, K_STOP_TOKEN_IDS, K_IGNORE_EOS, K_LOGPROBS, K_TOP_LOGPROBS, K_PRIORITY, K_CACHE_SALT,
-	K_MIN_TOKENS, K_SKIP_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
+	K_MIN_TOKENS, K_INCLUDE_STOP, K_SKIP_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
 	/* chat */
 	K_MESSAGES, K_TOOLS, K_TOOL_CHOICE, K_TEMPLATE_KWARGS, K_REASONING_EFFORT, K_THINKING,
 	K_INCLUDE_REASONING, K_ADD_GENERATION_PROMPT, K_CONTINUE_FINAL, K_MODALITIES,
@@ -506,6 +506,7 @@ static const struct key_def {
 	{"priority", K_PRIORITY, F_GEN},
 	{"cache_salt", K_CACHE_SALT, F_GEN},
 	{"min_tokens", K_MIN_TOKENS, F_GEN},
+	{"include_stop_str_in_output", K_INCLUDE_STOP, F_GEN},
 	{"skip_special_tokens", K_SKIP_SPECIAL, F_GEN},
 	{"parallel_tool_calls", K_PARALLEL_TOOL_CALLS, F_CHAT},
 	{"response_format", K_RESPONSE_FORMAT, F_GEN},
@@ -767,8 +768,11 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 			break;
 		}
 		case K_MIN_TOKENS:
-			if (!(st = get_int(v, "min_tokens", 0, OAI_MAX_TOKENS_PARAM, &iv, why)) && iv > 0)
-				st = fail(why, ST_UNSUPPORTED, "min_tokens", "'min_tokens' > 0 is not supported");
+			if (!(st = get_int(v, "min_tokens", 0, OAI_MAX_TOKENS_PARAM, &iv, why)))
+				r->min_tokens = (uint32_t)iv;
+			break;
+		case K_INCLUDE_STOP:
+			st = get_bool(v, "include_stop_str_in_output", &r->include_stop_str_in_output, why);
 			break;
 		case K_SKIP_SPECIAL:
 			if (!(st = get_bool(v, "skip_special_tokens", &bv, why)) && !bv)
@@ -903,6 +907,11 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 				  "continue_final_message needs an assistant message last");
 			goto out;
 		}
+	}
+	if (r->max_tokens && r->min_tokens > r->max_tokens) {
+		st = fail(why, ST_INVALID, "min_tokens", "'min_tokens' (%u) must not exceed max_tokens (%u)", r->min_tokens,
+			  r->max_tokens);
+		goto out;
 	}
 	if (where == F_CHAT && top_lp && r->top_logprobs && !r->logprobs) {
 		st = fail(why, ST_INVALID, "top_logprobs", "'top_logprobs' needs 'logprobs': true");

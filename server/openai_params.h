@@ -59,6 +59,8 @@ struct oai_request {
 	const int32_t *stop_token_ids;
 	uint32_t n_stop_token_ids;
 	bool ignore_eos;
+	uint32_t min_tokens;        /* eos and stop ids masked for the first min_tokens tokens */
+	bool include_stop_str_in_output;
 	int32_t priority;
 	uint64_t cache_salt;        /* hash of the cache_salt string, 0 = none */
 	/* Logprobs: chat "logprobs": true + "top_logprobs": k; completions "logprobs": k. */

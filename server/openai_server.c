@@ -722,6 +722,8 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->has_seed = r->has_seed;
 	p->max_tokens = r->max_tokens;
 	p->ignore_eos = r->ignore_eos;
+	p->min_tokens = r->min_tokens;
+	p->include_stop_str_in_output = r->include_stop_str_in_output;
 	p->stop_token_ids = r->stop_token_ids;
 	p->n_stop_token_ids = r->n_stop_token_ids;
 	p->stop_strings = r->stop;

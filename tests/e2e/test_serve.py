@@ -227,6 +227,13 @@ def main():
                                        temperature=0, stop=[stop])
         check(sr.choices[0].text == ctext[:ctext.index(stop)] and sr.choices[0].finish_reason == "stop",
               "stop string: %r / %r / %r" % (ctext, stop, sr.choices[0].text))
+        si = client.completions.create(model="tiny-e2e", prompt="The capital of France is", max_tokens=6,
+                                       temperature=0, stop=[stop], extra_body={"include_stop_str_in_output": True})
+        check(si.choices[0].text == ctext[:ctext.index(stop) + len(stop)], "include_stop_str_in_output: %r" %
+              si.choices[0].text)
+    mt = client.completions.create(model="tiny-e2e", prompt="x", max_tokens=5, temperature=0,
+                                   extra_body={"min_tokens": 5})
+    check(mt.usage.completion_tokens == 5, "min_tokens: %r" % mt.usage)
 
     # ---- chat logprobs ----
     r = client.chat.completions.create(model="tiny-e2e", messages=msgs, max_tokens=4, temperature=0,

@@ -69,7 +69,7 @@ static void test_every_parameter(void)
 		"\"min_p\":0.1,\"seed\":-5,\"presence_penalty\":1.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.2,"
 		"\"logit_bias\":{\"5\":-100,\"999\":2.5},\"stop\":[\"a\",\"bc\"],\"stop_token_ids\":[1,2],"
 		"\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":4,\"priority\":0,\"cache_salt\":\"t1\","
-		"\"min_tokens\":0,\"skip_special_tokens\":true,\"parallel_tool_calls\":true,"
+		"\"min_tokens\":5,\"include_stop_str_in_output\":true,\"skip_special_tokens\":true,\"parallel_tool_calls\":true,"
 		"\"response_format\":{\"type\":\"text\"},\"user\":\"u\",\"metadata\":{},\"store\":false,"
 		"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
 		"\"tool_choice\":\"auto\",\"reasoning_effort\":\"max\",\"include_reasoning\":false");
@@ -86,7 +86,7 @@ static void test_every_parameter(void)
 	T_CHECK(r.n_stop == 2 && !strcmp(r.stop[0], "a") && !strcmp(r.stop[1], "bc"));
 	T_CHECK(r.n_stop_token_ids == 2 && r.stop_token_ids[1] == 2 && r.ignore_eos);
 	T_CHECK(r.logprobs && r.top_logprobs == 4 && r.sampling.logprobs && r.sampling.top_logprobs == 4);
-	T_CHECK(r.cache_salt != 0);
+	T_CHECK(r.cache_salt != 0 && r.min_tokens == 5 && r.include_stop_str_in_output);
 	T_CHECK(r.tools_json && strstr(r.tools_json, "\"name\":\"f\"") && r.n_tools == 1);
 	T_CHECK(r.thinking && r.effort == MODEL_CHAT_EFFORT_MAX && !r.include_reasoning);
 	oai_request_free(&r);
@@ -196,7 +196,9 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"), "tool_choice");
 	expect_refused(OAI_CHAT, chat("\"tool_choice\":\"sometimes\""), "tool_choice");
 	expect_refused(OAI_CHAT, chat("\"parallel_tool_calls\":false"), "parallel_tool_calls");
-	expect_refused(OAI_CHAT, chat("\"min_tokens\":3"), "min_tokens");
+	expect_refused(OAI_CHAT, chat("\"min_tokens\":3,\"max_tokens\":2"), "min_tokens");
+	expect_refused(OAI_CHAT, chat("\"min_tokens\":-1"), "min_tokens");
+	expect_refused(OAI_CHAT, chat("\"include_stop_str_in_output\":1"), "include_stop_str_in_output");
 	expect_refused(OAI_CHAT, chat("\"skip_special_tokens\":false"), "skip_special_tokens");
 	expect_refused(OAI_CHAT, chat("\"modalities\":[\"text\",\"audio\"]"), "modalities");
 	expect_refused(OAI_CHAT, chat("\"stream_options\":{\"continuous_usage_stats\":true}"),
