@@ -7,8 +7,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by cuda-kernels-2 (rows after the reference):
+ *   <op>_cuda_generic  cc >= 8.0, sm_80 image (hc_generic.cu): our own
+ *                  prenorm GEMM + Σx², Sinkhorn split and stream combines,
+ *                  so no GPU depends on DeepGEMM's tf32_hc_prenorm_gemm.
  */
 #include "kernels/hc/hc.h"
+
+#include "dsv4_config.h"
+#include "kernels/hc/hc_generic.h"
 
 static const struct kern_variant hc_prenorm_variants[] = {
 	{
@@ -18,6 +25,20 @@ static const struct kern_variant hc_prenorm_variants[] = {
 		.run = KERN_FN(kern_hc_prenorm_ref),
 		.run_host = KERN_FN(kern_hc_prenorm_ref),
 		.desc = "CPU reference: mHC prenorm GEMM v·fnᵀ + Σv², fp32 loops",
+	},
+	/* ---- cuda-kernels-2 ---- */
+	{
+		.name = "hc_prenorm_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_hc_prenorm_cuda_generic),
+		.run_host = KERN_FN(kern_hc_prenorm_cuda_generic_host),
+#endif
+		.desc = "portable CUDA mHC prenorm: x·fnᵀ + Σx², fp32, deterministic split over outputs",
 	},
 };
 
@@ -36,6 +57,20 @@ static const struct kern_variant hc_split_variants[] = {
 		.run_host = KERN_FN(kern_hc_split_ref),
 		.desc = "CPU reference: mHC sigmoid/softmax + col-first Sinkhorn, HCHead",
 	},
+	/* ---- cuda-kernels-2 ---- */
+	{
+		.name = "hc_split_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_hc_split_cuda_generic),
+		.run_host = KERN_FN(kern_hc_split_cuda_generic_host),
+#endif
+		.desc = "portable CUDA mHC split: sigmoid/softmax + col-first Sinkhorn, one thread per token",
+	},
 };
 
 const struct kern_op kern_op_hc_split = {
@@ -53,6 +88,20 @@ static const struct kern_variant hc_pre_combine_variants[] = {
 		.run_host = KERN_FN(kern_hc_pre_combine_ref),
 		.desc = "CPU reference: mHC u = Σ pre_j X_j",
 	},
+	/* ---- cuda-kernels-2 ---- */
+	{
+		.name = "hc_pre_combine_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_hc_pre_combine_cuda_generic),
+		.run_host = KERN_FN(kern_hc_pre_combine_cuda_generic_host),
+#endif
+		.desc = "portable CUDA mHC u = Σ pre_j X_j",
+	},
 };
 
 const struct kern_op kern_op_hc_pre_combine = {
@@ -69,6 +118,20 @@ static const struct kern_variant hc_post_variants[] = {
 		.run = KERN_FN(kern_hc_post_ref),
 		.run_host = KERN_FN(kern_hc_post_ref),
 		.desc = "CPU reference: mHC X'_k = post_k f + Σ_j comb[j][k] X_j",
+	},
+	/* ---- cuda-kernels-2 ---- */
+	{
+		.name = "hc_post_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_hc_post_cuda_generic),
+		.run_host = KERN_FN(kern_hc_post_cuda_generic_host),
+#endif
+		.desc = "portable CUDA mHC X'_k = post_k f + Σ_j comb[j][k] X_j",
 	},
 };
 

@@ -1,0 +1,445 @@
+/*
+ * kernels/hc/hc_generic.cu: portable CUDA mHC ops for every cc >= 8.0
+ * (variants hc_*_cuda_generic; contracts in hc.h, entry points in
+ * hc_generic.h). This is the fallback DeepSeek's tf32_hc_prenorm_gemm never
+ * had: our own code, in the sm_80 image plus PTX, so it runs on Hopper,
+ * both Blackwells and GB10 alike.
+ *
+ *   hc_prenorm_kernel  mix[t, o] = Σ_k x[t,k]·fn[o,k] and sqr_sum[t] = Σ_k x².
+ *                      Decode-shaped: K = n·D = 16384 is long and n_out = 24
+ *                      is tiny, so a block owns OG outputs × TT tokens (or,
+ *                      as the extra last block column, the TT tokens' Σx²),
+ *                      256 threads stride K with float4 loads, and the
+ *                      partial sums are reduced by warp shuffles plus one
+ *                      fixed-order pass over the 8 warps: deterministic, no
+ *                      atomics, no workspace. fp32 FMA (not TF32): the
+ *                      reference is fp32 and this op is bandwidth-bound.
+ *                      Small batches use OG = 1 (25 blocks for T = 1) so the
+ *                      1.5 MB of fn is read by many SMs at once.
+ *   hc_split_kernel    one thread per token: ρ, sigmoid, row softmax and the
+ *                      col-first Sinkhorn in the reference's operation order
+ *                      (explicit _rn arithmetic, no FMA contraction), so it
+ *                      differs from the CPU only by expf's last bits.
+ *   hc_pre_combine_kernel, hc_post_kernel: one thread per output element,
+ *                      the reference's summation order, optional bf16 RNE.
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "kernels/hc/hc_generic.h"
+}
+
+#define HC_NT 256
+
+/* ---- prenorm GEMM + Σx² ---- */
+
+template <int OG, int TT>
+__global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restrict__ x, const float *__restrict__ fn,
+							     float *__restrict__ mix, float *__restrict__ sqr,
+							     int64_t T, int k, int n_out, int vec)
+{
+	__shared__ float red[HC_NT / 32][OG * TT];
+	const int n_og = (n_out + OG - 1) / OG;
+	const bool sq = (int)blockIdx.x == n_og;
+	const int o0 = blockIdx.x * OG;
+	const int64_t t0 = (int64_t)blockIdx.y * TT;
+	float acc[OG][TT];
+#pragma unroll
+	for (int o = 0; o < OG; o++)
+#pragma unroll
+		for (int t = 0; t < TT; t++)
+			acc[o][t] = 0.f;
+	if (vec) {
+		for (int kk = threadIdx.x * 4; kk < k; kk += HC_NT * 4) {
+			float4 xv[TT];
+#pragma unroll
+			for (int t = 0; t < TT; t++)
+				xv[t] = t0 + t < T ? *(const float4 *)(x + (t0 + t) * k + kk) : make_float4(0.f, 0.f, 0.f, 0.f);
+			if (sq) {
+#pragma unroll
+				for (int t = 0; t < TT; t++)
+					acc[0][t] += xv[t].x * xv[t].x + xv[t].y * xv[t].y + xv[t].z * xv[t].z +
+						     xv[t].w * xv[t].w;
+			} else {
+#pragma unroll
+				for (int o = 0; o < OG; o++) {
+					if (o0 + o >= n_out)
+						break;
+					const float4 wv = *(const float4 *)(fn + (int64_t)(o0 + o) * k + kk);
+#pragma unroll
+					for (int t = 0; t < TT; t++)
+						acc[o][t] += xv[t].x * wv.x + xv[t].y * wv.y + xv[t].z * wv.z + xv[t].w * wv.w;
+				}
+			}
+		}
+	} else {
+		for (int kk = threadIdx.x; kk < k; kk += HC_NT) {
+			float xv[TT];
+#pragma unroll
+			for (int t = 0; t < TT; t++)
+				xv[t] = t0 + t < T ? x[(t0 + t) * k + kk] : 0.f;
+			if (sq) {
+#pragma unroll
+				for (int t = 0; t < TT; t++)
+					acc[0][t] += xv[t] * xv[t];
+			} else {
+#pragma unroll
+				for (int o = 0; o < OG; o++) {
+					if (o0 + o >= n_out)
+						break;
+					const float wv = fn[(int64_t)(o0 + o) * k + kk];
+#pragma unroll
+					for (int t = 0; t < TT; t++)
+						acc[o][t] += xv[t] * wv;
+				}
+			}
+		}
+	}
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+	for (int o = 0; o < OG; o++)
+#pragma unroll
+		for (int t = 0; t < TT; t++) {
+			float v = acc[o][t];
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+			if (lane == 0)
+				red[warp][o * TT + t] = v;
+		}
+	__syncthreads();
+	if ((int)threadIdx.x < OG * TT) {
+		const int o = threadIdx.x / TT, t = threadIdx.x % TT;
+		float s = 0.f;
+#pragma unroll
+		for (int wi = 0; wi < HC_NT / 32; wi++)
+			s += red[wi][threadIdx.x];
+		if (t0 + t < T) {
+			if (sq) {
+				if (o == 0)
+					sqr[t0 + t] = s;
+			} else if (o0 + o < n_out) {
+				mix[(t0 + t) * n_out + o0 + o] = s;
+			}
+		}
+	}
+}
+
+extern "C" enum status kern_hc_prenorm_cuda_generic(const struct kern_hc_prenorm_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->k <= 0 || a->n_out <= 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (!a->x || !a->fn || !a->mix || !a->sqr_sum)
+		return ST_INVALID;
+	const int vec = a->k % 4 == 0 && ((uintptr_t)a->x | (uintptr_t)a->fn) % 16 == 0;
+	cudaStream_t s = (cudaStream_t)a->stream;
+	if (a->n_tokens <= 16) {
+		const int64_t gy = (a->n_tokens + 3) / 4;
+		dim3 grid((unsigned)(a->n_out + 1), (unsigned)gy);
+		hc_prenorm_kernel<1, 4><<<grid, HC_NT, 0, s>>>(a->x, a->fn, a->mix, a->sqr_sum, a->n_tokens, a->k,
+							      a->n_out, vec);
+	} else {
+		const int64_t gy = (a->n_tokens + 7) / 8;
+		if (gy > 65535)
+			return ST_INVALID;
+		dim3 grid((unsigned)((a->n_out + 3) / 4 + 1), (unsigned)gy);
+		hc_prenorm_kernel<4, 8><<<grid, HC_NT, 0, s>>>(a->x, a->fn, a->mix, a->sqr_sum, a->n_tokens, a->k,
+							      a->n_out, vec);
+	}
+	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
+}
+
+/* ---- split: sigmoid / softmax / Sinkhorn ---- */
+
+static __device__ __forceinline__ float hc_sigmoid(float v)
+{
+	return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
+}
+
+__global__ void hc_split_kernel(const float *__restrict__ mix, const float *__restrict__ sqr, int64_t T, int n, int k,
+				float norm_eps, const float *__restrict__ scale, const float *__restrict__ base,
+				int iters, float hc_eps, int head, float *__restrict__ pre, float *__restrict__ post,
+				float *__restrict__ comb)
+{
+	const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (t >= T)
+		return;
+	const int n_out = head ? n : (2 + n) * n;
+	const float *m = mix + t * n_out;
+	const float rho = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(sqr[t], (float)k), norm_eps)));
+	for (int j = 0; j < n; j++)
+		pre[t * n + j] = __fadd_rn(hc_sigmoid(__fadd_rn(__fmul_rn(scale[0], __fmul_rn(rho, m[j])), base[j])), hc_eps);
+	if (head)
+		return;
+	for (int j = 0; j < n; j++)
+		post[t * n + j] =
+			__fmul_rn(2.0f, hc_sigmoid(__fadd_rn(__fmul_rn(scale[1], __fmul_rn(rho, m[n + j])), base[n + j])));
+	float P[KERN_HC_MAX_STREAMS][KERN_HC_MAX_STREAMS];
+	for (int j = 0; j < n; j++) {
+		float mx = -INFINITY;
+		for (int c = 0; c < n; c++) {
+			P[j][c] = __fadd_rn(__fmul_rn(scale[2], __fmul_rn(rho, m[2 * n + n * j + c])), base[2 * n + n * j + c]);
+			mx = fmaxf(mx, P[j][c]);
+		}
+		float sum = 0.f;
+		for (int c = 0; c < n; c++) {
+			P[j][c] = expf(__fsub_rn(P[j][c], mx));
+			sum = __fadd_rn(sum, P[j][c]);
+		}
+		for (int c = 0; c < n; c++)
+			P[j][c] = __fadd_rn(__fdiv_rn(P[j][c], sum), hc_eps);
+	}
+	for (int it = 0; it < iters; it++) {
+		if (it > 0) {
+			for (int j = 0; j < n; j++) {
+				float s = 0.f;
+				for (int c = 0; c < n; c++)
+					s = __fadd_rn(s, P[j][c]);
+				for (int c = 0; c < n; c++)
+					P[j][c] = __fdiv_rn(P[j][c], __fadd_rn(s, hc_eps));
+			}
+		}
+		for (int c = 0; c < n; c++) {
+			float s = 0.f;
+			for (int j = 0; j < n; j++)
+				s = __fadd_rn(s, P[j][c]);
+			for (int j = 0; j < n; j++)
+				P[j][c] = __fdiv_rn(P[j][c], __fadd_rn(s, hc_eps));
+		}
+	}
+	for (int j = 0; j < n; j++)
+		for (int c = 0; c < n; c++)
+			comb[(t * n + j) * n + c] = P[j][c];
+}
+
+extern "C" enum status kern_hc_split_cuda_generic(const struct kern_hc_split_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_streams <= 0 || a->n_streams > KERN_HC_MAX_STREAMS || a->k <= 0 ||
+	    a->sinkhorn_iters < 1)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (!a->mix || !a->sqr_sum || !a->scale || !a->base || !a->pre || (!a->head && (!a->post || !a->comb)))
+		return ST_INVALID;
+	const int64_t nb = (a->n_tokens + 127) / 128;
+	if (nb > INT32_MAX)
+		return ST_INVALID;
+	hc_split_kernel<<<(unsigned)nb, 128, 0, (cudaStream_t)a->stream>>>(
+		a->mix, a->sqr_sum, a->n_tokens, a->n_streams, a->k, a->norm_eps, a->scale, a->base, a->sinkhorn_iters,
+		a->hc_eps, a->head, a->pre, a->post, a->comb);
+	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
+}
+
+/* ---- stream combinations ---- */
+
+static __device__ __forceinline__ float hc_round(float v, int bf16)
+{
+	return bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
+__global__ void hc_pre_combine_kernel(const float *__restrict__ x, const float *__restrict__ pre, float *__restrict__ u,
+				      int64_t T, int n, int D, int bf16)
+{
+	const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (idx >= T * D)
+		return;
+	const int64_t t = idx / D, i = idx % D;
+	float acc = 0.f;
+	for (int j = 0; j < n; j++)
+		acc = __fadd_rn(acc, __fmul_rn(pre[t * n + j], x[(t * n + j) * D + i]));
+	u[idx] = hc_round(acc, bf16);
+}
+
+__global__ void hc_post_kernel(const float *__restrict__ f, const float *__restrict__ x, const float *__restrict__ post,
+			       const float *__restrict__ comb, float *__restrict__ x_out, int64_t T, int n, int D,
+			       int bf16)
+{
+	const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (idx >= T * n * D)
+		return;
+	const int64_t i = idx % D, tk = idx / D, t = tk / n;
+	const int c = (int)(tk % n);
+	const float *C = comb + t * n * n;
+	float acc = __fmul_rn(post[t * n + c], f[t * D + i]);
+	for (int j = 0; j < n; j++)
+		acc = __fadd_rn(acc, __fmul_rn(C[j * n + c], x[(t * n + j) * D + i]));
+	x_out[idx] = hc_round(acc, bf16);
+}
+
+static enum status hc_launch_1d(int64_t total, unsigned *blocks)
+{
+	const int64_t nb = (total + HC_NT - 1) / HC_NT;
+	if (nb > INT32_MAX)
+		return ST_INVALID;
+	*blocks = (unsigned)nb;
+	return ST_OK;
+}
+
+extern "C" enum status kern_hc_pre_combine_cuda_generic(const struct kern_hc_pre_combine_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_streams <= 0 || a->dim <= 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (!a->x || !a->pre || !a->u)
+		return ST_INVALID;
+	unsigned nb;
+	if (hc_launch_1d(a->n_tokens * a->dim, &nb))
+		return ST_INVALID;
+	hc_pre_combine_kernel<<<nb, HC_NT, 0, (cudaStream_t)a->stream>>>(a->x, a->pre, a->u, a->n_tokens, a->n_streams,
+									  a->dim, a->bf16_out);
+	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
+}
+
+extern "C" enum status kern_hc_post_cuda_generic(const struct kern_hc_post_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_streams <= 0 || a->dim <= 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (!a->f || !a->x || !a->post || !a->comb || !a->x_out || a->x_out == a->x)
+		return ST_INVALID;
+	unsigned nb;
+	if (hc_launch_1d(a->n_tokens * a->n_streams * a->dim, &nb))
+		return ST_INVALID;
+	hc_post_kernel<<<nb, HC_NT, 0, (cudaStream_t)a->stream>>>(a->f, a->x, a->post, a->comb, a->x_out, a->n_tokens,
+								   a->n_streams, a->dim, a->bf16_out);
+	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
+}
+
+/* ---- host-buffer wrappers (self-checks, tests) ---- */
+
+#define HC_MAX_BUFS 8
+
+/* Device copies of up to 8 host arrays; outputs are copied in as well so
+ * that sentinel values the kernel must overwrite stay visible. */
+struct hc_bufs {
+	const float *host[HC_MAX_BUFS];
+	float *dev[HC_MAX_BUFS];
+	size_t n_floats[HC_MAX_BUFS];
+	int out[HC_MAX_BUFS];
+	int n;
+	cudaError_t ce;
+};
+
+static float *hc_up(struct hc_bufs *b, const float *h, size_t n_floats, int is_out)
+{
+	if (!h || b->ce != cudaSuccess || b->n >= HC_MAX_BUFS)
+		return NULL;
+	void *d = NULL;
+	b->ce = cudaMalloc(&d, n_floats ? n_floats * sizeof(float) : 4);
+	if (b->ce != cudaSuccess)
+		return NULL;
+	if (n_floats)
+		b->ce = cudaMemcpy(d, h, n_floats * sizeof(float), cudaMemcpyHostToDevice);
+	b->host[b->n] = h;
+	b->dev[b->n] = (float *)d;
+	b->n_floats[b->n] = n_floats;
+	b->out[b->n] = is_out;
+	b->n++;
+	return (float *)d;
+}
+
+/* Sync after a run that returned st, copy outputs back, free everything. */
+static enum status hc_finish(struct hc_bufs *b, enum status st)
+{
+	if (st == ST_OK && b->ce == cudaSuccess)
+		b->ce = cudaDeviceSynchronize();
+	for (int i = 0; i < b->n && st == ST_OK && b->ce == cudaSuccess; i++)
+		if (b->out[i] && b->n_floats[i])
+			b->ce = cudaMemcpy((void *)b->host[i], b->dev[i], b->n_floats[i] * sizeof(float),
+					   cudaMemcpyDeviceToHost);
+	for (int i = 0; i < b->n; i++)
+		cudaFree(b->dev[i]);
+	if (st)
+		return st;
+	if (b->ce != cudaSuccess) {
+		cudaGetLastError();
+		return ST_CUDA;
+	}
+	return ST_OK;
+}
+
+extern "C" enum status kern_hc_prenorm_cuda_generic_host(const struct kern_hc_prenorm_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->k <= 0 || a->n_out <= 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (!a->x || !a->fn || !a->mix || !a->sqr_sum)
+		return ST_INVALID;
+	struct hc_bufs b = {};
+	b.ce = cudaSuccess;
+	struct kern_hc_prenorm_args d = *a;
+	d.x = hc_up(&b, a->x, (size_t)a->n_tokens * a->k, 0);
+	d.fn = hc_up(&b, a->fn, (size_t)a->n_out * a->k, 0);
+	d.mix = hc_up(&b, a->mix, (size_t)a->n_tokens * a->n_out, 1);
+	d.sqr_sum = hc_up(&b, a->sqr_sum, (size_t)a->n_tokens, 1);
+	d.stream = 0;
+	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_prenorm_cuda_generic(&d) : ST_CUDA);
+}
+
+extern "C" enum status kern_hc_split_cuda_generic_host(const struct kern_hc_split_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_streams <= 0 || a->n_streams > KERN_HC_MAX_STREAMS)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	const size_t T = (size_t)a->n_tokens, n = (size_t)a->n_streams;
+	const size_t n_out = a->head ? n : (2 + n) * n;
+	struct hc_bufs b = {};
+	b.ce = cudaSuccess;
+	struct kern_hc_split_args d = *a;
+	d.mix = hc_up(&b, a->mix, T * n_out, 0);
+	d.sqr_sum = hc_up(&b, a->sqr_sum, T, 0);
+	d.scale = hc_up(&b, a->scale, a->head ? 1 : 3, 0);
+	d.base = hc_up(&b, a->base, n_out, 0);
+	d.pre = hc_up(&b, a->pre, T * n, 1);
+	d.post = a->head ? NULL : hc_up(&b, a->post, T * n, 1);
+	d.comb = a->head ? NULL : hc_up(&b, a->comb, T * n * n, 1);
+	d.stream = 0;
+	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_split_cuda_generic(&d) : ST_CUDA);
+}
+
+extern "C" enum status kern_hc_pre_combine_cuda_generic_host(const struct kern_hc_pre_combine_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_streams <= 0 || a->dim <= 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	const size_t T = (size_t)a->n_tokens, n = (size_t)a->n_streams, D = (size_t)a->dim;
+	struct hc_bufs b = {};
+	b.ce = cudaSuccess;
+	struct kern_hc_pre_combine_args d = *a;
+	d.x = hc_up(&b, a->x, T * n * D, 0);
+	d.pre = hc_up(&b, a->pre, T * n, 0);
+	d.u = hc_up(&b, a->u, T * D, 1);
+	d.stream = 0;
+	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_pre_combine_cuda_generic(&d) : ST_CUDA);
+}
+
+extern "C" enum status kern_hc_post_cuda_generic_host(const struct kern_hc_post_args *a)
+{
+	if (!a || a->n_tokens < 0 || a->n_streams <= 0 || a->dim <= 0)
+		return ST_INVALID;
+	if (a->n_tokens == 0)
+		return ST_OK;
+	if (a->x_out == a->x)
+		return ST_INVALID;
+	const size_t T = (size_t)a->n_tokens, n = (size_t)a->n_streams, D = (size_t)a->dim;
+	struct hc_bufs b = {};
+	b.ce = cudaSuccess;
+	struct kern_hc_post_args d = *a;
+	d.f = hc_up(&b, a->f, T * D, 0);
+	d.x = hc_up(&b, a->x, T * n * D, 0);
+	d.post = hc_up(&b, a->post, T * n, 0);
+	d.comb = hc_up(&b, a->comb, T * n * n, 0);
+	d.x_out = hc_up(&b, a->x_out, T * n * D, 1);
+	d.stream = 0;
+	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_post_cuda_generic(&d) : ST_CUDA);
+}

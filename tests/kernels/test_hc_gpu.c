@@ -1,0 +1,182 @@
+/*
+ * tests/kernels/test_hc_gpu.c (suite gpu): the generic CUDA mHC ops
+ * (hc_prenorm / hc_split / hc_pre_combine / hc_post _cuda_generic) against
+ * the CPU references of kernels/hc on fresh random inputs.
+ *
+ * Shapes: n_tokens 0, 1 (decode), 3, 17, 100 (the prenorm kernel switches
+ * tiling above 16 tokens); the model's n = 4 streams of D = 4096
+ * (K = 16384, n_out = 24 and the HCHead's 4) plus n = 3, D = 7 (K = 21: not
+ * a multiple of 4, the scalar path) and n = 2, D = 64. Every output buffer is
+ * NaN-filled first so an unwritten element fails.
+ * Tolerances (relative to the output's max |ref| unless said):
+ *   prenorm: fp32 sums of 16384 products in another order (tree vs
+ *     sequential): error ~ sqrt(K)·2^-24 of the magnitudes, far below 1e-5;
+ *   split: the same formulas in the same order with IEEE division and sqrt;
+ *     only expf differs (CUDA's is within 2 ulp), through softmax and 20
+ *     Sinkhorn normalisations of values in [0, 1]: 1e-5 absolute;
+ *   pre_combine / post: the reference's order without FMA contraction, so
+ *     f32 results match to 1e-6; bf16 outputs may differ by one bf16 ulp
+ *     where an f32 ulp difference crosses a rounding tie: 8e-3.
+ * Selection on the device must pick the generic CUDA variant of each op.
+ * Exits 77 without a GPU or without CUDA.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dsv4_config.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+
+static const struct kern_variant *cuda_variant(const struct kern_op *op)
+{
+	for (int i = 0; i < op->n_variants; i++)
+		if (op->variants[i].backend == KERN_BACKEND_CUDA && strstr(op->variants[i].name, "_cuda_generic"))
+			return &op->variants[i];
+	return NULL;
+}
+
+static float *frand(uint64_t *rng, size_t n, float mag)
+{
+	float *p = malloc(n * sizeof *p + 4);
+	for (size_t i = 0; i < n; i++)
+		p[i] = kern_rand_f32(rng) * mag;
+	return p;
+}
+
+static float *fnan(size_t n)
+{
+	float *p = malloc(n * sizeof *p + 4);
+	for (size_t i = 0; i < n; i++)
+		p[i] = NAN;
+	return p;
+}
+
+static void cmp(const char *what, const float *ref, const float *got, size_t n, double atol, double rtol,
+		int64_t T, int ns, int D)
+{
+	char why[KERN_REASON_BYTES] = "";
+	T_CHECKF(kern_compare_f32(ref, got, n, atol, rtol, why, sizeof why), "%s T%lld n%d D%d: %s", what,
+		 (long long)T, ns, D, why);
+}
+
+static void one_case(uint64_t *rng, int64_t T, int ns, int D, bool head, bool bf16)
+{
+	const struct kern_variant *vp = cuda_variant(&kern_op_hc_prenorm), *vs = cuda_variant(&kern_op_hc_split),
+				  *vc = cuda_variant(&kern_op_hc_pre_combine), *vo = cuda_variant(&kern_op_hc_post);
+	const int k = ns * D, n_out = head ? ns : (2 + ns) * ns;
+	const size_t Tz = (size_t)T;
+	/* Streams look like bf16 activations of magnitude ~1 (the prenorm input is bf16 values in f32). */
+	float *x = frand(rng, Tz * k, 2.0f);
+	for (size_t i = 0; i < Tz * k; i++)
+		x[i] = kern_bf16_to_f32(kern_f32_to_bf16(x[i]));
+	float *fn = frand(rng, (size_t)n_out * k, 0.05f);
+
+	/* prenorm */
+	float *mix_r = fnan(Tz * n_out), *mix_g = fnan(Tz * n_out), *sq_r = fnan(Tz), *sq_g = fnan(Tz);
+	struct kern_hc_prenorm_args pa = {.x = x, .fn = fn, .mix = mix_r, .sqr_sum = sq_r, .n_tokens = T, .k = k,
+					  .n_out = n_out};
+	T_CHECK(kern_hc_prenorm_ref(&pa) == ST_OK);
+	pa.mix = mix_g;
+	pa.sqr_sum = sq_g;
+	T_CHECK(((kern_hc_prenorm_fn)vp->run_host)(&pa) == ST_OK);
+	cmp("hc_prenorm mix", mix_r, mix_g, Tz * n_out, 1e-6, 1e-5, T, ns, D);
+	cmp("hc_prenorm sqr_sum", sq_r, sq_g, Tz, 1e-6, 1e-5, T, ns, D);
+
+	/* split, from the reference's mix (so only split is under test) */
+	float scale[3] = {0.5f + kern_rand_f32(rng) * 0.3f, 0.8f, 1.2f};
+	float *base = frand(rng, (size_t)n_out, 1.0f);
+	float *pre_r = fnan(Tz * ns), *pre_g = fnan(Tz * ns), *post_r = fnan(Tz * ns), *post_g = fnan(Tz * ns);
+	float *comb_r = fnan(Tz * ns * ns), *comb_g = fnan(Tz * ns * ns);
+	struct kern_hc_split_args sa = {.mix = mix_r, .sqr_sum = sq_r, .n_tokens = T, .n_streams = ns, .k = k,
+					.norm_eps = 1e-6f, .scale = scale, .base = base, .sinkhorn_iters = 20,
+					.hc_eps = 1e-6f, .head = head, .pre = pre_r, .post = post_r, .comb = comb_r};
+	T_CHECK(kern_hc_split_ref(&sa) == ST_OK);
+	sa.pre = pre_g;
+	sa.post = post_g;
+	sa.comb = comb_g;
+	T_CHECK(((kern_hc_split_fn)vs->run_host)(&sa) == ST_OK);
+	cmp("hc_split pre", pre_r, pre_g, Tz * ns, 1e-5, 0, T, ns, D);
+	if (!head) {
+		cmp("hc_split post", post_r, post_g, Tz * ns, 1e-5, 0, T, ns, D);
+		cmp("hc_split comb", comb_r, comb_g, Tz * ns * ns, 1e-5, 0, T, ns, D);
+	} else {
+		for (size_t i = 0; i < Tz * ns; i++)
+			T_CHECKF(isnan(post_g[i]), "head mode wrote post");
+	}
+
+	/* pre_combine and post, from the reference's pre/post/comb */
+	float *u_r = fnan(Tz * D), *u_g = fnan(Tz * D);
+	struct kern_hc_pre_combine_args ca = {.x = x, .pre = pre_r, .u = u_r, .n_tokens = T, .n_streams = ns,
+					      .dim = D, .bf16_out = bf16};
+	T_CHECK(kern_hc_pre_combine_ref(&ca) == ST_OK);
+	ca.u = u_g;
+	T_CHECK(((kern_hc_pre_combine_fn)vc->run_host)(&ca) == ST_OK);
+	cmp("hc_pre_combine", u_r, u_g, Tz * D, 1e-6, bf16 ? 8e-3 : 1e-6, T, ns, D);
+	if (!head) {
+		float *f = frand(rng, Tz * D, 1.0f);
+		float *xo_r = fnan(Tz * k), *xo_g = fnan(Tz * k);
+		struct kern_hc_post_args oa = {.f = f, .x = x, .post = post_r, .comb = comb_r, .x_out = xo_r,
+					       .n_tokens = T, .n_streams = ns, .dim = D, .bf16_out = bf16};
+		T_CHECK(kern_hc_post_ref(&oa) == ST_OK);
+		oa.x_out = xo_g;
+		T_CHECK(((kern_hc_post_fn)vo->run_host)(&oa) == ST_OK);
+		cmp("hc_post", xo_r, xo_g, Tz * k, 1e-6, bf16 ? 8e-3 : 1e-6, T, ns, D);
+		free(f);
+		free(xo_r);
+		free(xo_g);
+	}
+	free(x);
+	free(fn);
+	free(mix_r);
+	free(mix_g);
+	free(sq_r);
+	free(sq_g);
+	free(base);
+	free(pre_r);
+	free(pre_g);
+	free(post_r);
+	free(post_g);
+	free(comb_r);
+	free(comb_g);
+	free(u_r);
+	free(u_g);
+}
+
+int main(void)
+{
+	if (!DSV4_HAVE_CUDA)
+		return test_skip("built without CUDA");
+	if (kern_device_count() == 0)
+		return test_skip("no CUDA device");
+	struct kern_device dev;
+	struct err e = {0};
+	if (kern_device_detect(0, &dev, &e) != ST_OK)
+		return test_skip(e.msg);
+	const struct kern_op *ops[] = {&kern_op_hc_prenorm, &kern_op_hc_split, &kern_op_hc_pre_combine,
+				       &kern_op_hc_post};
+	for (int i = 0; i < 4; i++)
+		T_CHECKF(cuda_variant(ops[i]) && cuda_variant(ops[i])->run_host, "op %s has no compiled CUDA variant",
+			 ops[i]->name);
+	if (test_n_failed)
+		return test_exit();
+	uint64_t rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
+	fprintf(stderr, "device %s (cc %d.%d), seed %llu\n", dev.name, dev.cc_major, dev.cc_minor,
+		(unsigned long long)rng);
+	static const int64_t Ts[] = {0, 1, 3, 17, 100};
+	for (int i = 0; i < 5; i++) {
+		one_case(&rng, Ts[i], 4, 4096, false, i & 1);
+		one_case(&rng, Ts[i], 4, 4096, true, !(i & 1));
+		one_case(&rng, Ts[i], 3, 7, false, true);
+		one_case(&rng, Ts[i], 2, 64, i & 1, false);
+	}
+	/* Selection on the device picks our generic CUDA ops (DeepGEMM is never needed). */
+	struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1, .shape = NULL};
+	for (int i = 0; i < 4; i++) {
+		const struct kern_variant *v = NULL;
+		T_CHECKF(kern_select(ops[i], &p, &dev, NULL, 0, &v, &e) == ST_OK, "%s", e.msg);
+		T_CHECKF(v == cuda_variant(ops[i]), "op %s chose %s", ops[i]->name, v ? v->name : "nothing");
+	}
+	return test_exit();
+}

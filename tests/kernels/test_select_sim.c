@@ -1,0 +1,180 @@
+/*
+ * tests/kernels/test_select_sim.c (suite unit): selection of the
+ * cuda-kernels-2 variants on simulated devices, no GPU needed.
+ *
+ * The arch-specific FP4/FP8 variants for sm_100a, sm_120a and sm_121a are
+ * registered with their real guards but no run() (a later issue implements
+ * them). On kern_device_simulate(10,0), (12,0) and (12,1) each must be
+ * refused for the right reason -- its own capability: "not compiled into
+ * this binary"; another capability: "cc X outside [...]"; a device whose
+ * probe did not load the image: "image ... not loadable" -- and, in a CUDA
+ * build, the generic variant must be chosen instead. On a simulated 9.0 the
+ * sm_90 variants (cuBLASLt FP8 linear, sm_90a FP4 expert GEMM) must win.
+ * The simulated device's `loadable` set is forced to what a real device of
+ * that capability could load, so the verdicts do not depend on which images
+ * this build contains; "chosen" checks need run() and so a CUDA build.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dsv4_config.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+
+/* T_STR_CONTAINS on a char array trips -Waddress; take a pointer. */
+static void contains(const char *hay, const char *needle)
+{
+	T_STR_CONTAINS(hay, needle);
+}
+
+static const struct kern_variant *find(const struct kern_op *op, const char *name)
+{
+	for (int i = 0; i < op->n_variants; i++)
+		if (!strcmp(op->variants[i].name, name))
+			return &op->variants[i];
+	return NULL;
+}
+
+/* A simulated cc major.minor whose probe loaded its native image and sm_80. */
+static void sim(struct kern_device *d, int major, int minor)
+{
+	kern_device_simulate(d, major, minor);
+	d->loadable = kern_target_native_for_cc(major, minor) | KERN_TARGET_SM80;
+}
+
+/* Variant `name` of op is refused for p on dev with a reason containing `want`. */
+static void expect_refused(const struct kern_op *op, const char *name, const struct kern_problem *p,
+			   const struct kern_device *dev, const char *want)
+{
+	const struct kern_variant *v = find(op, name);
+	T_CHECKF(v != NULL, "variant %s missing from op %s", name, op->name);
+	if (!v)
+		return;
+	/* Format and shape guards come after the "compiled" check: in a build
+	 * without this variant's code the refusal is that one. */
+	if (!v->run && !strstr(want, "cc ") && !strstr(want, "image "))
+		want = "not compiled into this binary";
+	char why[KERN_REASON_BYTES] = "";
+	bool ok = kern_variant_accepts(v, p, dev, NULL, why, sizeof why);
+	T_CHECKF(!ok, "%s accepted on %s", name, dev->name);
+	T_CHECKF(strstr(why, want) != NULL, "%s on %s: reason '%s', expected '%s'", name, dev->name, why, want);
+}
+
+/* In a CUDA build op selects `name` for p on dev; otherwise selection fails
+ * and the error says the CUDA variants are not compiled. */
+static void expect_chosen(const struct kern_op *op, const char *name, const struct kern_problem *p,
+			  const struct kern_device *dev, bool needs_sm90a)
+{
+	const struct kern_variant *v = NULL;
+	struct err e = {0};
+	enum status st = kern_select(op, p, dev, NULL, 7, &v, &e);
+	bool compiled = DSV4_HAVE_CUDA && (!needs_sm90a || DSV4_HAVE_SM_90A);
+	if (compiled) {
+		T_CHECKF(st == ST_OK && v && !strcmp(v->name, name), "op %s on %s: chose %s, expected %s (%s)", op->name,
+			 dev->name, v ? v->name : "nothing", name, e.msg);
+	} else if (st != ST_OK) {
+		contains(e.msg, "not compiled into this binary");
+	} else {
+		T_CHECKF(v && strcmp(v->name, name) != 0, "op %s: %s chosen without being compiled", op->name, name);
+	}
+}
+
+int main(void)
+{
+	struct kern_device d100, d120, d121, d90;
+	sim(&d100, 10, 0);
+	sim(&d120, 12, 0);
+	sim(&d121, 12, 1);
+	sim(&d90, 9, 0);
+
+	/* ---- linear: the FP8 block-scaled layers (wq_a 4096 -> 1024) ---- */
+	struct kern_linear_shape lsh = {.in = 4096, .out = 1024, .max_tokens = 256, .act_quant_block = 128,
+					.x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
+	struct kern_problem lp = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &lsh};
+	expect_refused(&kern_op_linear, "linear_sm100a_fp8", &lp, &d100, "not compiled into this binary");
+	expect_refused(&kern_op_linear, "linear_sm100a_fp8", &lp, &d120, "cc 12.0 outside [10.0, 10.0]");
+	expect_refused(&kern_op_linear, "linear_sm120a_fp8", &lp, &d120, "not compiled into this binary");
+	expect_refused(&kern_op_linear, "linear_sm120a_fp8", &lp, &d121, "cc 12.1 outside [12.0, 12.0]");
+	expect_refused(&kern_op_linear, "linear_sm121a_fp8", &lp, &d121, "not compiled into this binary");
+	expect_refused(&kern_op_linear, "linear_sm121a_fp8", &lp, &d100, "cc 10.0 outside [12.1, 12.1]");
+	for (int i = 0; i < 3; i++) {
+		const struct kern_device *d = i == 0 ? &d100 : i == 1 ? &d120 : &d121;
+		char want[64];
+		snprintf(want, sizeof want, "cc %d.%d outside [9.0, 9.0]", d->cc_major, d->cc_minor);
+		expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &lp, d, want);
+		expect_chosen(&kern_op_linear, "linear_cuda_generic", &lp, d, false);
+	}
+	/* A GB10 whose probe failed to load the sm_121a image: refused by the probe. */
+	struct kern_device d121_noimg = d121;
+	d121_noimg.loadable &= ~KERN_TARGET_SM121A;
+	expect_refused(&kern_op_linear, "linear_sm121a_fp8", &lp, &d121_noimg, "image sm_121a not loadable");
+	/* Hopper: cuBLASLt wins; its shape guard refuses what its scale layout cannot take. */
+	expect_chosen(&kern_op_linear, "linear_cublaslt_sm90", &lp, &d90, false);
+	struct kern_linear_shape odd = lsh;
+	odd.in = 4096 + 128;
+	struct kern_problem op_odd = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &odd};
+	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_odd, &d90, "not a multiple of 512");
+	expect_chosen(&kern_op_linear, "linear_cuda_generic", &op_odd, &d90, false);
+	struct kern_linear_shape noq = lsh;
+	noq.act_quant_block = 0;
+	struct kern_problem op_noq = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &noq};
+	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_noq, &d90, "act_quant_block 0");
+	struct kern_problem op_bf16 = {.wfmt = KERN_WFMT_BF16, .tp_size = 1, .shape = &lsh};
+	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_bf16, &d90, "weight format bf16 not accepted");
+
+	/* ---- moe_gemm: NVFP4 and MXFP4 experts, w1 4096 -> 2048 ---- */
+	for (int f = 0; f < 2; f++) {
+		struct kern_moe_gemm_shape msh = {.in = 4096, .out = 2048, .n_experts = 256, .max_rows = 384,
+						  .act_quant_block = 128, .x_dtype = KERN_DT_BF16,
+						  .y_dtype = KERN_DT_BF16};
+		struct kern_problem mp = {.wfmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4, .tp_size = 1, .shape = &msh};
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm100a_fp4", &mp, &d100, "not compiled into this binary");
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm100a_fp4", &mp, &d121, "cc 12.1 outside [10.0, 10.0]");
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm120a_fp4", &mp, &d120, "not compiled into this binary");
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm120a_fp4", &mp, &d121, "cc 12.1 outside [12.0, 12.0]");
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm121a_fp4", &mp, &d121, "not compiled into this binary");
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm121a_fp4", &mp, &d120, "cc 12.0 outside [12.1, 12.1]");
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm121a_fp4", &mp, &d121_noimg, "image sm_121a not loadable");
+		for (int i = 0; i < 3; i++) {
+			const struct kern_device *d = i == 0 ? &d100 : i == 1 ? &d120 : &d121;
+			char want[64];
+			snprintf(want, sizeof want, "cc %d.%d outside [9.0, 9.0]", d->cc_major, d->cc_minor);
+			expect_refused(&kern_op_moe_gemm, "moe_gemm_sm90_fp4", &mp, d, want);
+			expect_chosen(&kern_op_moe_gemm, "moe_gemm_cuda_generic", &mp, d, false);
+		}
+		expect_chosen(&kern_op_moe_gemm, "moe_gemm_sm90_fp4", &mp, &d90, true);
+		/* An sm_90 device whose probe did not load the sm_90a image falls back. */
+		struct kern_device d90_noimg = d90;
+		d90_noimg.loadable &= ~KERN_TARGET_SM90A;
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm90_fp4", &mp, &d90_noimg, "image sm_90a not loadable");
+		expect_chosen(&kern_op_moe_gemm, "moe_gemm_cuda_generic", &mp, &d90_noimg, false);
+	}
+	struct kern_moe_gemm_shape fsh = {.in = 4096, .out = 2048, .n_experts = 8, .max_rows = 64};
+	struct kern_problem fp8 = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &fsh};
+	expect_refused(&kern_op_moe_gemm, "moe_gemm_sm90_fp4", &fp8, &d90, "weight format fp8");
+
+	/* ---- mHC: our generic CUDA ops are what every GPU gets (no DeepGEMM) ---- */
+	const struct kern_op *hc_ops[] = {&kern_op_hc_prenorm, &kern_op_hc_split, &kern_op_hc_pre_combine,
+					  &kern_op_hc_post};
+	const char *hc_names[] = {"hc_prenorm_cuda_generic", "hc_split_cuda_generic", "hc_pre_combine_cuda_generic",
+				  "hc_post_cuda_generic"};
+	struct kern_problem hp = {.wfmt = KERN_WFMT_NONE, .tp_size = 1, .shape = NULL};
+	struct kern_device d80;
+	sim(&d80, 8, 0);
+	const struct kern_device *all[] = {&d80, &d90, &d100, &d120, &d121};
+	for (int o = 0; o < 4; o++)
+		for (int i = 0; i < 5; i++)
+			expect_chosen(hc_ops[o], hc_names[o], &hp, all[i], false);
+	struct kern_device d75;
+	kern_device_simulate(&d75, 7, 5);
+	expect_refused(&kern_op_hc_prenorm, "hc_prenorm_cuda_generic", &hp, &d75, "cc 7.5 outside [8.0, any]");
+
+	/* The CPU still gets the references. */
+	struct kern_device cpu;
+	kern_device_cpu(&cpu);
+	const struct kern_variant *v = NULL;
+	struct err e = {0};
+	T_CHECK(kern_select(&kern_op_hc_prenorm, &hp, &cpu, NULL, 0, &v, &e) == ST_OK && v == &kern_op_hc_prenorm.variants[0]);
+	T_CHECK(kern_select(&kern_op_moe_gemm, &fp8, &cpu, NULL, 0, &v, &e) == ST_OK && v == &kern_op_moe_gemm.variants[0]);
+	return test_exit();
+}
