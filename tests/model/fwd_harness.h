@@ -62,6 +62,9 @@ static struct model_checkpoint *fh_open(const char *variant)
 
 #define FH_MAX_SEQ_BLOCKS 64
 
+/* hc_mult * hidden of the checkpoint under test (set by the test). */
+static size_t fh_stream_floats;
+
 /* One sequence: its whole token list, how many are done, its blocks. */
 struct fh_seq {
 	uint64_t id;
@@ -87,9 +90,10 @@ static int fh_ensure_blocks(struct fh_pool *pool, struct fh_seq *s, uint32_t n_c
 }
 
 /* One step: seqs[i] advances by chunk[i] tokens (all in one flat batch).
- * logits [Σ chunk, vocab] of every token, in batch order; NULL: none. */
-static enum status fh_step(struct model_exec_cpu *x, struct fh_pool *pool, struct fh_seq **seqs, const uint32_t *chunk,
-			   int n_seqs, float *logits, struct err *e)
+ * logits [Σ chunk, vocab] of every token, in batch order; NULL: none.
+ * streams (may be NULL): the pre-head streams [Σ chunk, hc_mult, hidden]. */
+static enum status fh_step2(struct model_exec_cpu *x, struct fh_pool *pool, struct fh_seq **seqs,
+			    const uint32_t *chunk, int n_seqs, float *logits, float *streams, struct err *e)
 {
 	const struct exec_info *info = &model_exec_cpu_exec(x)->info;
 	uint32_t B = info->block_tokens, T = 0, nb = 0;
@@ -127,6 +131,9 @@ static enum status fh_step(struct model_exec_cpu *x, struct fh_pool *pool, struc
 	struct exec_step step = {.n_tokens = T, .token_ids = ids, .positions = pos, .n_seqs = (uint32_t)n_seqs,
 				 .seqs = es, .query_start = qs, .block_ids = bids, .n_block_ids = nb};
 	st = model_exec_cpu_forward(x, &step, rows, logits ? T : 0, logits, e);
+	if (st == ST_OK && streams) {
+		memcpy(streams, model_exec_cpu_streams(x), (size_t)T * fh_stream_floats * sizeof(float));
+	}
 	if (st == ST_OK)
 		for (int i = 0; i < n_seqs; i++)
 			seqs[i]->n_done += chunk[i];
@@ -138,6 +145,12 @@ out:
 	free(rows);
 	free(es);
 	return st;
+}
+
+static enum status fh_step(struct model_exec_cpu *x, struct fh_pool *pool, struct fh_seq **seqs, const uint32_t *chunk,
+			   int n_seqs, float *logits, struct err *e)
+{
+	return fh_step2(x, pool, seqs, chunk, n_seqs, logits, NULL, e);
 }
 
 static double fh_max_abs_diff(const float *a, const float *b, size_t n)

@@ -11,8 +11,11 @@
  * (cache, sampling at temperature 0), against `greedy_nocache`.
  * The quantized checkpoints (fp8: FP8 + MXFP4; nvfp4: FP8 + NVFP4), read in
  * their own formats, are compared with the goldens of their dequantized
- * twins, and with the dequantized checkpoints run here (same values: the
- * difference is only the order of an fp32 multiply in NVFP4 decode).
+ * twins on every prompt, and with the dequantized checkpoints run here (same
+ * values: the difference is only the order of an fp32 multiply in NVFP4
+ * decode); the dequantized checkpoints themselves run the short prompts
+ * against their goldens (the long one would only repeat the quantized runs
+ * at the cost of the 129280-row head on 200 positions under ASan).
  *
  * Tolerance 1e-4 absolute on logits and lse: both sides are fp32 with
  * different summation orders; logits are O(10) at most, so a few fp32 ulps
@@ -81,7 +84,8 @@ static void check_prompt(struct model_exec_cpu *x, json_t *p, const char *label,
 			/* the k-th best id must match unless its golden neighbours are within tolerance */
 			double lo = k + 1 < nt ? json_real_value(json_array_get(tl, k + 1)) : -INFINITY;
 			double hi = k ? json_real_value(json_array_get(tl, k - 1)) : INFINITY;
-			if (gl - lo > 2 * TOL_LOGIT && hi - gl > 2 * TOL_LOGIT) {
+			/* (the last one's lower neighbour is unknown: not checked) */
+			if (k + 1 < nt && gl - lo > 2 * TOL_LOGIT && hi - gl > 2 * TOL_LOGIT) {
 				/* count ids that beat it here */
 				int beat = 0;
 				for (uint32_t v = 0; v < V; v++)
@@ -175,7 +179,9 @@ static struct model_exec_cpu *make(struct model_checkpoint *ck, enum model_preci
 	return x;
 }
 
-static void run_golden(const char *variant, const char *golden, bool greedy)
+/* max_len: prompts longer than this are skipped (keeps the dequantized
+ * twins, whose values the quantized runs already cover, cheap). */
+static void run_golden(const char *variant, const char *golden, bool greedy, size_t max_len)
 {
 	const char *src = getenv("DSV4_SOURCE_ROOT");
 	char path[1200];
@@ -195,6 +201,8 @@ static void run_golden(const char *variant, const char *golden, bool greedy)
 	snprintf(label, sizeof label, "%s vs golden_%s", variant, golden);
 	json_t *ps = json_object_get(g, "prompts");
 	for (size_t i = 0; x && i < json_array_size(ps); i++) {
+		if (json_array_size(json_object_get(json_array_get(ps, i), "ids")) > max_len)
+			continue;
 		check_prompt(x, json_array_get(ps, i), label, NULL);
 		if (greedy)
 			check_greedy(x, json_array_get(ps, i), label);
@@ -249,11 +257,11 @@ int main(void)
 		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
 	const char *seed = getenv("DSV4_TEST_SEED");
 	fh_rng_state ^= seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
-	run_golden("bf16", "bf16", true);
-	run_golden("fp8-deq", "fp8-deq", false);
-	run_golden("nvfp4-deq", "nvfp4-deq", false);
-	run_golden("fp8", "fp8-deq", true);
-	run_golden("nvfp4", "nvfp4-deq", true);
+	run_golden("bf16", "bf16", true, 100000);
+	run_golden("fp8", "fp8-deq", true, 100000);
+	run_golden("nvfp4", "nvfp4-deq", true, 100000);
+	run_golden("fp8-deq", "fp8-deq", true, 64);
+	run_golden("nvfp4-deq", "nvfp4-deq", true, 64);
 	run_same_values("fp8", "fp8-deq", 1e-5);
 	run_same_values("nvfp4", "nvfp4-deq", 1e-4);
 	fprintf(stderr, "overall vs transformers: max |lse| %.3g, max |top logit| %.3g, max |probe logit| %.3g\n",

@@ -14,9 +14,12 @@
  * 100-token prompt crosses three block boundaries, wraps the ring and has
  * 25 CSA rows for a top-k of 16.
  *
- * Every op is row-independent or a per-sequence state machine, so these are
- * exact equalities in principle; the tolerance 1e-5 only allows for a
- * compiler's contraction choices.
+ * Compared: the pre-head streams of every token (the head is a pure
+ * function of them, and skipping the 129280-row head keeps the test fast
+ * under ASan); the MTP check compares its logits. Every op is row-independent
+ * or a per-sequence state machine, so these are exact equalities in
+ * principle; the tolerance 1e-5 only allows for a compiler's contraction
+ * choices (observed: 0).
  */
 #include "tests/model/fwd_harness.h"
 #include "tests/test.h"
@@ -25,6 +28,7 @@
 #define TOL 1e-5
 
 static uint32_t V;
+static size_t F; /* floats of one token's pre-head streams */
 
 static struct model_exec_cpu *make(struct model_checkpoint *ck, enum model_precision prec, bool mtp)
 {
@@ -36,27 +40,28 @@ static struct model_exec_cpu *make(struct model_checkpoint *ck, enum model_preci
 	return x;
 }
 
-/* Logits of every token of ids in one piece. */
+/* Pre-head streams of every token of ids in one piece (exact streams give
+ * exact logits: the head is a pure function of them). */
 static float *one_piece(struct model_exec_cpu *x, const int32_t *ids, uint32_t n)
 {
-	float *lg = malloc((size_t)n * V * sizeof(float));
+	float *lg = malloc((size_t)n * F * sizeof(float));
 	struct fh_pool pool = {.n = model_exec_cpu_exec(x)->info.n_blocks};
 	struct fh_seq s = {.id = 1, .ids = ids, .n_ids = n}, *sp = &s;
 	struct err e = {0};
-	T_CHECKF(fh_step(x, &pool, &sp, &n, 1, lg, &e) == ST_OK, "one piece: %s", e.msg);
+	T_CHECKF(fh_step2(x, &pool, &sp, &n, 1, NULL, lg, &e) == ST_OK, "one piece: %s", e.msg);
 	return lg;
 }
 
-/* Logits of every token of ids, in chunks (chunk[k] tokens at step k). */
+/* The same, in chunks (chunk[k] tokens at step k). */
 static float *chunked(struct model_exec_cpu *x, const int32_t *ids, uint32_t n, const uint32_t *chunk, int n_chunks)
 {
-	float *lg = malloc((size_t)n * V * sizeof(float));
+	float *lg = malloc((size_t)n * F * sizeof(float));
 	struct fh_pool pool = {.n = model_exec_cpu_exec(x)->info.n_blocks};
 	struct fh_seq s = {.id = 2, .ids = ids, .n_ids = n}, *sp = &s;
 	uint32_t done = 0;
 	for (int k = 0; k < n_chunks; k++) {
 		struct err e = {0};
-		enum status st = fh_step(x, &pool, &sp, &chunk[k], 1, lg + (size_t)done * V, &e);
+		enum status st = fh_step2(x, &pool, &sp, &chunk[k], 1, NULL, lg + (size_t)done * F, &e);
 		T_CHECKF(st == ST_OK, "chunk %d: %s", k, e.msg);
 		if (st)
 			break;
@@ -71,8 +76,8 @@ static void test_decode_and_chunks(struct model_exec_cpu *x, const int32_t *ids,
 	for (int i = 0; i < N_PROMPT; i++)
 		ones[i] = 1;
 	float *lg = chunked(x, ids, N_PROMPT, ones, N_PROMPT);
-	double d = fh_max_abs_diff(ref, lg, (size_t)N_PROMPT * V);
-	fprintf(stderr, "token-by-token decode vs one-piece prefill (%d tokens): max |logit diff| %.3g\n", N_PROMPT, d);
+	double d = fh_max_abs_diff(ref, lg, (size_t)N_PROMPT * F);
+	fprintf(stderr, "token-by-token decode vs one-piece prefill (%d tokens): max |stream diff| %.3g\n", N_PROMPT, d);
 	T_CHECKF(d <= TOL, "decode vs prefill %g", d);
 	free(lg);
 	for (int rep = 0; rep < 3; rep++) {
@@ -86,8 +91,8 @@ static void test_decode_and_chunks(struct model_exec_cpu *x, const int32_t *ids,
 			left -= c;
 		}
 		lg = chunked(x, ids, N_PROMPT, ch, n);
-		d = fh_max_abs_diff(ref, lg, (size_t)N_PROMPT * V);
-		fprintf(stderr, "random chunking %d (%d chunks, first %u): max |logit diff| %.3g\n", rep, n, ch[0], d);
+		d = fh_max_abs_diff(ref, lg, (size_t)N_PROMPT * F);
+		fprintf(stderr, "random chunking %d (%d chunks, first %u): max |stream diff| %.3g\n", rep, n, ch[0], d);
 		T_CHECKF(d <= TOL, "chunking %d: %g", rep, d);
 		free(lg);
 	}
@@ -102,10 +107,10 @@ static void test_mixed_batch(struct model_exec_cpu *x, int32_t *const ids[3], fl
 	float *got[3];
 	for (int i = 0; i < 3; i++) {
 		seqs[i] = (struct fh_seq){.id = 10 + (uint64_t)i, .ids = ids[i], .n_ids = N_PROMPT};
-		got[i] = malloc((size_t)N_PROMPT * V * sizeof(float));
+		got[i] = malloc((size_t)N_PROMPT * F * sizeof(float));
 	}
 	int n_steps = 0;
-	float *lg = malloc((size_t)160 * V * sizeof(float));
+	float *lg = malloc((size_t)160 * F * sizeof(float));
 	for (;;) {
 		struct fh_seq *sp[3];
 		uint32_t ch[3], T = 0;
@@ -135,7 +140,7 @@ static void test_mixed_batch(struct model_exec_cpu *x, int32_t *const ids[3], fl
 		uint32_t before[3];
 		for (int k = 0; k < n; k++)
 			before[k] = sp[k]->n_done;
-		enum status st = fh_step(x, &pool, sp, ch, n, lg, &e);
+		enum status st = fh_step2(x, &pool, sp, ch, n, NULL, lg, &e);
 		T_CHECKF(st == ST_OK, "mixed step %d: %s", n_steps, e.msg);
 		if (st)
 			break;
@@ -143,15 +148,15 @@ static void test_mixed_batch(struct model_exec_cpu *x, int32_t *const ids[3], fl
 		uint32_t off = 0;
 		for (int k = 0; k < n; k++) {
 			int i = (int)(sp[k] - seqs);
-			memcpy(got[i] + (size_t)before[k] * V, lg + (size_t)off * V, (size_t)ch[k] * V * sizeof(float));
+			memcpy(got[i] + (size_t)before[k] * F, lg + (size_t)off * F, (size_t)ch[k] * F * sizeof(float));
 			off += ch[k];
 		}
 		(void)T;
 	}
 	double d = 0;
 	for (int i = 0; i < 3; i++)
-		d = fmax(d, fh_max_abs_diff(refs[i], got[i], (size_t)N_PROMPT * V));
-	fprintf(stderr, "mixed flat batch (3 sequences, %d steps) vs each alone: max |logit diff| %.3g\n", n_steps, d);
+		d = fmax(d, fh_max_abs_diff(refs[i], got[i], (size_t)N_PROMPT * F));
+	fprintf(stderr, "mixed flat batch (3 sequences, %d steps) vs each alone: max |stream diff| %.3g\n", n_steps, d);
 	T_CHECKF(d <= TOL, "mixed batch %g", d);
 	for (int i = 0; i < 3; i++)
 		free(got[i]);
@@ -180,10 +185,10 @@ static void test_prefix_reuse(struct model_exec_cpu *x, const int32_t *ids_a, co
 		b.blocks[b.n_blocks++] = a.blocks[k];
 	sp = &b;
 	uint32_t rest = N_PROMPT - shared;
-	float *lg = malloc((size_t)rest * V * sizeof(float));
-	T_CHECKF(fh_step(x, &pool, &sp, &rest, 1, lg, &e) == ST_OK, "%s", e.msg);
-	double d = fh_max_abs_diff(ref + (size_t)shared * V, lg, (size_t)rest * V);
-	fprintf(stderr, "prefix reuse (%u tokens from another sequence's blocks): max |logit diff| %.3g\n", shared, d);
+	float *lg = malloc((size_t)rest * F * sizeof(float));
+	T_CHECKF(fh_step2(x, &pool, &sp, &rest, 1, NULL, lg, &e) == ST_OK, "%s", e.msg);
+	double d = fh_max_abs_diff(ref + (size_t)shared * F, lg, (size_t)rest * F);
+	fprintf(stderr, "prefix reuse (%u tokens from another sequence's blocks): max |stream diff| %.3g\n", shared, d);
 	T_CHECKF(d <= TOL, "prefix reuse %g", d);
 	free(ref);
 	free(lg);
@@ -251,6 +256,8 @@ int main(void)
 	if (!ck)
 		return test_exit();
 	V = (uint32_t)model_checkpoint_config(ck)->vocab_size;
+	F = (size_t)(model_checkpoint_config(ck)->hc_mult * model_checkpoint_config(ck)->hidden_size);
+	fh_stream_floats = F;
 	int32_t *ids[3];
 	for (int i = 0; i < 3; i++) {
 		ids[i] = malloc(N_PROMPT * sizeof(int32_t));
@@ -266,25 +273,17 @@ int main(void)
 		test_decode_and_chunks(x, ids[0], refs[0]);
 		test_mixed_batch(x, ids, refs);
 		test_prefix_reuse(x, ids[0], ids[1]);
-		/* how far the reference's simulations move the logits (report only) */
+		/* how far the reference's simulations move the streams (report only) */
 		struct model_exec_cpu *x32 = make(ck, MODEL_PREC_FP32, false);
 		if (x32) {
 			float *l32 = one_piece(x32, ids[0], N_PROMPT);
-			double sum = 0;
-			int agree = 0;
-			for (int t = 0; t < N_PROMPT; t++) {
-				const float *a = refs[0] + (size_t)t * V, *b = l32 + (size_t)t * V;
-				uint32_t ia = 0, ib = 0;
-				for (uint32_t v = 0; v < V; v++) {
-					sum += fabs(a[v] - b[v]);
-					ia = a[v] > a[ia] ? v : ia;
-					ib = b[v] > b[ib] ? v : ib;
-				}
-				agree += ia == ib;
+			double num = 0, den = 0;
+			for (size_t i = 0; i < (size_t)N_PROMPT * F; i++) {
+				num += fabs(refs[0][i] - l32[i]);
+				den += fabs(l32[i]);
 			}
-			fprintf(stderr, "reference vs fp32 precision (fp8 checkpoint): mean |logit diff| %.3g, max %.3g, "
-					"argmax agrees at %d of %d positions\n", sum / ((double)N_PROMPT * V),
-				fh_max_abs_diff(refs[0], l32, (size_t)N_PROMPT * V), agree, N_PROMPT);
+			fprintf(stderr, "reference vs fp32 precision (fp8 checkpoint): mean relative |stream diff| %.3g\n",
+				num / den);
 			free(l32);
 			model_exec_cpu_destroy(x32);
 		}
