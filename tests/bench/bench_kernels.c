@@ -1,0 +1,357 @@
+/*
+ * tests/bench/bench_kernels.c (suite bench, not run by default): GPU time of
+ * each CUDA variant of linear, moe_gemm and hc_prenorm at DeepSeek-V4-Flash
+ * shapes, against the H200 roofline, printed as markdown tables for
+ * docs/perf.md.
+ *
+ *   linear (FP8 128x128 weights, act_quant 128, bf16 in/out):
+ *     wq_a 4096 -> 1024, wq_b 1024 -> 32768, wo_b 8192 -> 4096,
+ *     T = 1, 16, 128, 1024; linear_cuda_generic vs linear_cublaslt_sm90
+ *     (the cuBLASLt row is also the library baseline of style.md rule 16);
+ *   moe_gemm: one expert 4096 -> 2048, NVFP4 and MXFP4, rows 1 .. 256;
+ *     moe_gemm_cuda_generic vs moe_gemm_sm90_fp4;
+ *   hc_prenorm: [T, 16384] x [24, 16384]ᵀ + Σx², T = 1, 16, 128, 1024.
+ *
+ * Method: device buffers allocated once per case; 3 warm-up calls (they
+ * also build the cuBLASLt plan); then `iters` timed calls, each preceded by
+ * a 256 MiB cudaMemsetAsync that evicts L2 (50 MiB on H200), each timed
+ * alone with CUDA events around the kernel only; the median is reported.
+ * Bytes = weights + scales + x + y once (the compulsory traffic), FLOPs =
+ * 2·M·N·K. Roofline time = max(FLOPs / peak, bytes / 4.8 TB/s) with the
+ * brief's H200 peaks: 1580 TFLOP/s FP8 dense (linear), 790 TFLOP/s bf16
+ * dense (the W4A16 expert GEMM runs bf16 MMAs), 67 TFLOP/s fp32 FMA
+ * (hc_prenorm, and what the generic FMA kernels can at best reach).
+ *
+ * Usage: bench_kernels [iters]   (default 20). Exits 77 without a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsv4_config.h"
+#include "kernels/kernels.h"
+#include "kernels/linear/linear_cublaslt.h"
+
+#if DSV4_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#define HBM_BPS 4.8e12
+#define PEAK_FP8 1580e12
+#define PEAK_BF16 790e12
+#define PEAK_FP32 67e12
+#define FLUSH_BYTES ((size_t)256 << 20)
+
+static void *flush_buf;
+static cudaEvent_t ev0, ev1;
+
+static int cmp_f(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Median microseconds of `iters` calls of fn(ctx), L2 flushed before each. */
+typedef enum status (*bench_fn)(void *ctx);
+static double time_us(bench_fn fn, void *ctx, int iters, enum status *st)
+{
+	*st = ST_OK;
+	for (int i = 0; i < 3 && *st == ST_OK; i++)
+		*st = fn(ctx);
+	if (*st || cudaDeviceSynchronize() != cudaSuccess) {
+		if (!*st)
+			*st = ST_CUDA;
+		return NAN;
+	}
+	float *ms = malloc(sizeof(float) * (size_t)iters);
+	for (int i = 0; i < iters && *st == ST_OK; i++) {
+		cudaMemsetAsync(flush_buf, i & 0xFF, FLUSH_BYTES, 0);
+		cudaEventRecord(ev0, 0);
+		*st = fn(ctx);
+		cudaEventRecord(ev1, 0);
+		cudaEventSynchronize(ev1);
+		cudaEventElapsedTime(&ms[i], ev0, ev1);
+	}
+	qsort(ms, (size_t)iters, sizeof *ms, cmp_f);
+	double med = ms[iters / 2] * 1e3;
+	free(ms);
+	return *st ? NAN : med;
+}
+
+static void row(const char *name, const char *shape, double us, double flops, double bytes, double peak,
+		enum status st, const char *why)
+{
+	if (st != ST_OK || why) {
+		printf("| %-24s | %-26s | %s |\n", name, shape, why ? why : status_str(st));
+		return;
+	}
+	double t = us * 1e-6, roof = fmax(flops / peak, bytes / HBM_BPS) * 1e6;
+	printf("| %-24s | %-26s | %9.2f | %8.1f | %7.0f | %8.2f | %5.1f%% |\n", name, shape, us, flops / t / 1e12,
+	       bytes / t / 1e9, roof, 100.0 * roof / us);
+}
+
+static void header(const char *title, double peak)
+{
+	printf("\n### %s (roofline: %.0f TFLOP/s, %.1f TB/s)\n\n", title, peak / 1e12, HBM_BPS / 1e12);
+	printf("| variant | shape | us | TFLOP/s | GB/s | roofline us | of roofline |\n");
+	printf("|---|---|---|---|---|---|---|\n");
+}
+
+static void *dev_upload(const void *h, size_t n)
+{
+	void *d = NULL;
+	if (cudaMalloc(&d, n ? n : 1) != cudaSuccess)
+		return NULL;
+	if (h && n)
+		cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+	return d;
+}
+
+/* ---- linear ---- */
+
+struct lin_ctx {
+	kern_linear_fn fn;
+	struct kern_linear_args a;
+};
+
+static enum status lin_run(void *c)
+{
+	struct lin_ctx *l = c;
+	return l->fn(&l->a);
+}
+
+static void bench_linear(const struct kern_device *dev, int iters)
+{
+	static const struct {
+		const char *name;
+		int64_t in, out;
+	} shapes[] = {{"wq_a", 4096, 1024}, {"wq_b", 1024, 32768}, {"wo_b", 8192, 4096}};
+	static const int64_t Ts[] = {1, 16, 128, 1024};
+	static const char *vnames[] = {"linear_cuda_generic", "linear_cublaslt_sm90"};
+	header("linear, FP8 128x128 block scales, act_quant 128, bf16 x/y", PEAK_FP8);
+	uint64_t rng = 12345;
+	for (int s = 0; s < 3; s++) {
+		struct kern_wmat w;
+		struct err e = {0};
+		if (kern_wmat_make_random(&w, KERN_WFMT_FP8_E8M0_B128, shapes[s].out, shapes[s].in, &rng, &e))
+			continue;
+		for (int ti = 0; ti < 4; ti++) {
+			const int64_t T = Ts[ti], in = shapes[s].in, out = shapes[s].out;
+			char shape[64];
+			snprintf(shape, sizeof shape, "%s %lldx%lld T=%lld", shapes[s].name, (long long)in, (long long)out,
+				 (long long)T);
+			for (int vi = 0; vi < 2; vi++) {
+				const struct kern_variant *v = NULL;
+				for (int i = 0; i < kern_op_linear.n_variants; i++)
+					if (!strcmp(kern_op_linear.variants[i].name, vnames[vi]))
+						v = &kern_op_linear.variants[i];
+				struct kern_linear_shape sh = {.in = in, .out = out, .max_tokens = T, .act_quant_block = 128,
+							       .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
+				struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
+				char why[KERN_REASON_BYTES];
+				if (!v || !kern_variant_accepts(v, &p, dev, NULL, why, sizeof why)) {
+					char msg[KERN_REASON_BYTES + 16];
+					snprintf(msg, sizeof msg, "refused: %s", v ? why : "absent");
+					row(vnames[vi], shape, 0, 0, 0, 1, ST_OK, msg);
+					continue;
+				}
+				struct kern_wmat wp;
+				if (kern_prepare_weight(v, &w, &wp, &e))
+					continue;
+				const size_t wb = kern_wmat_data_bytes(&wp), sb = kern_wmat_scale_bytes(&wp);
+				struct kern_wmat dw = wp;
+				dw.owned = NULL;
+				dw.data = dev_upload(wp.data, wb);
+				dw.scale = dev_upload(wp.scale, sb);
+				void *dx = dev_upload(NULL, (size_t)(T * in) * 2), *dy = dev_upload(NULL, (size_t)(T * out) * 2);
+				cudaMemset(dx, 0x3c, (size_t)(T * in) * 2); /* bf16 ~1.0: finite activations */
+				size_t wsb = kern_linear_cublaslt_workspace_bytes(T, in);
+				void *ws = dev_upload(NULL, wsb);
+				struct lin_ctx c = {.fn = (kern_linear_fn)v->run,
+						    .a = {.n_tokens = T, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
+							  .y_dtype = KERN_DT_BF16, .w = &dw, .act_quant_block = 128,
+							  .workspace = ws, .workspace_bytes = wsb}};
+				enum status st;
+				double us = time_us(lin_run, &c, iters, &st);
+				row(vnames[vi], shape, us, 2.0 * T * in * out, (double)(wb + sb) + 2.0 * T * (in + out),
+				    PEAK_FP8, st, NULL);
+				cudaFree((void *)dw.data);
+				cudaFree((void *)dw.scale);
+				cudaFree(dx);
+				cudaFree(dy);
+				cudaFree(ws);
+				kern_wmat_release(&wp);
+			}
+		}
+		kern_wmat_release(&w);
+	}
+}
+
+/* ---- moe_gemm ---- */
+
+struct moe_ctx {
+	kern_moe_gemm_fn fn;
+	struct kern_moe_gemm_args a;
+};
+
+static enum status moe_run(void *c)
+{
+	struct moe_ctx *m = c;
+	return m->fn(&m->a);
+}
+
+static void bench_moe(const struct kern_device *dev, int iters)
+{
+	static const int64_t Rs[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+	static const char *vnames[] = {"moe_gemm_cuda_generic", "moe_gemm_sm90_fp4"};
+	const int64_t in = 4096, out = 2048;
+	header("moe_gemm, one expert 4096 -> 2048, act_quant 128, bf16 x/y", PEAK_BF16);
+	uint64_t rng = 777;
+	for (int f = 0; f < 2; f++) {
+		const enum kern_wfmt fmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4;
+		struct kern_wmat w;
+		struct err e = {0};
+		if (kern_wmat_make_random(&w, fmt, out, in, &rng, &e))
+			continue;
+		const size_t wb = kern_wmat_data_bytes(&w), sb = kern_wmat_scale_bytes(&w);
+		struct kern_wmat dw = w;
+		dw.owned = NULL;
+		dw.data = dev_upload(w.data, wb);
+		dw.scale = dev_upload(w.scale, sb);
+		void *dwm = dev_upload(&dw, sizeof dw);
+		void *dx = dev_upload(NULL, (size_t)(256 * in) * 2), *dy = dev_upload(NULL, (size_t)(256 * out) * 2);
+		cudaMemset(dx, 0x3c, (size_t)(256 * in) * 2);
+		int32_t *doff = dev_upload(NULL, 2 * sizeof(int32_t));
+		for (int ri = 0; ri < 9; ri++) {
+			const int64_t R = Rs[ri];
+			int32_t off[2] = {0, (int32_t)R};
+			cudaMemcpy(doff, off, sizeof off, cudaMemcpyHostToDevice);
+			char shape[64];
+			snprintf(shape, sizeof shape, "%s rows=%lld", kern_wfmt_name(fmt), (long long)R);
+			for (int vi = 0; vi < 2; vi++) {
+				const struct kern_variant *v = NULL;
+				for (int i = 0; i < kern_op_moe_gemm.n_variants; i++)
+					if (!strcmp(kern_op_moe_gemm.variants[i].name, vnames[vi]))
+						v = &kern_op_moe_gemm.variants[i];
+				struct kern_moe_gemm_shape sh = {.in = in, .out = out, .n_experts = 1, .max_rows = R,
+								 .act_quant_block = 128, .x_dtype = KERN_DT_BF16,
+								 .y_dtype = KERN_DT_BF16};
+				struct kern_problem p = {.wfmt = fmt, .tp_size = 1, .shape = &sh};
+				char why[KERN_REASON_BYTES];
+				if (!v || !kern_variant_accepts(v, &p, dev, NULL, why, sizeof why)) {
+					char msg[KERN_REASON_BYTES + 16];
+					snprintf(msg, sizeof msg, "refused: %s", v ? why : "absent");
+					row(vnames[vi], shape, 0, 0, 0, 1, ST_OK, msg);
+					continue;
+				}
+				struct moe_ctx c = {.fn = (kern_moe_gemm_fn)v->run,
+						    .a = {.n_rows = R, .n_experts = 1, .expert_offsets = doff,
+							  .n_x_rows = R, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
+							  .y_dtype = KERN_DT_BF16, .w = &dw, .w_dev = dwm,
+							  .act_quant_block = 128}};
+				enum status st;
+				double us = time_us(moe_run, &c, iters, &st);
+				row(vnames[vi], shape, us, 2.0 * R * in * out, (double)(wb + sb) + 2.0 * R * (in + out),
+				    PEAK_BF16, st, NULL);
+			}
+		}
+		cudaFree((void *)dw.data);
+		cudaFree((void *)dw.scale);
+		cudaFree(dwm);
+		cudaFree(dx);
+		cudaFree(dy);
+		cudaFree(doff);
+		kern_wmat_release(&w);
+	}
+}
+
+/* ---- hc_prenorm ---- */
+
+struct hc_ctx {
+	kern_hc_prenorm_fn fn;
+	struct kern_hc_prenorm_args a;
+};
+
+static enum status hc_run(void *c)
+{
+	struct hc_ctx *h = c;
+	return h->fn(&h->a);
+}
+
+static void bench_hc(const struct kern_device *dev, int iters)
+{
+	static const int64_t Ts[] = {1, 16, 128, 1024};
+	const int k = 16384, n_out = 24;
+	header("hc_prenorm, [T, 16384] x [24, 16384]^T + sum of squares, fp32", PEAK_FP32);
+	const struct kern_variant *v = NULL;
+	for (int i = 0; i < kern_op_hc_prenorm.n_variants; i++)
+		if (!strcmp(kern_op_hc_prenorm.variants[i].name, "hc_prenorm_cuda_generic"))
+			v = &kern_op_hc_prenorm.variants[i];
+	struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1};
+	char why[KERN_REASON_BYTES];
+	if (!v || !kern_variant_accepts(v, &p, dev, NULL, why, sizeof why)) {
+		row("hc_prenorm_cuda_generic", "-", 0, 0, 0, 1, ST_OK, v ? why : "absent");
+		return;
+	}
+	float *dfn = dev_upload(NULL, (size_t)n_out * k * 4), *dx = dev_upload(NULL, (size_t)1024 * k * 4);
+	float *dmix = dev_upload(NULL, (size_t)1024 * n_out * 4), *dsq = dev_upload(NULL, 1024 * 4);
+	cudaMemset(dfn, 0, (size_t)n_out * k * 4);
+	cudaMemset(dx, 0, (size_t)1024 * k * 4);
+	for (int ti = 0; ti < 4; ti++) {
+		const int64_t T = Ts[ti];
+		char shape[64];
+		snprintf(shape, sizeof shape, "T=%lld", (long long)T);
+		struct hc_ctx c = {.fn = (kern_hc_prenorm_fn)v->run,
+				   .a = {.x = dx, .fn = dfn, .mix = dmix, .sqr_sum = dsq, .n_tokens = T, .k = k,
+					 .n_out = n_out}};
+		enum status st;
+		double us = time_us(hc_run, &c, iters, &st);
+		row(v->name, shape, us, 2.0 * T * k * (n_out + 1), 4.0 * ((double)n_out * k + (double)T * k + T * (n_out + 1)),
+		    PEAK_FP32, st, NULL);
+	}
+	cudaFree(dfn);
+	cudaFree(dx);
+	cudaFree(dmix);
+	cudaFree(dsq);
+}
+
+int main(int argc, char **argv)
+{
+	int iters = argc > 1 ? atoi(argv[1]) : 20;
+	if (iters < 1)
+		iters = 1;
+	if (kern_device_count() == 0) {
+		fprintf(stderr, "SKIP: no CUDA device\n");
+		return 77;
+	}
+	struct kern_device dev;
+	struct err e = {0};
+	if (kern_device_detect(0, &dev, &e) != ST_OK) {
+		fprintf(stderr, "SKIP: %s\n", e.msg);
+		return 77;
+	}
+	if (cudaMalloc(&flush_buf, FLUSH_BYTES) != cudaSuccess) {
+		fprintf(stderr, "cannot allocate the L2 flush buffer\n");
+		return 1;
+	}
+	cudaEventCreate(&ev0);
+	cudaEventCreate(&ev1);
+	printf("## kernel benchmark: %s (cc %d.%d, %d SMs), median of %d, L2 flushed\n", dev.name, dev.cc_major,
+	       dev.cc_minor, dev.sm_count, iters);
+	bench_linear(&dev, iters);
+	bench_moe(&dev, iters);
+	bench_hc(&dev, iters);
+	kern_linear_cublaslt_release();
+	cudaFree(flush_buf);
+	return 0;
+}
+
+#else
+
+int main(void)
+{
+	fprintf(stderr, "SKIP: built without CUDA\n");
+	return 77;
+}
+
+#endif
