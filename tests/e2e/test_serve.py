@@ -368,6 +368,50 @@ def main():
           "non-streamed disconnect frees the request")
     check((metric(srv, "dsv4:request_success_total") or 0) > 0, "request_success counted")
 
+    # ---- concurrency: streams that finish and streams whose clients vanish, at once ----
+    import random
+    rng = random.Random(os.urandom(8))
+    errors = []
+
+    def worker(i):
+        try:
+            body = json.dumps({"model": "tiny-e2e", "messages": [{"role": "user", "content": "w%d" % i}],
+                               "max_tokens": rng.randint(1, 6), "stream": rng.random() < 0.7,
+                               "n": rng.choice([1, 1, 2])}).encode()
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                      b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            s.settimeout(60)
+            if rng.random() < 0.4:
+                s.recv(64)
+                s.close()
+                return
+            got = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            s.close()
+            if not got.startswith(b"HTTP/1.1 200") or (b"[DONE]" not in got and b"chat.completion" not in got):
+                errors.append(got[:200])
+        except Exception as ex:  # noqa: BLE001
+            errors.append(repr(ex))
+    ths = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(120)
+    check(not errors, "concurrent requests: %r" % errors[:3])
+    t0 = time.time()
+    while metric(srv, "dsv4:num_requests_running") != 0 and time.time() - t0 < 30:
+        time.sleep(0.2)
+    check(metric(srv, "dsv4:num_requests_running") == 0 and metric(srv, "dsv4:num_requests_waiting") == 0 and
+          metric(srv, "dsv4:kv_cache_usage_perc") == 0, "concurrency: everything returned")
+    r = client.chat.completions.create(model="tiny-e2e", messages=msgs, max_tokens=8, temperature=0)
+    check((r.choices[0].message.content or "") == text, "still deterministic after the storm")
+
     rc = srv.stop()
     check(rc == 0, "main server exit status after SIGTERM: %r\n%s" % (rc, srv.logtext()[-3000:]))
 
