@@ -48,6 +48,7 @@ struct serve_args {
 	double shutdown_timeout_s;
 	const char *executor;
 	long num_blocks;
+	bool priority;
 	long http_threads;
 };
 
@@ -72,6 +73,7 @@ static void usage(FILE *f)
 		"  --max-num-queued-reqs N      waiting requests before 429 (default 1024)\n"
 		"  --gpu-memory-utilization F   fraction of GPU memory to use, (0, 1] (default 0.9; CUDA builds)\n"
 		"  --tensor-parallel-size N     GPUs to split the model over (default 1)\n"
+		"  --scheduling-policy P        fcfs (default) or priority (lower \"priority\" runs first)\n"
 		"  --shutdown-timeout S         seconds to drain requests on SIGTERM (default 30)\n"
 		"  --executor cpu|test          cpu: the CPU forward pass (default); test: the deterministic\n"
 		"                               test executor (no weights read; for API tests)\n"
@@ -112,7 +114,7 @@ static bool parse_double(const char *s, double lo, double hi, double *out)
 
 enum {
 	O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXLEN, O_SEQS, O_BATCHED, O_QUEUED, O_GPU, O_TP, O_SHUTDOWN,
-	O_EXECUTOR, O_THREADS, O_BLOCKS,
+	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY,
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -133,6 +135,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"executor", required_argument, NULL, O_EXECUTOR},
 		{"http-threads", required_argument, NULL, O_THREADS},
 		{"num-gpu-blocks-override", required_argument, NULL, O_BLOCKS},
+		{"scheduling-policy", required_argument, NULL, O_POLICY},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -206,6 +209,11 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		case O_THREADS:
 			if (!parse_long(v, 1, 256, &a->http_threads))
 				return bad("--http-threads '%s': expected an integer in 1..256", v);
+			break;
+		case O_POLICY:
+			if (strcmp(v, "fcfs") && strcmp(v, "priority"))
+				return bad("--scheduling-policy '%s': expected 'fcfs' or 'priority'", v);
+			a->priority = !strcmp(v, "priority");
 			break;
 		case O_BLOCKS:
 			if (!parse_long(v, 1, 1L << 30, &a->num_blocks))
@@ -421,6 +429,7 @@ int cmd_serve(int argc, char **argv)
 		.max_num_seqs = (uint32_t)a.max_num_seqs,
 		.max_num_batched_tokens = (uint32_t)a.max_num_batched_tokens,
 		.max_queued_requests = (uint32_t)a.max_queued,
+		.priority_scheduling = a.priority,
 		.exec = ex,
 		.heartbeat = on_heartbeat,
 	};

@@ -32,6 +32,7 @@ struct engine_options {
 	uint32_t max_num_seqs;           /* 0 = scheduler default */
 	uint32_t max_num_batched_tokens; /* 0 = scheduler default */
 	uint32_t max_queued_requests;    /* 0 = scheduler default */
+	bool priority_scheduling;        /* --scheduling-policy priority (requests' "priority" field) */
 	struct exec *exec;               /* borrowed; must outlive the engine */
 	/* (optional) called on the step-loop thread after every step and about
 	 * once a second while idle (the systemd watchdog's liveness signal). */

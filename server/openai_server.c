@@ -706,9 +706,17 @@ static void refusal_reply(struct http_response *resp, enum sched_refusal why, co
 	case SCHED_REFUSE_DRAINING:
 		api_error(resp, 503, "service_unavailable", NULL, "draining", "the server is shutting down");
 		break;
-	case SCHED_REFUSE_INVALID:
-		api_error(resp, 400, "invalid_request_error", NULL, NULL, "%s", e->msg);
+	case SCHED_REFUSE_INVALID: {
+		/* Name the parameter when the scheduler's message does. */
+		static const char *params[] = {"priority", "min_tokens", "max_tokens", "stop_token_ids", "stop",
+					       "logit_bias", "top_logprobs", "seed", "n"};
+		const char *param = NULL;
+		for (size_t i = 0; i < sizeof params / sizeof params[0] && !param; i++)
+			if (strstr(e->msg, params[i]))
+				param = params[i];
+		api_error(resp, 400, "invalid_request_error", param, NULL, "%s", e->msg);
 		break;
+	}
 	default:
 		api_error(resp, code >= 400 ? code : 500, "server_error", NULL, NULL, "%s",
 			  e->msg[0] ? e->msg : "cannot accept the request");
