@@ -431,6 +431,7 @@ int cmd_serve(int argc, char **argv)
 		.max_queued_requests = (uint32_t)a.max_queued,
 		.priority_scheduling = a.priority,
 		.exec = ex,
+		.plan = cpu ? model_exec_cpu_plan(cpu) : NULL,
 		.heartbeat = on_heartbeat,
 	};
 	struct engine *en = NULL;

@@ -10,6 +10,7 @@
 #include "engine.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,18 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 		return st;
 	}
 	metrics_set_engine(api_metrics(en->api), engine_stats, en);
+	for (int i = 0; opt->plan && i < opt->plan->n; i++) {
+		const struct kern_plan_entry *pe = &opt->plan->entries[i];
+		char layer[16];
+		if (pe->layer < 0)
+			snprintf(layer, sizeof layer, "global");
+		else
+			snprintf(layer, sizeof layer, "%d", pe->layer);
+		if ((st = metrics_add_kernel_info(api_metrics(en->api), layer, pe->op, pe->variant))) {
+			engine_destroy(en);
+			return err_set(e, st, "engine: out of memory for the kernel plan");
+		}
+	}
 	struct oai_server_options oo = {.tok = en->tok, .loop = en->loop, .api = en->api,
 					.max_model_len = en->max_model_len,
 					.vocab_size = model_tokenizer_vocab_size(en->tok)};

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/kernels.h"
 #include "model/exec.h"
 
 struct engine;
@@ -34,6 +35,7 @@ struct engine_options {
 	uint32_t max_queued_requests;    /* 0 = scheduler default */
 	bool priority_scheduling;        /* --scheduling-policy priority (requests' "priority" field) */
 	struct exec *exec;               /* borrowed; must outlive the engine */
+	const struct kern_plan *plan;    /* (optional) the executor's kernel plan, for dsv4_kernel_info */
 	/* (optional) called on the step-loop thread after every step and about
 	 * once a second while idle (the systemd watchdog's liveness signal). */
 	void (*heartbeat)(void *ctx);

@@ -139,6 +139,7 @@ def main():
     check([m.id for m in models.data] == ["tiny-e2e"], "models list: %r" % models)
     st, body, _ = http(srv, "GET", "/metrics", key=None)
     check(st == 200 and "dsv4:num_requests_running" in body, "/metrics exposes the gauges")
+    check('dsv4_kernel_info{layer="0"' in body, "/metrics lists the CPU executor's kernel plan")
 
     # ---- chat: non-streamed vs streamed at temperature 0 ----
     r = client.chat.completions.create(model="tiny-e2e", messages=msgs, max_tokens=8, temperature=0)
