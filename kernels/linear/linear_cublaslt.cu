@@ -22,6 +22,10 @@
  * disagrees only when T > 1 and in > 128, that layout is transposed: flip
  * LT_ACT_SCALE_TOKEN_MAJOR.
  *
+ * A y whose rows are not 16-byte aligned (cuBLASLt's FP8 path needs that of
+ * D) is written through a 4 MiB staging buffer in chunks of tokens and copied
+ * out; the scales are then laid out per chunk.
+ *
  * Plans (matmul descriptor, three layouts, the heuristic's algorithm) are
  * cached per (device, in, out, T, y dtype, ldy) in a mutex-protected hash
  * table, built on first use and kept for the process (style.md rule 8: no
@@ -45,11 +49,15 @@ extern "C" {
 #define LT_ACT_SCALE_TOKEN_MAJOR 1 /* activation scale (t, kb) at kb*T + t (1) or t*nkb + kb (0) */
 #define LT_MAX_DEVICES 16
 #define LT_ALIGN 256
+#define LT_STAGE_BYTES ((size_t)4 << 20) /* staging for y whose rows are not 16-byte aligned */
 
 /* ---- step 1: activation quantization ---- */
 
+/* Scales are laid out per chunk of Tc tokens (the GEMMs are issued per
+ * chunk when y has to be staged; otherwise Tc = T and there is one chunk):
+ * chunk c holds [nkb][tcur] at offset c·Tc·nkb, tcur = min(Tc, T - c·Tc). */
 __global__ void __launch_bounds__(128) lt_act_quant_kernel(const void *__restrict__ x, int x_dt, int64_t ldx,
-							     int64_t T, int64_t in, uint8_t *__restrict__ q,
+							     int64_t T, int64_t Tc, int64_t in, uint8_t *__restrict__ q,
 							     float *__restrict__ sc)
 {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -72,8 +80,24 @@ __global__ void __launch_bounds__(128) lt_act_quant_kernel(const void *__restric
 	for (int i = 0; i < 4; i++)
 		packed |= kq_f32_to_e4m3(fminf(fmaxf(v[i] / s, -448.0f), 448.0f)) << (8 * i);
 	*(uint32_t *)(q + t * in + k0) = packed;
-	if (lane == 0)
-		sc[LT_ACT_SCALE_TOKEN_MAJOR ? kb * T + t : t * nkb + kb] = s;
+	if (lane == 0) {
+		const int64_t c0 = t / Tc * Tc, tcur = min(Tc, T - c0), ti = t - c0;
+		sc[c0 * nkb + (LT_ACT_SCALE_TOKEN_MAJOR ? kb * tcur + ti : ti * nkb + kb)] = s;
+	}
+}
+
+/* Staged output: y rows [t0, t0 + tcur) (row stride ldy) <- stage [tcur, out]. */
+__global__ void lt_unstage_kernel(const void *__restrict__ stage, void *__restrict__ y, int64_t tcur, int64_t out,
+				  int64_t ldy, int bf16)
+{
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= tcur * out)
+		return;
+	const int64_t t = i / out, o = i % out;
+	if (bf16)
+		((uint16_t *)y)[t * ldy + o] = ((const uint16_t *)stage)[i];
+	else
+		((float *)y)[t * ldy + o] = ((const float *)stage)[i];
 }
 
 /* ---- plan cache ---- */
@@ -292,7 +316,7 @@ extern "C" size_t kern_linear_cublaslt_workspace_bytes(int64_t max_tokens, int64
 		max_tokens = 1;
 	const size_t nkb = (size_t)((in + 127) / 128);
 	return lt_round((size_t)max_tokens * (size_t)in) + lt_round(nkb * (size_t)max_tokens * sizeof(float)) +
-	       KERN_LINEAR_LT_WORKSPACE_BYTES;
+	       LT_STAGE_BYTES + KERN_LINEAR_LT_WORKSPACE_BYTES;
 }
 
 extern "C" bool kern_linear_cublaslt_check(int device, int64_t in, int64_t out, int64_t n_tokens,
@@ -338,41 +362,68 @@ extern "C" enum status kern_linear_cublaslt(const struct kern_linear_args *a)
 		return ST_OK;
 	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
 	const int ydt = a->y_dtype == KERN_DT_BF16;
-	if (((uintptr_t)a->w->data | (uintptr_t)a->y) % 16 || (ldy * kern_dtype_bytes(a->y_dtype)) % 16)
+	const int64_t esz = kern_dtype_bytes(a->y_dtype);
+	if ((uintptr_t)a->w->data % 16 || ldy < out)
 		return ST_INVALID;
 	if (!a->workspace || a->workspace_bytes < kern_linear_cublaslt_workspace_bytes(T, in) ||
 	    (uintptr_t)a->workspace % LT_ALIGN)
 		return ST_INVALID;
 	if (T > 65535)
 		return ST_INVALID;
+	/* y rows that are not 16-byte aligned cannot be cuBLASLt's D: the GEMM then
+	 * writes chunks of Tc tokens into a dense staging buffer, copied out after. */
+	const bool staged = (uintptr_t)a->y % 16 || (ldy * esz) % 16;
+	int64_t Tc = T;
+	if (staged) {
+		Tc = (int64_t)(LT_STAGE_BYTES / (size_t)(out * esz));
+		if (Tc < 1)
+			return ST_INVALID;
+		if (Tc > T)
+			Tc = T;
+	}
 	int dev = 0;
 	if (cudaGetDevice(&dev) != cudaSuccess)
 		return ST_CUDA;
-	cublasLtHandle_t h;
-	cublasStatus_t cst;
-	struct lt_plan *p = lt_plan_get(dev, in, out, T, ldy, ydt, &h, &cst);
-	if (!p)
-		return cst == CUBLAS_STATUS_ALLOC_FAILED ? ST_NOMEM : ST_CUDA;
-	if (!p->ok)
-		return ST_UNSUPPORTED;
+	const int64_t nkb = in / 128;
 	uint8_t *q = (uint8_t *)a->workspace;
 	float *sc = (float *)(q + lt_round((size_t)(T * in)));
-	void *ws = (uint8_t *)sc + lt_round((size_t)(in / 128 * T) * sizeof(float));
+	uint8_t *stage = (uint8_t *)sc + lt_round((size_t)(nkb * T) * sizeof(float));
+	void *ws = stage + LT_STAGE_BYTES;
 	cudaStream_t stream = (cudaStream_t)a->stream;
-	dim3 grid((unsigned)((in / 128 + 3) / 4), (unsigned)T);
-	lt_act_quant_kernel<<<grid, 128, 0, stream>>>(a->x, (int)a->x_dtype, ldx, T, in, q, sc);
+	dim3 grid((unsigned)((nkb + 3) / 4), (unsigned)T);
+	lt_act_quant_kernel<<<grid, 128, 0, stream>>>(a->x, (int)a->x_dtype, ldx, T, Tc, in, q, sc);
 	if (cudaGetLastError() != cudaSuccess)
 		return ST_CUDA;
-	const void *wsc = a->w->scale, *asc = sc;
-	if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wsc, sizeof wsc) !=
-		    CUBLAS_STATUS_SUCCESS ||
-	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &asc, sizeof asc) !=
-		    CUBLAS_STATUS_SUCCESS)
-		return ST_CUDA;
 	const float alpha = 1.0f, beta = 0.0f;
-	cst = cublasLtMatmul(h, p->desc, &alpha, a->w->data, p->la, q, p->lb, &beta, a->y, p->ld, a->y, p->ld,
-			     &p->algo, ws, KERN_LINEAR_LT_WORKSPACE_BYTES, stream);
-	return cst == CUBLAS_STATUS_SUCCESS ? ST_OK : ST_CUDA;
+	for (int64_t t0 = 0; t0 < T; t0 += Tc) {
+		const int64_t tcur = T - t0 < Tc ? T - t0 : Tc;
+		cublasLtHandle_t h;
+		cublasStatus_t cst;
+		struct lt_plan *p = lt_plan_get(dev, in, out, tcur, staged ? out : ldy, ydt, &h, &cst);
+		if (!p)
+			return cst == CUBLAS_STATUS_ALLOC_FAILED ? ST_NOMEM : ST_CUDA;
+		if (!p->ok)
+			return ST_UNSUPPORTED;
+		const void *wsc = a->w->scale, *asc = sc + t0 * nkb;
+		if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wsc, sizeof wsc) !=
+			    CUBLAS_STATUS_SUCCESS ||
+		    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &asc, sizeof asc) !=
+			    CUBLAS_STATUS_SUCCESS)
+			return ST_CUDA;
+		void *d = staged ? (void *)stage : (void *)((uint8_t *)a->y + t0 * ldy * esz);
+		cst = cublasLtMatmul(h, p->desc, &alpha, a->w->data, p->la, q + t0 * in, p->lb, &beta, d, p->ld, d, p->ld,
+				     &p->algo, ws, KERN_LINEAR_LT_WORKSPACE_BYTES, stream);
+		if (cst != CUBLAS_STATUS_SUCCESS)
+			return ST_CUDA;
+		if (staged) {
+			const int64_t n = tcur * out;
+			lt_unstage_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
+				stage, (uint8_t *)a->y + t0 * ldy * esz, tcur, out, ldy, ydt);
+			if (cudaGetLastError() != cudaSuccess)
+				return ST_CUDA;
+		}
+	}
+	return ST_OK;
 }
 
 /* ---- host-buffer wrapper (self-checks, tests) ---- */

@@ -34,8 +34,8 @@
 #define KERN_LINEAR_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 
 /* Bytes of kern_linear_args.workspace that one call with up to max_tokens
- * tokens and `in` input columns needs (FP8 activations + scales + the
- * cuBLASLt workspace, each 256-byte aligned). */
+ * tokens and `in` input columns needs (FP8 activations + scales + a 4 MiB
+ * output staging buffer + the cuBLASLt workspace, each 256-byte aligned). */
 size_t kern_linear_cublaslt_workspace_bytes(int64_t max_tokens, int64_t in);
 
 /* Build (or find) the plan for this shape on CUDA device `device` and say
@@ -48,7 +48,8 @@ bool kern_linear_cublaslt_check(int device, int64_t in, int64_t out, int64_t n_t
 
 /* Device-buffer run: x, y, w->data, w->scale (FP8_F32_B128) and workspace
  * are device pointers; act_quant_block must be 128; in % 512 == 0 and
- * out % 16 == 0 (the variant's guard); w->data and y 16-byte aligned.
+ * out % 16 == 0 (the variant's guard); w->data 16-byte aligned; y any row
+ * stride ldy >= out (unaligned rows go through a staging buffer).
  * ST_INVALID for arguments outside that, ST_UNSUPPORTED if the heuristic
  * found no algorithm for this n_tokens, ST_CUDA if a launch failed. */
 enum status kern_linear_cublaslt(const struct kern_linear_args *a);

@@ -15,7 +15,9 @@
  *     linear_cublaslt.cu), cases with T > 1 and in > 128 fail while T = 1
  *     passes -- the failure message says so;
  *   - outputs pre-filled with NaN (an unwritten element fails), and the
- *     row padding must stay NaN (nothing written past out);
+ *     row padding must stay NaN (nothing written past out); a third of the
+ *     cases use ldy = out + 1 (rows not 16-byte aligned), which the variant
+ *     serves through its staging buffer, once over 3 staging chunks;
  *   - the guard's refusals (in % 512, out % 16, act_quant 0, bf16 weights)
  *     with their reasons, and a missing workspace is ST_INVALID;
  *   - selection on the device: on cc 9.0 kern_select picks
@@ -58,15 +60,17 @@ static int64_t rnd(uint64_t *rng, int64_t lo, int64_t hi)
 	return lo + (int64_t)(kern_rand_u64(rng) % (uint64_t)(hi - lo + 1));
 }
 
+/* ldy_pad 16 keeps y rows 16-byte aligned (cuBLASLt writes y directly);
+ * ldy_pad 1 does not (the variant stages the output in token chunks). */
 static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt fmt, int64_t T, int64_t in,
-		    int64_t out, enum kern_dtype xdt, enum kern_dtype ydt)
+		    int64_t out, enum kern_dtype xdt, enum kern_dtype ydt, int64_t ldy_pad)
 {
 	struct kern_wmat w, wp;
 	struct err e = {0};
 	T_CHECK(kern_wmat_make_random(&w, fmt, out, in, rng, &e) == ST_OK);
 	T_CHECK(kern_prepare_weight(v, &w, &wp, &e) == ST_OK);
 	T_CHECK(wp.fmt == KERN_WFMT_FP8_F32_B128);
-	const int64_t ldy = out + 16; /* keeps 16-byte rows for bf16 and f32 */
+	const int64_t ldy = out + ldy_pad;
 	void *x = malloc((size_t)(T * in) * 4 + 4);
 	float *yr = malloc((size_t)(T * out) * 4 + 4);
 	void *yg = malloc((size_t)(T * ldy) * 4 + 4);
@@ -99,8 +103,9 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 	char why[KERN_REASON_BYTES];
 	bool ok = st == ST_OK && kern_compare_f32(yr, yf, (size_t)(T * out), 1e-6, ydt == KERN_DT_BF16 ? 1e-2 : 2e-3,
 						  why, sizeof why);
-	T_CHECKF(st != ST_OK || ok, "%s %s T%lld in%lld out%lld x%s y%s: %s%s", v->name, kern_wfmt_name(fmt),
-		 (long long)T, (long long)in, (long long)out, xdt ? "bf16" : "f32", ydt ? "bf16" : "f32", why,
+	T_CHECKF(st != ST_OK || ok, "%s %s T%lld in%lld out%lld ldy%lld x%s y%s: %s%s", v->name, kern_wfmt_name(fmt),
+		 (long long)T, (long long)in, (long long)out, (long long)ldy, xdt ? "bf16" : "f32", ydt ? "bf16" : "f32",
+		 why,
 		 T > 1 && in > 128 ? " (if only T > 1 cases fail: the VEC128 activation-scale layout is transposed, "
 				     "see LT_ACT_SCALE_TOKEN_MAJOR)"
 				   : "");
@@ -183,13 +188,15 @@ int main(void)
 			T_CHECKF(0, "refused T%lld [%lld, %lld]: %s", (long long)T, (long long)out, (long long)in, why);
 			continue;
 		}
-		failed += !one_case(v, &rng, f, T, in, out, xdt, ydt);
+		failed += !one_case(v, &rng, f, T, in, out, xdt, ydt, i % 3 == 0 ? 1 : 16);
 		ran++;
 	}
 	/* DeepSeek-V4-Flash shapes: wq_a 4096 -> 1024 and wo_b 8192 -> 4096 (T = 1 decode and a prefill chunk). */
-	failed += !one_case(v, &rng, KERN_WFMT_FP8_E8M0_B128, 1, 4096, 1024, KERN_DT_BF16, KERN_DT_BF16);
-	failed += !one_case(v, &rng, KERN_WFMT_FP8_E8M0_B128, 64, 8192, 4096, KERN_DT_BF16, KERN_DT_F32);
-	fprintf(stderr, "%d sweep cases + 2 model shapes, %d failed\n", ran, failed);
+	failed += !one_case(v, &rng, KERN_WFMT_FP8_E8M0_B128, 1, 4096, 1024, KERN_DT_BF16, KERN_DT_BF16, 0);
+	failed += !one_case(v, &rng, KERN_WFMT_FP8_E8M0_B128, 64, 8192, 4096, KERN_DT_BF16, KERN_DT_F32, 0);
+	/* Unaligned y rows with more tokens than one 4 MiB staging chunk holds (256 rows of 4096 f32): 3 chunks. */
+	failed += !one_case(v, &rng, KERN_WFMT_FP8_F32_B128, 700, 512, 4096, KERN_DT_F32, KERN_DT_F32, 1);
+	fprintf(stderr, "%d sweep cases + 3 fixed cases, %d failed\n", ran, failed);
 
 	/* Selection on the device picks cuBLASLt for every FP8 linear shape of the model, and its self-check passes. */
 	static const int64_t model[][2] = {{4096, 1024}, {1024, 32768}, {8192, 4096}, {1024, 16384}, {4096, 4096}};
