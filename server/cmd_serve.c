@@ -243,34 +243,51 @@ static bool is_dir_with(const char *dir, const char *file)
 	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The tiny checkpoint: $DSV4_TINY_MODEL, else the repository's models/tiny-bf16
- * if it was built, else $XDG_CACHE_HOME/dsv4/tiny-bf16 (built there once). */
+static int mkdir_p(const char *path)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof p, "%s", path);
+	for (char *c = p + 1; *c; c++) {
+		if (*c != '/')
+			continue;
+		*c = '\0';
+		if (mkdir(p, 0755) && errno != EEXIST)
+			return -1;
+		*c = '/';
+	}
+	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static bool tiny_built(const char *dir)
+{
+	return is_dir_with(dir, ".make_tiny_model.stamp") && is_dir_with(dir, "config.json");
+}
+
+/* The tiny checkpoint: $DSV4_TINY_MODEL (built there if missing), else the
+ * repository's models/tiny-bf16 if it was built, else
+ * $XDG_CACHE_HOME/dsv4/tiny-bf16 (~/.cache/dsv4/tiny-bf16), built there once. */
 static int resolve_tiny(char *out, size_t cap)
 {
 	const char *env = getenv("DSV4_TINY_MODEL");
 	if (env && env[0]) {
 		snprintf(out, cap, "%s", env);
-		return 0;
+	} else {
+		snprintf(out, cap, "%s/models/tiny-bf16", DSV4_SOURCE_ROOT);
+		if (tiny_built(out))
+			return 0;
+		const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+		if (xdg && xdg[0])
+			snprintf(out, cap, "%s/dsv4/tiny-bf16", xdg);
+		else
+			snprintf(out, cap, "%s/.cache/dsv4/tiny-bf16", home && home[0] ? home : "/tmp");
 	}
-	snprintf(out, cap, "%s/models/tiny-bf16", DSV4_SOURCE_ROOT);
-	if (is_dir_with(out, ".make_tiny_model.stamp") && is_dir_with(out, "config.json"))
-		return 0;
-	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-	char cache[PATH_MAX - 64];
-	if (xdg && xdg[0])
-		snprintf(cache, sizeof cache, "%s/dsv4", xdg);
-	else
-		snprintf(cache, sizeof cache, "%s/.cache/dsv4", home && home[0] ? home : "/tmp");
-	snprintf(out, cap, "%s/tiny-bf16", cache);
-	if (is_dir_with(out, ".make_tiny_model.stamp") && is_dir_with(out, "config.json"))
+	if (tiny_built(out))
 		return 0;
 	char script[PATH_MAX];
 	snprintf(script, sizeof script, "%s/scripts/make_tiny_model", DSV4_SOURCE_ROOT);
 	log_msg(LOG_INFO, "serve", "building the tiny checkpoint in %s (once)", out);
-	char mk[PATH_MAX + 16];
-	snprintf(mk, sizeof mk, "mkdir -p '%s'", cache);
-	if (system(mk) != 0) {
-		log_msg(LOG_ERROR, "serve", "cannot create %s", cache);
+	if (mkdir_p(out)) {
+		log_msg(LOG_ERROR, "serve", "cannot create %s: %s", out, strerror(errno));
 		return -1;
 	}
 	pid_t pid = fork();
@@ -284,7 +301,7 @@ static int resolve_tiny(char *out, size_t cap)
 		_exit(127);
 	}
 	int ws = 0;
-	if (waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+	if (waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0 || !tiny_built(out)) {
 		log_msg(LOG_ERROR, "serve", "%s failed (exit %d); run scripts/setup first", script,
 			WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
 		return -1;

@@ -126,8 +126,30 @@ def cli_errors():
     check(p.returncode == 0 and b"--served-model-name" in p.stdout, "serve --help")
 
 
+def tiny_build():
+    """--model tiny with $DSV4_TINY_MODEL pointing at an empty place builds the checkpoint there, once."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="dsv4-e2e-tiny-")
+    where = os.path.join(d, "cache", "tiny")
+    try:
+        srv = Server("test", env={"DSV4_TINY_MODEL": where})
+        check(os.path.exists(os.path.join(where, "config.json")), "--model tiny built the checkpoint")
+        st, body, _ = http(srv, "POST", "/v1/completions", {"prompt": "a", "max_tokens": 2}, key=None)
+        check(st == 200, "served the freshly built tiny checkpoint: %s" % body[:200])
+        check(srv.stop() == 0, "tiny-build server exits 0")
+        mtime = os.path.getmtime(os.path.join(where, "config.json"))
+        srv = Server("test", env={"DSV4_TINY_MODEL": where})
+        check("building the tiny checkpoint" not in srv.logtext() and
+              os.path.getmtime(os.path.join(where, "config.json")) == mtime, "second start reuses it")
+        check(srv.stop() == 0, "second tiny server exits 0")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     cli_errors()
+    tiny_build()
     srv = Server("cpu", "--api-key", KEY)
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
