@@ -23,6 +23,7 @@ struct model_exec_cpu {
 	uint32_t *rows;  /* [max_step_seqs] */
 	void *sample_work;
 	uint32_t vocab;
+	int rank;
 	bool weights_loaded;
 };
 
@@ -45,6 +46,8 @@ static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec
 		return ST_OK;
 	if ((st = model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), x->rows, n, x->logits, e)))
 		return st;
+	if (x->rank)
+		return ST_OK; /* rank 0 samples (design.md "Tensor parallelism") */
 	uint32_t k = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
@@ -119,10 +122,11 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	if ((st = model_state_create(&x->st, &x->w, nb, B, e)))
 		goto fail;
 	struct model_fwd_options fo = {.max_tokens = T, .max_seqs = S, .max_context = (uint32_t)max_len,
-				       .quant_sim = ref, .bf16_round = ref};
+				       .quant_sim = ref, .bf16_round = ref, .comm = world > 1 ? opt->comm : NULL};
 	if ((st = model_fwd_create(&x->fwd, &x->w, &x->st, &fo, e)))
 		goto fail;
 	x->vocab = (uint32_t)cfg->vocab_size;
+	x->rank = opt->rank;
 	x->logits = malloc((size_t)S * x->vocab * sizeof(float));
 	x->rows = malloc((size_t)S * sizeof(uint32_t));
 	x->sample_work = malloc(kern_sample_workspace_bytes(x->vocab));

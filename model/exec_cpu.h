@@ -39,8 +39,12 @@ struct model_exec_cpu_options {
 	bool load_mtp;            /* load mtp.0.* (model_exec_cpu_mtp) */
 	const struct kern_device *dev;        /* NULL: the CPU */
 	const struct kern_disabled *disabled; /* NULL: none */
-	/* Tensor parallelism (design.md): rank / world size / communicator.
-	 * Only world_size 1 (or 0, meaning 1) is implemented; see docs/forward.md. */
+	/* Tensor parallelism (design.md; docs/forward.md): rank, world size (0
+	 * means 1) and the group's communicator (borrowed; required when the
+	 * world size is > 1). Every rank creates its executor and runs every step
+	 * with the same plan; each holds only its weight shards and a replica of
+	 * the state; logits are gathered on every rank and rank 0 samples (the
+	 * others' step leaves out untouched). */
 	int rank, world_size;
 	struct comm *comm;
 };

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "kernels/quant/quant.h"
 
 struct seg {
@@ -38,6 +39,9 @@ struct model_fwd {
 	struct model_fwd_options opt;
 	const struct model_config *cfg;
 	int64_t D, n, H, d, r, G, R, QL, I, E, K, NHI, ID, V;
+	int64_t EL, EB, VL, VB; /* local experts / vocabulary rows (tensor parallel) */
+	int rank, ws;
+	float *lg_local, *lg_all; /* TP head: this rank's vocabulary shard, the gathered shards */
 	int idx_stride;
 
 	/* the current batch */
@@ -84,10 +88,21 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	f->cfg = c;
 	f->D = c->hidden_size;
 	f->n = c->hc_mult;
-	f->H = c->num_attention_heads;
+	f->H = w->n_heads_local;
 	f->d = c->head_dim;
 	f->r = c->qk_rope_head_dim;
-	f->G = c->o_groups;
+	f->G = w->n_groups_local;
+	f->EL = w->n_experts_local;
+	f->EB = w->expert_begin;
+	f->VL = w->vocab_local;
+	f->VB = w->vocab_begin;
+	f->rank = w->rank;
+	f->ws = w->world_size;
+	if (f->ws > 1 && (!opt->comm || comm_n_ranks(opt->comm) != f->ws || comm_rank(opt->comm) != f->rank)) {
+		free(f);
+		return err_set(e, ST_INVALID, "forward: world size %d needs a communicator of that size with rank %d",
+			       w->world_size, w->rank);
+	}
 	f->R = c->o_lora_rank;
 	f->QL = c->q_lora_rank;
 	f->I = c->moe_intermediate_size;
@@ -153,7 +168,11 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	ALLOC(f->ew, P);
 	ALLOC(f->rw, P);
 	ALLOC(f->eids, P);
-	ALLOC(f->offsets, f->E + 1);
+	ALLOC(f->offsets, f->EL + 1);
+	if (f->ws > 1) {
+		ALLOC(f->lg_local, T * f->VL);
+		ALLOC(f->lg_all, T * f->V);
+	}
 	ALLOC(f->ptok, P);
 	ALLOC(f->pslot, P);
 	ALLOC(f->h1, P * f->I);
@@ -195,7 +214,7 @@ void model_fwd_destroy(struct model_fwd *f)
 		      f->u, f->xn, f->fo, f->mix, f->sqr, f->pre, f->post, f->comb, f->qr, f->q, f->kv, f->o, f->z,
 		      f->kvp, f->gp, f->ikvp, f->igp, f->wa, f->wb, f->qi, f->hw, f->topk_work, f->topk, f->idx,
 		      f->idx_len, f->glog, f->ew, f->rw, f->eids, f->offsets, f->ptok, f->pslot, f->h1, f->h3, f->y2,
-		      f->sh1, f->sh3, f->shy, f->hh, f->m1, f->m2, f->w_q_off, f->w_start, f->w_slot, f->w_bt, f->pooled, f->ent_pos};
+		      f->sh1, f->sh3, f->shy, f->hh, f->m1, f->m2, f->w_q_off, f->w_start, f->w_slot, f->w_bt, f->pooled, f->ent_pos, f->lg_local, f->lg_all};
 	for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
 		free(ps[i]);
 	free(f);
@@ -214,6 +233,14 @@ static void round_bf16(const struct model_fwd *f, float *x, int64_t n)
 		return;
 	for (int64_t i = 0; i < n; i++)
 		x[i] = kern_bf16_to_f32(kern_f32_to_bf16(x[i]));
+}
+
+/* Sum x[n] over the tensor-parallel ranks (no-op at world size 1). */
+static enum status all_reduce(struct model_fwd *f, float *x, int64_t n, struct err *e)
+{
+	if (f->ws == 1)
+		return ST_OK;
+	return comm_all_reduce_sum(f->opt.comm, x, x, (size_t)n, COMM_DTYPE_F32, COMM_MEM_HOST, e);
 }
 
 #define OK(call)                                                                                   \
@@ -563,8 +590,9 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 	for (int64_t g = 0; g < f->G; g++)
 		if ((st = lin(f, &ly->wo_a[g], f->o + g * hpg * d, H * d, T, f->z + g * f->R, f->G * f->R, true, l, e)))
 			return st;
-	if ((st = lin(f, &ly->wo_b, f->z, 0, T, out, 0, true, l, e)))
+	if ((st = lin(f, &ly->wo_b, f->z, 0, T, out, 0, false, l, e)) || (st = all_reduce(f, out, T * f->D, e)))
 		return st;
+	round_bf16(f, out, T * f->D);
 
 	/* the ring, segment by segment (rule 2 for the ring part of the state) */
 	uint32_t B = f->st->block_tokens;
@@ -589,7 +617,7 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 		       struct err *e)
 {
 	int layer = l;
-	int64_t T = f->T, D = f->D, I = f->I, E = f->E, K = f->K;
+	int64_t T = f->T, D = f->D, I = f->I, E = f->E, K = f->K, EL = f->EL;
 	enum status st;
 	if ((st = lin(f, &ly->gate, xn, 0, T, f->glog, 0, false, l, e)))
 		return st;
@@ -599,15 +627,15 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 				     .route_scale = (float)f->cfg->routed_scaling_factor, .expert_ids = f->eids,
 				     .weights = f->ew};
 	OK(ly->ops.route(&ra));
-	struct kern_moe_group_args ga = {.expert_ids = f->eids, .n_tokens = T, .top_k = (int)K, .expert_begin = 0,
-					 .n_local = (int)E, .offsets = f->offsets, .pair_token = f->ptok,
+	struct kern_moe_group_args ga = {.expert_ids = f->eids, .n_tokens = T, .top_k = (int)K,
+					 .expert_begin = (int)f->EB, .n_local = (int)EL, .offsets = f->offsets, .pair_token = f->ptok,
 					 .pair_slot = f->pslot};
 	OK(ly->ops.moe_group(&ga));
-	int64_t P = f->offsets[E];
+	int64_t P = f->offsets[EL];
 	for (int64_t p = 0; p < P; p++)
 		f->rw[p] = f->ew[f->ptok[p] * K + f->pslot[p]];
 	const struct model_experts *x = &ly->experts;
-	struct kern_moe_gemm_args ma = {.n_rows = P, .n_experts = E, .expert_offsets = f->offsets, .row_src = f->ptok,
+	struct kern_moe_gemm_args ma = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets, .row_src = f->ptok,
 					.n_x_rows = T, .x = xn, .x_dtype = KERN_DT_F32, .y = f->h1,
 					.y_dtype = KERN_DT_F32, .w = x->w1, .act_quant_block = x->act_quant_block};
 	OK(x->run13(&ma));
@@ -620,7 +648,7 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 	struct kern_swiglu_args sa = {.gate = f->h1, .up = f->h3, .out = f->h1, .row_weight = f->rw, .n_rows = P,
 				      .dim = (int)I, .limit = limit, .bf16_out = f->opt.bf16_round};
 	OK(ly->ops.swiglu(&sa));
-	struct kern_moe_gemm_args m2 = {.n_rows = P, .n_experts = E, .expert_offsets = f->offsets, .n_x_rows = P,
+	struct kern_moe_gemm_args m2 = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets, .n_x_rows = P,
 					.x = f->h1, .x_dtype = KERN_DT_F32, .y = f->y2, .y_dtype = KERN_DT_F32,
 					.w = x->w2, .act_quant_block = x->act_quant_block};
 	OK(x->run2(&m2));
@@ -632,7 +660,9 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 		for (int64_t i = 0; i < D; i++)
 			o[i] += y[i];
 	}
-	/* shared expert (same clamp, weight 1) */
+	/* shared expert (same clamp, weight 1); rank 0 adds it before the all-reduce */
+	if (f->rank != 0)
+		goto reduce;
 	if ((st = lin(f, &ly->sh_w1, xn, 0, T, f->sh1, 0, true, l, e)) ||
 	    (st = lin(f, &ly->sh_w3, xn, 0, T, f->sh3, 0, true, l, e)))
 		return st;
@@ -643,6 +673,9 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 		return st;
 	for (int64_t i = 0; i < T * D; i++)
 		out[i] += f->shy[i];
+reduce:
+	if ((st = all_reduce(f, out, T * D, e)))
+		return st;
 	round_bf16(f, out, T * D);
 	return ST_OK;
 }
@@ -671,17 +704,37 @@ static enum status block(struct model_fwd *f, int l, struct err *e)
 	return ST_OK;
 }
 
-static void embed(struct model_fwd *f, const int32_t *ids, float *out, int64_t n_copies)
+/* The embedding rows of ids, copied n_copies times per token (the mHC
+ * streams). Vocab-parallel: a rank holds rows [VB, VB+VL) and contributes
+ * zeros for other ids; the sum over ranks is exact (one nonzero term). */
+static enum status embed(struct model_fwd *f, const int32_t *ids, float *out, int64_t n_copies, struct err *e)
 {
 	int64_t D = f->D;
+	float *tmp = f->ws > 1 ? f->u : NULL;
 	for (uint32_t t = 0; t < f->T; t++) {
-		const uint16_t *row = f->w->embed + (int64_t)ids[t] * D;
-		float *o = out + (int64_t)t * n_copies * D;
+		float *o = tmp ? tmp + (int64_t)t * D : out + (int64_t)t * n_copies * D;
+		int64_t id = ids[t];
+		if (id < f->VB || id >= f->VB + f->VL) {
+			memset(o, 0, (size_t)D * sizeof(float));
+			continue;
+		}
+		const uint16_t *row = f->w->embed + id * D;
 		for (int64_t i = 0; i < D; i++)
 			o[i] = kern_bf16_to_f32(row[i]);
+	}
+	if (tmp) {
+		enum status st = all_reduce(f, tmp, f->T * D, e);
+		if (st)
+			return st;
+		for (uint32_t t = 0; t < f->T; t++)
+			memmove(out + (int64_t)t * n_copies * D, tmp + (int64_t)t * D, (size_t)D * sizeof(float));
+	}
+	for (uint32_t t = 0; t < f->T; t++) {
+		float *o = out + (int64_t)t * n_copies * D;
 		for (int64_t j = 1; j < n_copies; j++)
 			memcpy(o + j * D, o, (size_t)D * sizeof(float));
 	}
+	return ST_OK;
 }
 
 enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, struct err *e)
@@ -690,7 +743,8 @@ enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, str
 	if (st)
 		return st;
 	f->x_final = NULL;
-	embed(f, f->ids, f->x, f->n);
+	if ((st = embed(f, f->ids, f->x, f->n, e)))
+		return st;
 	for (int l = 0; l < f->w->n_layers; l++)
 		if ((st = block(f, l, e)))
 			return st;
@@ -723,7 +777,19 @@ static enum status head(struct model_fwd *f, const struct model_layer *ly0, cons
 	enum status st = norm(f, ly0, f->u, f->u, n_rows, (int)D, norm_w, true, -1, e);
 	if (st)
 		return st;
-	return lin(f, &f->w->head, f->u, 0, n_rows, logits, 0, false, -1, e);
+	if (f->ws == 1)
+		return lin(f, &f->w->head, f->u, 0, n_rows, logits, 0, false, -1, e);
+	/* vocab-parallel: this rank's rows, gathered from all ranks, then laid
+	 * out as [n_rows, vocab] */
+	if ((st = lin(f, &f->w->head, f->u, 0, n_rows, f->lg_local, 0, false, -1, e)) ||
+	    (st = comm_all_gather(f->opt.comm, f->lg_local, f->lg_all, (size_t)n_rows * f->VL, COMM_DTYPE_F32,
+				  COMM_MEM_HOST, e)))
+		return st;
+	for (int rk = 0; rk < f->ws; rk++)
+		for (uint32_t i = 0; i < n_rows; i++)
+			memcpy(logits + (size_t)i * f->V + (size_t)rk * f->VL,
+			       f->lg_all + ((size_t)rk * n_rows + i) * f->VL, (size_t)f->VL * sizeof(float));
+	return ST_OK;
 }
 
 enum status model_fwd_logits(struct model_fwd *f, const float *streams, const uint32_t *rows, uint32_t n_rows,
@@ -745,7 +811,9 @@ enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, con
 	int64_t T = f->T, D = f->D, n = f->n;
 	/* streams may be f->x (the main pass's result): copy them out of the way first */
 	memcpy(f->m2, streams, (size_t)(T * n * D) * sizeof(float));
-	embed(f, f->ids, f->u, 1);
+	if ((st = embed(f, f->ids, f->fo, 1, e)))
+		return st;
+	memcpy(f->u, f->fo, (size_t)(T * D) * sizeof(float));
 	if ((st = norm(f, ly, f->u, f->u, T, (int)D, ly->enorm, true, l, e)) ||
 	    (st = lin(f, &ly->e_proj, f->u, 0, T, f->fo, 0, true, l, e)) ||
 	    (st = norm(f, ly, f->m2, f->m1, T * n, (int)D, ly->hnorm, true, l, e)) ||

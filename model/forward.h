@@ -16,6 +16,13 @@
  *
  * Owned by one thread; buffers sized at create for max_tokens, nothing is
  * allocated per step except inside the CPU reference kernels themselves.
+ *
+ * Tensor parallel (world size w > 1): every rank runs the same step on its
+ * weight shards (model/weights.h) with replicated state; four collectives
+ * per layer pair: an all-reduce of the attention output (after wo_b), one of
+ * the MoE output (routed experts of all ranks + the shared expert, which
+ * rank 0 computes), one of the vocab-parallel embedding, and an all-gather
+ * of the lm_head's vocabulary shards, so every rank ends with full logits.
  */
 #ifndef DSV4_MODEL_FORWARD_H
 #define DSV4_MODEL_FORWARD_H
@@ -36,6 +43,7 @@ struct model_fwd_options {
 	uint32_t max_context;  /* longest context (positions) a sequence may reach */
 	bool quant_sim;
 	bool bf16_round;
+	struct comm *comm;     /* tensor parallel group of the weights' world size (NULL when 1) */
 };
 
 enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,

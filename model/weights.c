@@ -205,10 +205,51 @@ static enum status rows_view(const struct kern_wmat *m, int64_t r0, int64_t n, s
 	return ST_OK;
 }
 
+/* Columns [c0, c0+n) of m into a matrix owned by out (the wo_b shard of a
+ * rank). FP8 needs c0 on a 128 boundary or the range inside one 128-column
+ * block: new scale column j is then old column c0/128 + j, exactly. */
+static enum status cols_copy(const struct kern_wmat *m, int64_t c0, int64_t n, struct kern_wmat *out, struct err *e)
+{
+	memset(out, 0, sizeof *out);
+	*out = *m;
+	out->owned = NULL;
+	out->cols = n;
+	size_t el;
+	bool fp8 = m->fmt == KERN_WFMT_FP8_E8M0_B128 || m->fmt == KERN_WFMT_FP8_F32_B128;
+	if (m->fmt == KERN_WFMT_F32)
+		el = 4;
+	else if (m->fmt == KERN_WFMT_BF16)
+		el = 2;
+	else if (fp8)
+		el = 1;
+	else
+		return err_set(e, ST_UNSUPPORTED, "column shard of format %s", kern_wfmt_name(m->fmt));
+	if (fp8 && c0 % 128 && c0 / 128 != (c0 + n - 1) / 128)
+		return err_set(e, ST_UNSUPPORTED, "column range [%lld, %lld) crosses an FP8 scale block unaligned",
+			       (long long)c0, (long long)(c0 + n));
+	int64_t sc_old = (m->cols + 127) / 128, sc_new = (n + 127) / 128, srows = (m->rows + 127) / 128;
+	size_t sel = m->fmt == KERN_WFMT_FP8_F32_B128 ? 4 : 1;
+	size_t data_bytes = (size_t)(m->rows * n) * el, scale_bytes = fp8 ? (size_t)(srows * sc_new) * sel : 0;
+	uint8_t *buf = malloc(data_bytes + scale_bytes + 1);
+	if (!buf)
+		return err_set(e, ST_NOMEM, "column shard");
+	for (int64_t r = 0; r < m->rows; r++)
+		memcpy(buf + (size_t)r * n * el, (const uint8_t *)m->data + ((size_t)r * m->cols + c0) * el, (size_t)n * el);
+	if (fp8)
+		for (int64_t r = 0; r < srows; r++)
+			memcpy(buf + data_bytes + (size_t)(r * sc_new) * sel,
+			       (const uint8_t *)m->scale + ((size_t)(r * sc_old) + (size_t)(c0 / 128)) * sel,
+			       (size_t)sc_new * sel);
+	out->data = buf;
+	out->scale = fp8 ? buf + data_bytes : NULL;
+	out->owned = buf;
+	return ST_OK;
+}
+
 static enum status experts_setup(struct loader *L, int layer, const char *lp, struct model_experts *x, struct err *e)
 {
 	const struct model_config *cfg = L->w->cfg;
-	int64_t E = cfg->n_routed_experts;
+	int64_t E = L->w->n_experts_local, e0 = L->w->expert_begin;
 	x->w1 = calloc((size_t)E * 3, sizeof *x->w1);
 	if (!x->w1)
 		return err_set(e, ST_NOMEM, "experts of layer %d", layer);
@@ -217,13 +258,13 @@ static enum status experts_setup(struct loader *L, int layer, const char *lp, st
 	char name[160];
 	enum status st;
 	for (int64_t k = 0; k < E; k++) {
-		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w1", lp, (long long)k);
+		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w1", lp, (long long)(e0 + k));
 		if ((st = wmat_of(L, name, &x->w1[k], e)))
 			return st;
-		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w3", lp, (long long)k);
+		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w3", lp, (long long)(e0 + k));
 		if ((st = wmat_of(L, name, &x->w3[k], e)))
 			return st;
-		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w2", lp, (long long)k);
+		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w2", lp, (long long)(e0 + k));
 		if ((st = wmat_of(L, name, &x->w2[k], e)))
 			return st;
 	}
@@ -345,20 +386,42 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 			return st;                                                                \
 	} while (0)
 	LIN("attn.wq_a", true, wq_a);
-	LIN("attn.wq_b", true, wq_b);
 	LIN("attn.wkv", true, wkv);
-	LIN("attn.wo_b", true, wo_b);
+	int64_t HL = L->w->n_heads_local, GL = L->w->n_groups_local, R = cfg->o_lora_rank;
+	{
+		/* this rank's heads of wq_b (a row view) and its o_groups' columns of wo_b (a copy) */
+		struct kern_wmat full, part;
+		snprintf(name, sizeof name, "%s.attn.wq_b", lp);
+		if ((st = wmat_of(L, name, &full, e)) ||
+		    (st = rows_view(&full, L->w->rank * HL * d, HL * d, &part, e)) ||
+		    (st = lin_setup(L, layer, &part, true, &ly->wq_b, e)))
+			return st;
+		snprintf(name, sizeof name, "%s.attn.wo_b", lp);
+		if ((st = wmat_of(L, name, &full, e)))
+			return st;
+		if (L->w->world_size == 1) {
+			part = full;
+		} else {
+			if ((st = cols_copy(&full, L->w->rank * GL * R, GL * R, &part, e)))
+				return err_prefix(e, "%s: ", name);
+			/* the weights own the shard (a prepared view may alias it) */
+			if ((st = own(L->w, part.owned, e)))
+				return st;
+			part.owned = NULL;
+		}
+		if ((st = lin_setup(L, layer, &part, true, &ly->wo_b, e)))
+			return st;
+	}
 	{
 		struct kern_wmat woa;
 		snprintf(name, sizeof name, "%s.attn.wo_a", lp);
 		if ((st = wmat_of(L, name, &woa, e)))
 			return st;
-		int64_t G = cfg->o_groups, R = cfg->o_lora_rank;
-		if (G > MODEL_MAX_O_GROUPS)
-			return err_set(e, ST_UNSUPPORTED, "o_groups %lld > %d", (long long)G, MODEL_MAX_O_GROUPS);
-		for (int64_t g = 0; g < G; g++) {
+		if (GL > MODEL_MAX_O_GROUPS)
+			return err_set(e, ST_UNSUPPORTED, "o_groups %lld > %d", (long long)GL, MODEL_MAX_O_GROUPS);
+		for (int64_t g = 0; g < GL; g++) {
 			struct kern_wmat gv;
-			if ((st = rows_view(&woa, g * R, R, &gv, e)))
+			if ((st = rows_view(&woa, (L->w->rank * GL + g) * R, R, &gv, e)))
 				return err_prefix(e, "%s group %lld: ", name, (long long)g);
 			if ((st = lin_setup(L, layer, &gv, true, &ly->wo_a[g], e)))
 				return st;
@@ -373,6 +436,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 	snprintf(name, sizeof name, "%s.attn.attn_sink", lp);
 	if ((st = PLAIN(L, name, MODEL_DTYPE_F32, (uint64_t)H, &ly->attn_sink)))
 		return st;
+	ly->attn_sink += L->w->rank * HL;
 	ly->omega = calloc((size_t)r / 2 + 1, sizeof(float));
 	if (!ly->omega)
 		return err_set(e, ST_NOMEM, "rope table");
@@ -470,11 +534,24 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 		L.dev = *opt->dev;
 	else
 		kern_device_cpu(&L.dev);
-	if (opt->world_size != 1 || opt->rank != 0)
-		return err_set(e, ST_UNSUPPORTED, "tensor parallel weights (rank %d of %d) are not implemented yet",
-			       opt->rank, opt->world_size);
 	const struct model_config *cfg = model_checkpoint_config(opt->ck);
 	w->cfg = cfg;
+	int ws = opt->world_size;
+	if (ws < 1 || opt->rank < 0 || opt->rank >= ws)
+		return err_set(e, ST_INVALID, "rank %d of world size %d", opt->rank, ws);
+	if (cfg->num_attention_heads % ws || cfg->o_groups % ws || cfg->n_routed_experts % ws || cfg->vocab_size % ws)
+		return err_set(e, ST_UNSUPPORTED,
+			       "world size %d does not divide heads %lld, o_groups %lld, experts %lld and vocab %lld", ws,
+			       (long long)cfg->num_attention_heads, (long long)cfg->o_groups,
+			       (long long)cfg->n_routed_experts, (long long)cfg->vocab_size);
+	w->rank = opt->rank;
+	w->world_size = ws;
+	w->n_heads_local = cfg->num_attention_heads / ws;
+	w->n_groups_local = cfg->o_groups / ws;
+	w->n_experts_local = cfg->n_routed_experts / ws;
+	w->expert_begin = opt->rank * w->n_experts_local;
+	w->vocab_local = cfg->vocab_size / ws;
+	w->vocab_begin = opt->rank * w->vocab_local;
 	w->n_layers = (int)cfg->num_hidden_layers;
 	w->n_mtp = opt->load_mtp && cfg->num_nextn_predict_layers > 0 ? 1 : 0;
 	w->layers = calloc((size_t)(w->n_layers + w->n_mtp), sizeof *w->layers);
@@ -482,10 +559,13 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 		return err_set(e, ST_NOMEM, "layers");
 	enum status st;
 	int64_t D = cfg->hidden_size, V = cfg->vocab_size;
+	struct kern_wmat hm, hv;
 	if ((st = PLAIN(&L, "embed.weight", MODEL_DTYPE_BF16, (uint64_t)(V * D), &w->embed)) ||
 	    (st = PLAIN(&L, "norm.weight", MODEL_DTYPE_BF16, (uint64_t)D, &w->norm)) ||
 	    (st = hc_site(&L, "hc_head", (int)cfg->hc_mult, 1, &w->hc_head, e)) ||
-	    (st = lin(&L, -1, "head", false, &w->head, e)))
+	    (st = wmat_of(&L, "head", &hm, e)) ||
+	    (st = rows_view(&hm, w->vocab_begin, w->vocab_local, &hv, e)) ||
+	    (st = lin_setup(&L, -1, &hv, false, &w->head, e)))
 		goto fail;
 	for (int l = 0; l < w->n_layers + w->n_mtp; l++)
 		if ((st = layer_load(&L, l, &w->layers[l], e))) {

@@ -9,9 +9,12 @@
  * their stored formats (kernels/quant/wmat.h); the CPU reference variants
  * read them directly, so their views point into the mapping.
  *
- * Tensor parallelism: model_weights_load() takes rank / world size; this
- * version loads world size 1 only (ST_UNSUPPORTED otherwise), see
- * docs/forward.md "Tensor parallelism" for the sharding plan.
+ * Tensor parallelism: with world size w, rank r keeps views of its slices
+ * only: heads [r·H/w, …) of wq_b and attn_sink, o_groups [r·G/w, …) of
+ * wo_a, the matching columns of wo_b (a copy at load), routed experts
+ * [r·E/w, …), vocabulary rows [r·V/w, …) of embed and head. Everything else
+ * (wq_a, wkv, compressors, indexer, router, mHC, norms, shared expert, MTP
+ * projections) is replicated. docs/forward.md "Tensor parallelism".
  */
 #ifndef DSV4_MODEL_WEIGHTS_H
 #define DSV4_MODEL_WEIGHTS_H
@@ -100,7 +103,7 @@ struct model_layer {
 	struct model_lin gate;    /* fp32 GEMM of bf16 weights */
 	const float *gate_bias;   /* [E] or NULL (hash layers) */
 	int32_t *tid2eid;         /* owned [vocab, k] (int64 in the checkpoint) or NULL */
-	struct model_experts experts;
+	struct model_experts experts; /* this rank's experts only: index k is expert expert_begin + k */
 	struct model_lin sh_w1, sh_w3, sh_w2;
 
 	/* MTP only */
@@ -115,9 +118,15 @@ struct model_weights {
 	int n_mtp;                      /* MTP layers loaded (0 or 1) */
 	struct model_layer *layers;     /* [n_layers + n_mtp] */
 	const uint16_t *embed;          /* bf16 [vocab, D] */
-	struct model_lin head;          /* bf16 [vocab, D], fp32 GEMM */
+	struct model_lin head;          /* bf16 [vocab_local, D] rows of this rank, fp32 GEMM */
 	const uint16_t *norm;           /* bf16 [D] */
 	struct model_hc hc_head;
+	/* tensor parallelism: this rank's share (everything else is replicated) */
+	int rank, world_size;
+	int64_t n_heads_local;   /* attention heads [rank·n, (rank+1)·n) */
+	int64_t n_groups_local;  /* o_groups likewise */
+	int64_t expert_begin, n_experts_local; /* routed experts [begin, begin+n) */
+	int64_t vocab_begin, vocab_local;      /* embedding / lm_head rows */
 	struct kern_plan plan;
 	void **owned;                   /* aligned copies of misaligned tensors */
 	int n_owned, cap_owned;
@@ -130,7 +139,8 @@ struct model_weights_options {
 	int64_t max_step_tokens;                /* for the GEMM shape guards */
 	bool quant_sim;                         /* act_quant before FP8/FP4 GEMMs */
 	bool load_mtp;
-	int rank, world_size;                   /* tensor parallel (world size 1 only, for now) */
+	int rank, world_size;                   /* tensor parallel; world_size must divide heads,
+						 * o_groups, experts and the vocabulary */
 };
 
 enum status model_weights_load(struct model_weights *w, const struct model_weights_options *opt,

@@ -20,7 +20,7 @@
 
 /* The directory holding tiny-{bf16,fp8,nvfp4,fp8-deq,nvfp4-deq}, generating
  * it when needed; NULL when that is impossible (the test then skips). */
-static const char *fh_tiny_dir(void)
+static inline const char *fh_tiny_dir(void)
 {
 	static char dir[1024];
 	const char *env = getenv("DSV4_TINY_DIR");
@@ -43,7 +43,7 @@ static const char *fh_tiny_dir(void)
 	return stat(stamp, &sb) == 0 ? dir : NULL;
 }
 
-static struct model_checkpoint *fh_open(const char *variant)
+static inline struct model_checkpoint *fh_open(const char *variant)
 {
 	const char *d = fh_tiny_dir();
 	if (!d)
@@ -79,7 +79,7 @@ struct fh_pool {
 	uint32_t next, n;
 };
 
-static int fh_ensure_blocks(struct fh_pool *pool, struct fh_seq *s, uint32_t n_ctx, uint32_t B)
+static inline int fh_ensure_blocks(struct fh_pool *pool, struct fh_seq *s, uint32_t n_ctx, uint32_t B)
 {
 	while (s->n_blocks * B < n_ctx) {
 		if (pool->next >= pool->n || s->n_blocks >= FH_MAX_SEQ_BLOCKS)
@@ -92,7 +92,7 @@ static int fh_ensure_blocks(struct fh_pool *pool, struct fh_seq *s, uint32_t n_c
 /* One step: seqs[i] advances by chunk[i] tokens (all in one flat batch).
  * logits [Σ chunk, vocab] of every token, in batch order; NULL: none.
  * streams (may be NULL): the pre-head streams [Σ chunk, hc_mult, hidden]. */
-static enum status fh_step2(struct model_exec_cpu *x, struct fh_pool *pool, struct fh_seq **seqs,
+static inline enum status fh_step2(struct model_exec_cpu *x, struct fh_pool *pool, struct fh_seq **seqs,
 			    const uint32_t *chunk, int n_seqs, float *logits, float *streams, struct err *e)
 {
 	const struct exec_info *info = &model_exec_cpu_exec(x)->info;
@@ -147,13 +147,13 @@ out:
 	return st;
 }
 
-static enum status fh_step(struct model_exec_cpu *x, struct fh_pool *pool, struct fh_seq **seqs, const uint32_t *chunk,
+static inline enum status fh_step(struct model_exec_cpu *x, struct fh_pool *pool, struct fh_seq **seqs, const uint32_t *chunk,
 			   int n_seqs, float *logits, struct err *e)
 {
 	return fh_step2(x, pool, seqs, chunk, n_seqs, logits, NULL, e);
 }
 
-static double fh_max_abs_diff(const float *a, const float *b, size_t n)
+static inline double fh_max_abs_diff(const float *a, const float *b, size_t n)
 {
 	double m = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -164,7 +164,7 @@ static double fh_max_abs_diff(const float *a, const float *b, size_t n)
 	return m;
 }
 
-static double fh_lse(const float *l, size_t n)
+static inline double fh_lse(const float *l, size_t n)
 {
 	double mx = -INFINITY, s = 0;
 	for (size_t i = 0; i < n; i++)
@@ -176,7 +176,7 @@ static double fh_lse(const float *l, size_t n)
 }
 
 static uint64_t fh_rng_state = 0x243f6a8885a308d3ull;
-static uint32_t fh_rand(uint32_t n)
+static inline uint32_t fh_rand(uint32_t n)
 {
 	uint64_t z = (fh_rng_state += 0x9E3779B97F4A7C15ull);
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
