@@ -1,0 +1,48 @@
+/*
+ * server/openai_internal.h: what the OpenAI routes (openai_server.c) and the
+ * per-request job (openai_job.c) share inside server/. Not a public header.
+ */
+#ifndef DSV4_SERVER_OPENAI_INTERNAL_H
+#define DSV4_SERVER_OPENAI_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/http.h"
+#include "server/openai.h"
+#include "server/openai_params.h"
+
+#define OAI_SLOTS_PER_CHUNK 256
+#define OAI_MAX_CHUNKS 4096
+
+struct oai_job;
+
+/* One wake slot per job in flight; chunks never move, so the scheduler's
+ * notify callback can hold a slot pointer for as long as the server lives. */
+struct wake_slot {
+	struct oai_server *srv;
+	struct http_stream *hs; /* NULL when free or closed */
+	struct oai_job *job;
+	int32_t next_free;
+};
+
+struct oai_server {
+	struct oai_server_options opt;
+	pthread_mutex_t wake_mu;
+	struct wake_slot *chunks[OAI_MAX_CHUNKS];
+	int n_chunks;
+	int32_t free_head; /* slot index, -1 = none */
+	uint32_t n_jobs;
+	atomic_uint_fast64_t next_id;
+};
+
+/* Submit the request's prompts (n_prompts id arrays; echo texts may be NULL,
+ * and are taken over when set), create the job and answer resp with its
+ * stream (or with an error reply: refusals map to 400/429/503). */
+void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
+		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
+		    struct http_stream *hs);
+
+#endif
