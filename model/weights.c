@@ -423,7 +423,9 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 			struct kern_wmat gv;
 			if ((st = rows_view(&woa, (L->w->rank * GL + g) * R, R, &gv, e)))
 				return err_prefix(e, "%s group %lld: ", name, (long long)g);
-			if ((st = lin_setup(L, layer, &gv, true, &ly->wo_a[g], e)))
+			/* no act_quant: the reference runs this grouped einsum in bf16 on
+			 * dequantized weights (dsv4.md §3.3 output path, step 2) */
+			if ((st = lin_setup(L, layer, &gv, false, &ly->wo_a[g], e)))
 				return st;
 		}
 	}
