@@ -730,7 +730,8 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		strbuf_init(&c->lp);
 		oai_compl_logprobs_init(&c->clp);
 		if (r->kind == OAI_CHAT) {
-			struct model_oparse_options po = {.emit = on_parse, .user = c, .in_reasoning = r->thinking,
+			struct model_oparse_options po = {.emit = on_parse, .user = c,
+							  .in_reasoning = r->thinking && !r->continue_final,
 							  .call_id_seed = atomic_fetch_add(&s->next_id, 1) * 7919u + i};
 			struct err e = {0};
 			if (model_oparse_create(&c->parser, &po, &e)) {

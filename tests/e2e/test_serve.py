@@ -333,6 +333,9 @@ def main():
     err(400, "POST", "/v1/chat/completions", {"messages": []})
     err(400, "POST", "/v1/chat/completions", raw=b"{not json")
     err(400, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 10 ** 7})
+    e = err(400, "POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 20000})
+    check(e.get("code") == "context_length_exceeded" and "maximum context length" in e.get("message", ""),
+          "context_length_exceeded: %r" % e)
     e = err(404, "POST", "/v1/chat/completions", {"model": "gpt-4", "messages": msgs})
     check(e.get("code") == "model_not_found", "404 model code")
     err(401, "POST", "/v1/chat/completions", {"messages": msgs}, key=None)
