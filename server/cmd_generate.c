@@ -189,8 +189,14 @@ bad:
 	}
 	uint32_t total = (uint32_t)(n_prompt + (size_t)max_tokens);
 	uint32_t B = 256, nb = (total + B - 1) / B + 1;
+	struct kern_disabled disabled;
+	if (kern_disabled_init(&disabled, NULL, true, &e)) {
+		fprintf(stderr, "dsv4 generate: DSV4_DISABLED_KERNELS: %s\n", e.msg);
+		goto out;
+	}
 	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = 0, .n_blocks = nb < 2 ? 2 : nb,
-					    .max_step_tokens = 256, .max_step_seqs = 1, .precision = precision};
+					    .max_step_tokens = 256, .max_step_seqs = 1, .precision = precision,
+					    .disabled = &disabled};
 	if (model_exec_cpu_create(&x, &xo, &e)) {
 		fprintf(stderr, "dsv4 generate: %s\n", e.msg);
 		goto out;
