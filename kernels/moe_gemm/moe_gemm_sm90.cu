@@ -4,8 +4,8 @@
  *
  * Hopper has no FP4 MMA (kernels.md §3.1), so this is W4A16 in the Marlin
  * spirit: e2m1 codes are unpacked in registers straight into bf16 MMA
- * fragments and multiplied with bf16 activations by mma.sync m16n8k16
- * (f32 accumulation). Numerics are exact up to the f32 accumulation order:
+ * fragments (a PRMT table lookup, s9_decode4) and multiplied with bf16
+ * activations by mma.sync m16n8k16 (f32 accumulation). Numerics are exact up to the f32 accumulation order:
  *   - e2m1 × block scale is exact in bf16 (≤ 5 significant bits: MXFP4's
  *     E8M0 is a power of two; NVFP4's e4m3 has 4), and NVFP4's per-expert
  *     f32 global scale multiplies the accumulator once at the end;
@@ -42,16 +42,27 @@ extern "C" {
 #define S9_NT 128
 #define S9_XLD (S9_TK + 8) /* bf16 row stride of the staged tile (breaks bank alignment) */
 
-static __device__ __forceinline__ uint32_t s9_pack_bf16(float lo, float hi)
+/* Four e2m1 codes (the low 16 bits of n: element 0 in bits 0-3, ...) to two
+ * bf16x2 words {e0, e1} and {e2, e3}, times the block scale s2 = (s, s).
+ * The magnitude is a table lookup done by PRMT: the 8 magnitudes' bf16 bit
+ * patterns {0, .5, 1, 1.5, 2, 3, 4, 6} = 0x0000 0x3F00 0x3F80 0x3FC0 0x4000
+ * 0x4040 0x4080 0x40C0 split into a high-byte table and a low-byte table,
+ * each 8 bytes in two registers; one PRMT per table looks up 4 codes (3-bit
+ * selectors: the sign bit is masked off, bit 3 of a PRMT selector would
+ * sign-replicate), two more interleave low and high bytes, and the code's
+ * sign bit is OR-ed into bit 15 of each half. About 2 instructions per
+ * element, exact, no subnormal intermediates. The bf16 multiply by the
+ * scale is exact too (≤ 5 significant bits, see the file comment). */
+static __device__ __forceinline__ void s9_decode4(uint32_t n, __nv_bfloat162 s2, uint32_t *w01, uint32_t *w23)
 {
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-	return *(uint32_t *)&v;
-}
-
-/* Byte b of a packed e2m1 row (low nibble = even element) times s, as bf16x2. */
-static __device__ __forceinline__ uint32_t s9_decode_pair(uint32_t b, float s)
-{
-	return s9_pack_bf16(kq_e2m1_to_f32(b & 0xFu) * s, kq_e2m1_to_f32((b >> 4) & 0xFu) * s);
+	const uint32_t sel = n & 0x7777u;
+	const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
+	const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel);
+	uint32_t a = __byte_perm(lo, hi, 0x5140u) | ((n << 12) & 0x8000u) | ((n << 24) & 0x80000000u);
+	uint32_t b = __byte_perm(lo, hi, 0x7362u) | ((n << 4) & 0x8000u) | ((n << 16) & 0x80000000u);
+	__nv_bfloat162 va = __hmul2(*(__nv_bfloat162 *)&a, s2), vb = __hmul2(*(__nv_bfloat162 *)&b, s2);
+	*w01 = *(uint32_t *)&va;
+	*w23 = *(uint32_t *)&vb;
 }
 
 static __device__ __forceinline__ void s9_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -67,7 +78,7 @@ template <bool SPLIT>
 __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 	int64_t n_experts, const int32_t *__restrict__ offsets, const int32_t *__restrict__ row_src, int64_t in,
 	int64_t out, const void *__restrict__ x, int x_dt, int64_t ldx, void *__restrict__ y, int y_dt, int64_t ldy,
-	const struct kern_wmat *__restrict__ w, int act_quant)
+	const struct kern_wmat *__restrict__ w, int act_quant, int xvec)
 {
 	__shared__ __align__(16) __nv_bfloat16 xs[S9_TM][S9_XLD];
 	__shared__ __align__(16) __nv_bfloat16 xl[SPLIT ? S9_TM : 1][SPLIT ? S9_XLD : 8];
@@ -127,12 +138,29 @@ __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 		{
 			float v[32];
 			float amax = 0.f;
+			if (xvec && src >= 0 && k0 + xseg < in) {
+				/* bf16 rows, 16-byte aligned: four 16-byte loads (in % 32 keeps all 32 in range). */
+				const uint4 *p = (const uint4 *)((const uint16_t *)x + src * ldx + k0 + xseg);
 #pragma unroll
-			for (int i = 0; i < 32; i++) {
-				const int64_t k = k0 + xseg + i;
-				v[i] = (src >= 0 && k < in) ? kq_load(x, x_dt, src * ldx + k) : 0.f;
-				amax = fmaxf(amax, fabsf(v[i]));
+				for (int q = 0; q < 4; q++) {
+					const uint4 u = p[q];
+					const uint32_t wd4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+					for (int h = 0; h < 4; h++) {
+						v[8 * q + 2 * h] = __uint_as_float(wd4[h] << 16);
+						v[8 * q + 2 * h + 1] = __uint_as_float(wd4[h] & 0xFFFF0000u);
+					}
+				}
+			} else {
+#pragma unroll
+				for (int i = 0; i < 32; i++) {
+					const int64_t k = k0 + xseg + i;
+					v[i] = (src >= 0 && k < in) ? kq_load(x, x_dt, src * ldx + k) : 0.f;
+				}
 			}
+#pragma unroll
+			for (int i = 0; i < 32; i++)
+				amax = fmaxf(amax, fabsf(v[i]));
 			if (act_quant) {
 				/* 4 lanes (tid & 3 group within the row's 8) cover one 128-column block. */
 				amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
@@ -176,13 +204,12 @@ __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 #pragma unroll
 			for (int j = 0; j < 2; j++) {
 				const uint32_t lo = wq[c][j].x, hi = wq[c][j].y;
-				const float s = wsv[c][j];
-				uint32_t b[8];
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					b[i] = s9_decode_pair((lo >> (8 * i)) & 0xFFu, s);
-					b[4 + i] = s9_decode_pair((hi >> (8 * i)) & 0xFFu, s);
-				}
+				const __nv_bfloat162 s2 = __float2bfloat162_rn(wsv[c][j]);
+				uint32_t b[8]; /* b[i] = codes 2i, 2i+1 (byte i) as bf16x2 */
+				s9_decode4(lo, s2, &b[0], &b[1]);
+				s9_decode4(lo >> 16, s2, &b[2], &b[3]);
+				s9_decode4(hi, s2, &b[4], &b[5]);
+				s9_decode4(hi >> 16, s2, &b[6], &b[7]);
 				/* Step s: fragment k 0..7 <- codes 4s, 4s+1; k 8..15 <- 4s+2, 4s+3. */
 #pragma unroll
 				for (int st = 0; st < 4; st++) {
@@ -227,14 +254,15 @@ extern "C" enum status kern_moe_gemm_sm90_fp4(const struct kern_moe_gemm_args *a
 	dim3 grid((unsigned)((out + S9_TN - 1) / S9_TN), (unsigned)slots);
 	cudaStream_t s = (cudaStream_t)a->stream;
 	const int aq = a->act_quant_block != 0;
+	const int xvec = a->x_dtype == KERN_DT_BF16 && (uintptr_t)a->x % 16 == 0 && ldx % 8 == 0;
 	if (a->x_dtype == KERN_DT_F32 && !aq)
 		moe_gemm_sm90_kernel<true><<<grid, S9_NT, 0, s>>>(a->n_experts, a->expert_offsets, a->row_src, in, out,
 								  a->x, (int)a->x_dtype, ldx, a->y, (int)a->y_dtype,
-								  ldy, a->w_dev, aq);
+								  ldy, a->w_dev, aq, xvec);
 	else
 		moe_gemm_sm90_kernel<false><<<grid, S9_NT, 0, s>>>(a->n_experts, a->expert_offsets, a->row_src, in,
 								   out, a->x, (int)a->x_dtype, ldx, a->y,
-								   (int)a->y_dtype, ldy, a->w_dev, aq);
+								   (int)a->y_dtype, ldy, a->w_dev, aq, xvec);
 	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
 }
 
