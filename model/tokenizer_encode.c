@@ -16,9 +16,11 @@
  * All scratch lives in a per-call struct enc, so concurrent calls share only
  * read-only tables and the mutex-guarded cache.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "tokenizer_internal.h"
 
 struct span {
@@ -55,7 +57,7 @@ struct enc {
 	pcre2_match_data *md;
 	pcre2_match_context *mctx;
 	pcre2_jit_stack *jit_stack;
-	/* scratch */
+	/* scratch: starts in the inline arrays below (no malloc for short text) */
 	struct spans spans[TOK_MAX_STEPS];
 	struct sym *syms;
 	size_t syms_cap;
@@ -63,7 +65,19 @@ struct enc {
 	size_t heap_cap;
 	enum status st;
 	struct err *e;
+	/* Last, and left uninitialised by enc_init (8 kB of memset per call saved). */
+	struct span span_inline[TOK_MAX_STEPS][32];
+	struct sym sym_inline[64];
+	struct heap_ent heap_inline[128];
 };
+
+static void enc_init(struct enc *x, int32_t *ids, size_t cap, bool growable)
+{
+	memset(x, 0, offsetof(struct enc, span_inline));
+	x->ids = ids;
+	x->cap = ids ? cap : 0;
+	x->growable = growable;
+}
 
 static void out_push(struct enc *x, int32_t id)
 {
@@ -82,16 +96,19 @@ static void out_push(struct enc *x, int32_t id)
 	x->n++;
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+/* Grow *p (which may still be the inline array `inl`) to hold need elements. */
+static bool grow(void **p, size_t *cap, size_t need, size_t elem, void *inl)
 {
 	if (need <= *cap)
 		return true;
 	size_t c = *cap ? *cap : 64;
 	while (c < need)
 		c *= 2;
-	void *q = realloc(*p, c * elem);
+	void *q = *p == inl ? malloc(c * elem) : realloc(*p, c * elem);
 	if (!q)
 		return false;
+	if (*p == inl)
+		memcpy(q, inl, *cap * elem);
 	*p = q;
 	*cap = c;
 	return true;
@@ -216,8 +233,8 @@ static void bpe(struct enc *x, size_t start, size_t end)
 		if (cache_get(x, s, n, h))
 			return;
 	}
-	if (!grow((void **)&x->syms, &x->syms_cap, n, sizeof *x->syms) ||
-	    !grow((void **)&x->heap, &x->heap_cap, 2 * n, sizeof *x->heap)) {
+	if (!grow((void **)&x->syms, &x->syms_cap, n, sizeof *x->syms, x->sym_inline) ||
+	    !grow((void **)&x->heap, &x->heap_cap, 2 * n, sizeof *x->heap, x->heap_inline)) {
 		x->st = err_set(x->e, ST_NOMEM, "encode: out of memory (piece of %zu bytes)", n);
 		return;
 	}
@@ -277,7 +294,8 @@ static void pretok(struct enc *x, int depth, size_t start, size_t end);
 
 static bool spans_add(struct enc *x, struct spans *sp, size_t s, size_t e, bool match)
 {
-	if (!grow((void **)&sp->v, &sp->cap, sp->n + 1, sizeof *sp->v)) {
+	if (!grow((void **)&sp->v, &sp->cap, sp->n + 1, sizeof *sp->v,
+		  x->span_inline[sp - x->spans])) {
 		x->st = err_set(x->e, ST_NOMEM, "encode: out of memory (pieces)");
 		return false;
 	}
@@ -476,6 +494,14 @@ static enum status encode(const struct model_tokenizer *tok, const char *text, s
 	x->added = added;
 	x->e = e;
 	x->st = ST_OK;
+	for (int i = 0; i < TOK_MAX_STEPS; i++) {
+		x->spans[i].v = x->span_inline[i];
+		x->spans[i].cap = ARRAY_LEN(x->span_inline[i]);
+	}
+	x->syms = x->sym_inline;
+	x->syms_cap = ARRAY_LEN(x->sym_inline);
+	x->heap = x->heap_inline;
+	x->heap_cap = ARRAY_LEN(x->heap_inline);
 	char *clean = NULL;
 	size_t valid = model_utf8_valid_prefix((const uint8_t *)text, len);
 	if (valid < len) {
@@ -510,9 +536,12 @@ static enum status encode(const struct model_tokenizer *tok, const char *text, s
 	if (x->jit_stack)
 		pcre2_jit_stack_free(x->jit_stack);
 	for (int i = 0; i < TOK_MAX_STEPS; i++)
-		free(x->spans[i].v);
-	free(x->syms);
-	free(x->heap);
+		if (x->spans[i].v != x->span_inline[i])
+			free(x->spans[i].v);
+	if (x->syms != x->sym_inline)
+		free(x->syms);
+	if (x->heap != x->heap_inline)
+		free(x->heap);
 	free(clean);
 	return x->st;
 }
@@ -521,7 +550,8 @@ enum status model_tokenizer_encode(const struct model_tokenizer *tok, const char
 				   enum model_tok_added added, int32_t *ids, size_t cap,
 				   size_t *n_ids, struct err *e)
 {
-	struct enc x = {.ids = ids, .cap = ids ? cap : 0};
+	struct enc x;
+	enc_init(&x, ids, cap, false);
 	enum status st = encode(tok, text, len, added, &x, e);
 	*n_ids = x.n;
 	if (st == ST_OK && x.n > x.cap)
@@ -533,7 +563,8 @@ enum status model_tokenizer_encode_alloc(const struct model_tokenizer *tok, cons
 					 size_t len, enum model_tok_added added, int32_t **ids,
 					 size_t *n_ids, struct err *e)
 {
-	struct enc x = {.growable = true};
+	struct enc x;
+	enc_init(&x, NULL, 0, true);
 	enum status st = encode(tok, text, len, added, &x, e);
 	if (st != ST_OK || x.n == 0) {
 		free(x.ids);
