@@ -74,6 +74,27 @@ static __device__ __forceinline__ void s9_mma(float *c, uint32_t a0, uint32_t a1
 		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* One lane's weights of the 256-K tile at k0: for chunk c and n-tile j, the
+ * 16 codes of row n_warp + 8j + g at K = k0 + 64c + 16·tig (one 8-byte
+ * load) and the raw byte of their block scale; zeros outside the matrix. */
+static __device__ __forceinline__ void s9_load_w(const uint8_t *__restrict__ wd, const uint8_t *__restrict__ wsc,
+						 bool nv, int64_t in, int64_t out, int64_t n_warp, int g, int tig,
+						 int64_t k0, uint2 (&wq)[4][2], uint32_t (&sb)[4][2])
+{
+#pragma unroll
+	for (int c = 0; c < 4; c++)
+#pragma unroll
+		for (int j = 0; j < 2; j++) {
+			const int64_t o = n_warp + j * 8 + g, kk = k0 + c * 64 + tig * 16;
+			wq[c][j] = make_uint2(0u, 0u);
+			sb[c][j] = 0u; /* a zero scale code (e4m3 +0; e8m0 2^-127) times zero codes is 0 */
+			if (o < out && kk < in) {
+				wq[c][j] = *(const uint2 *)(wd + o * (in / 2) + kk / 2);
+				sb[c][j] = nv ? wsc[o * (in / 16) + kk / 16] : wsc[o * (in / 32) + kk / 32];
+			}
+		}
+}
+
 template <bool SPLIT>
 __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 	int64_t n_experts, const int32_t *__restrict__ offsets, const int32_t *__restrict__ row_src, int64_t in,
@@ -115,24 +136,15 @@ __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 	const int64_t src = xrow < r1 ? (row_src ? row_src[xrow] : xrow) : -1;
 	float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 
+	/* Weights are loaded one 256-K tile ahead (raw codes and scale bytes in
+	 * registers), so two tiles of loads are in flight while a tile is
+	 * staged and multiplied: 4 chunks × 2 n-tiles × 16 codes per lane. */
+	uint2 wq[4][2], wn[4][2] = {};
+	uint32_t sb[4][2], sn[4][2] = {};
+	s9_load_w(wd, wsc, nv, in, out, n_warp, g, tig, 0, wq, sb);
 	for (int64_t k0 = 0; k0 < in; k0 += S9_TK) {
-		/* Weights of this tile first, so the loads are in flight while the
-		 * activations are staged: 4 chunks × 2 n-tiles × 16 codes. */
-		uint2 wq[4][2];
-		float wsv[4][2];
-#pragma unroll
-		for (int c = 0; c < 4; c++)
-#pragma unroll
-			for (int j = 0; j < 2; j++) {
-				const int64_t o = n_warp + j * 8 + g, kk = k0 + c * 64 + tig * 16;
-				wq[c][j] = make_uint2(0u, 0u);
-				wsv[c][j] = 0.f;
-				if (o < out && kk < in) {
-					wq[c][j] = *(const uint2 *)(wd + o * (in / 2) + kk / 2);
-					wsv[c][j] = nv ? kq_e4m3_to_f32(wsc[o * (in / 16) + kk / 16])
-						       : kq_e8m0_to_f32(wsc[o * (in / 32) + kk / 32]);
-				}
-			}
+		if (k0 + S9_TK < in)
+			s9_load_w(wd, wsc, nv, in, out, n_warp, g, tig, k0 + S9_TK, wn, sn);
 
 		__syncthreads(); /* the previous tile's readers are done */
 		{
@@ -204,7 +216,8 @@ __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 #pragma unroll
 			for (int j = 0; j < 2; j++) {
 				const uint32_t lo = wq[c][j].x, hi = wq[c][j].y;
-				const __nv_bfloat162 s2 = __float2bfloat162_rn(wsv[c][j]);
+				const __nv_bfloat162 s2 =
+					__float2bfloat162_rn(nv ? kq_e4m3_to_f32(sb[c][j]) : kq_e8m0_to_f32(sb[c][j]));
 				uint32_t b[8]; /* b[i] = codes 2i, 2i+1 (byte i) as bf16x2 */
 				s9_decode4(lo, s2, &b[0], &b[1]);
 				s9_decode4(lo >> 16, s2, &b[2], &b[3]);
@@ -221,6 +234,13 @@ __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 				}
 			}
 		}
+#pragma unroll
+		for (int c = 0; c < 4; c++)
+#pragma unroll
+			for (int j = 0; j < 2; j++) {
+				wq[c][j] = wn[c][j];
+				sb[c][j] = sn[c][j];
+			}
 	}
 
 	const float gs = nv ? wm.global_scale : 1.0f;
