@@ -57,21 +57,14 @@ static void put(struct sbuf *b, const char *s, size_t n)
 static void puts_(struct sbuf *b, const char *s) { put(b, s, strlen(s)); }
 
 /* 1: apply the Unicode 14 -> 16 table; 0: PCRE2 already is what HF is (or
- * some other version, warned about once). */
+ * some other version, which tok__regex_compile warns about). Asked each time
+ * (cheap, load-time only) rather than cached, so concurrent loads share no
+ * state. */
 static int unicode_delta_on(void)
 {
-	/* Asked each time (cheap, load-time only) rather than cached in a static,
-	 * so that concurrent loads share no state. */
 	char v[32] = "";
 	pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v);
-	if (strcmp(v, TOK_UNICODE_BASE) == 0)
-		return 1;
-	if (strcmp(v, TOK_UNICODE_TARGET) != 0)
-		log_msg(LOG_WARN, "model",
-			"tokenizer: PCRE2 has Unicode %s, HF tokenizers %s: categories of code "
-			"points assigned in between may differ",
-			v, TOK_UNICODE_TARGET);
-	return 0;
+	return strcmp(v, TOK_UNICODE_BASE) == 0;
 }
 
 /* A character class being translated, in two versions: `plain` with PCRE2's
@@ -389,6 +382,13 @@ enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **o
 		free(buf);
 		return st;
 	}
+	char v[32] = "";
+	pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v);
+	if (strcmp(v, TOK_UNICODE_BASE) != 0 && strcmp(v, TOK_UNICODE_TARGET) != 0)
+		log_msg(LOG_WARN, "model",
+			"tokenizer: PCRE2 has Unicode %s, HF tokenizers %s: categories of code "
+			"points assigned in between may differ",
+			v, TOK_UNICODE_TARGET);
 	int errcode = 0;
 	PCRE2_SIZE erroff = 0;
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)buf, PCRE2_ZERO_TERMINATED,
@@ -397,7 +397,7 @@ enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **o
 	if (!re) {
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(errcode, msg, sizeof msg);
-		st = err_set(e, ST_INVALID, "regex /%s/ (as /%s/): %s at offset %zu", pattern, buf,
+		st = err_set(e, ST_INVALID, "regex /%s/: %s at offset %zu of its PCRE2 form", pattern,
 			     (const char *)msg, (size_t)erroff);
 		free(buf);
 		return st;
@@ -406,8 +406,8 @@ enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **o
 	if (jit)
 		*jit = jrc == 0;
 	if (jrc != 0)
-		log_msg(LOG_WARN, "model", "tokenizer: regex /%s/: no JIT (%d), interpreting", buf,
-			jrc);
+		log_msg(LOG_WARN, "model", "tokenizer: regex /%s/: no JIT (%d), interpreting",
+			pattern, jrc);
 	free(buf);
 	*out = re;
 	return ST_OK;
