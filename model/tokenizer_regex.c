@@ -391,9 +391,18 @@ enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **o
 			v, TOK_UNICODE_TARGET);
 	int errcode = 0;
 	PCRE2_SIZE erroff = 0;
+	/* Newline is LF, as in Oniguruma (for '.', '^', '$'), whatever PCRE2's
+	 * build default is. */
+	pcre2_compile_context *cctx = pcre2_compile_context_create(NULL);
+	if (!cctx) {
+		free(buf);
+		return err_set(e, ST_NOMEM, "regex: out of memory");
+	}
+	pcre2_set_newline(cctx, PCRE2_NEWLINE_LF);
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)buf, PCRE2_ZERO_TERMINATED,
 				       PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &errcode, &erroff,
-				       NULL);
+				       cctx);
+	pcre2_compile_context_free(cctx);
 	if (!re) {
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(errcode, msg, sizeof msg);
