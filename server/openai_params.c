@@ -635,9 +635,9 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 		}
 		if (json_is_null(v) || d->key == K_IGNORED)
 			continue;
-		double dv;
-		long long iv;
-		bool bv;
+		double dv = 0;
+		long long iv = 0;
+		bool bv = false;
 		switch (d->key) {
 		case K_IGNORED:
 			break;
