@@ -95,6 +95,9 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	*out = NULL;
 	if (!opt || !opt->ck)
 		return err_set(e, ST_INVALID, "exec_cpu: no checkpoint");
+	if (opt->dev && (opt->dev->cc_major || opt->dev->cc_minor))
+		return err_set(e, ST_INVALID, "exec_cpu: device %s is a GPU; the CPU executor runs CPU variants only "
+					      "(model_weights_load plans for any device)", opt->dev->name);
 	const struct model_config *cfg = model_checkpoint_config(opt->ck);
 	struct model_exec_cpu *x = calloc(1, sizeof *x);
 	if (!x)

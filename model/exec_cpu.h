@@ -37,7 +37,7 @@ struct model_exec_cpu_options {
 	uint32_t max_model_len;   /* 0 = min(max_position_embeddings, n_blocks * B) */
 	enum model_precision precision;
 	bool load_mtp;            /* load mtp.0.* (model_exec_cpu_mtp) */
-	const struct kern_device *dev;        /* NULL: the CPU */
+	const struct kern_device *dev;        /* NULL or the CPU (a GPU device is refused) */
 	const struct kern_disabled *disabled; /* NULL: none */
 	/* Tensor parallelism (design.md; docs/forward.md): rank, world size (0
 	 * means 1) and the group's communicator (borrowed; required when the

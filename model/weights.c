@@ -281,9 +281,15 @@ static enum status experts_setup(struct loader *L, int layer, const char *lp, st
 		const struct kern_variant *v;
 		if ((st = kern_select(&kern_op_moe_gemm, &p, &L->dev, L->opt->disabled, layer, &v, e)))
 			return st;
-		if (v->prepare)
-			return err_set(e, ST_UNSUPPORTED, "layer %d: %s needs prepare(), which the CPU executor does not run",
-				       layer, v->name);
+		/* the layout the chosen variant consumes (a view when it has no prepare) */
+		for (int a = 0; a < (pass ? 1 : 2); a++) {
+			struct kern_wmat *arr = pass ? x->w2 : a ? x->w3 : x->w1;
+			for (int64_t k = 0; k < E; k++) {
+				struct kern_wmat raw = arr[k];
+				if ((st = kern_prepare_weight(v, &raw, &arr[k], e)))
+					return err_prefix(e, "layer %d expert %lld: ", layer, (long long)(e0 + k));
+			}
+		}
 		if (pass) {
 			x->v2 = v;
 			x->run2 = (kern_moe_gemm_fn)v->run;
@@ -600,6 +606,8 @@ void model_weights_free(struct model_weights *w)
 			lin_free(&ly->wo_a[g]);
 		free(ly->omega);
 		free(ly->tid2eid);
+		for (int64_t k = 0; ly->experts.w1 && k < 3 * w->n_experts_local; k++)
+			kern_wmat_release(&ly->experts.w1[k]);
 		free(ly->experts.w1);
 	}
 	free(w->layers);

@@ -291,6 +291,17 @@ int main(void)
 			free(refs[i]);
 	}
 	model_exec_cpu_destroy(x);
+	/* the CPU executor refuses a GPU device (it would select CUDA variants) */
+	struct kern_device gpu;
+	kern_device_simulate(&gpu, 9, 0);
+	struct model_exec_cpu_options go = {.ck = ck, .block_tokens = 32, .n_blocks = 4, .dev = &gpu};
+	struct model_exec_cpu *xg = NULL;
+	struct err ge = {0};
+	T_CHECK(model_exec_cpu_create(&xg, &go, &ge) == ST_INVALID && !xg);
+	/* a block size the layer mix rejects (below the window) */
+	go.dev = NULL;
+	go.block_tokens = 16;
+	T_CHECK(model_exec_cpu_create(&xg, &go, &ge) == ST_INVALID && !xg);
 	test_mtp(ck, ids[2]);
 	for (int i = 0; i < 3; i++)
 		free(ids[i]);
