@@ -8,7 +8,10 @@
  *     wq_a 4096 -> 1024, wq_b 1024 -> 32768, wo_b 8192 -> 4096,
  *     T = 1, 16, 128, 1024; linear_cuda_generic vs linear_cublaslt_sm90
  *     (the cuBLASLt row is also the library baseline of style.md rule 16);
- *   moe_gemm: one expert 4096 -> 2048, NVFP4 and MXFP4, rows 1 .. 256;
+ *   moe_gemm: one expert 4096 -> 2048, NVFP4 and MXFP4, rows 1 .. 256, and
+ *     six experts with T = 1 .. 64 rows each (what one decode step of T
+ *     tokens at top-6 reads; one expert alone leaves most SMs idle at small
+ *     rows, so it is the worst case of the grid, not the common one);
  *     moe_gemm_cuda_generic vs moe_gemm_sm90_fp4;
  *   hc_prenorm: [T, 16384] x [24, 16384]ᵀ + Σx², T = 1, 16, 128, 1024.
  *
@@ -200,12 +203,16 @@ static enum status moe_run(void *c)
 	return m->fn(&m->a);
 }
 
-static void bench_moe(const struct kern_device *dev, int iters)
+/* E experts of [2048, 4096], each owning rows_per_expert[ri] rows (so
+ * E = 1 is the single-expert sweep, E = 6 a decode step of T tokens × top-6
+ * when every token picks the same 6 experts: T rows each). */
+static void bench_moe_set(const struct kern_device *dev, int iters, int E, const int64_t *rows, int n_rows_cases)
 {
-	static const int64_t Rs[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 	static const char *vnames[] = {"moe_gemm_cuda_generic", "moe_gemm_sm90_fp4"};
 	const int64_t in = 4096, out = 2048;
-	header("moe_gemm, one expert 4096 -> 2048, act_quant 128, bf16 x/y", PEAK_BF16);
+	int64_t max_r = 0;
+	for (int i = 0; i < n_rows_cases; i++)
+		max_r = rows[i] > max_r ? rows[i] : max_r;
 	uint64_t rng = 777;
 	for (int f = 0; f < 2; f++) {
 		const enum kern_wfmt fmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4;
@@ -214,26 +221,33 @@ static void bench_moe(const struct kern_device *dev, int iters)
 		if (kern_wmat_make_random(&w, fmt, out, in, &rng, &e))
 			continue;
 		const size_t wb = kern_wmat_data_bytes(&w), sb = kern_wmat_scale_bytes(&w);
-		struct kern_wmat dw = w;
-		dw.owned = NULL;
-		dw.data = dev_upload(w.data, wb);
-		dw.scale = dev_upload(w.scale, sb);
-		void *dwm = dev_upload(&dw, sizeof dw);
-		void *dx = dev_upload(NULL, (size_t)(256 * in) * 2), *dy = dev_upload(NULL, (size_t)(256 * out) * 2);
-		cudaMemset(dx, 0x3c, (size_t)(256 * in) * 2);
-		int32_t *doff = dev_upload(NULL, 2 * sizeof(int32_t));
-		for (int ri = 0; ri < 9; ri++) {
-			const int64_t R = Rs[ri];
-			int32_t off[2] = {0, (int32_t)R};
-			cudaMemcpy(doff, off, sizeof off, cudaMemcpyHostToDevice);
+		/* Every expert gets its own copy, so E experts really read E × the bytes. */
+		struct kern_wmat dw[8];
+		for (int x = 0; x < E; x++) {
+			dw[x] = w;
+			dw[x].owned = NULL;
+			dw[x].data = dev_upload(w.data, wb);
+			dw[x].scale = dev_upload(w.scale, sb);
+		}
+		void *dwm = dev_upload(dw, sizeof dw[0] * (size_t)E);
+		const size_t xrows = (size_t)(max_r * E);
+		void *dx = dev_upload(NULL, xrows * (size_t)in * 2), *dy = dev_upload(NULL, xrows * (size_t)out * 2);
+		cudaMemset(dx, 0x3c, xrows * (size_t)in * 2);
+		int32_t *doff = dev_upload(NULL, (size_t)(E + 1) * sizeof(int32_t));
+		for (int ri = 0; ri < n_rows_cases; ri++) {
+			const int64_t R = rows[ri];
+			int32_t off[9];
+			for (int x = 0; x <= E; x++)
+				off[x] = (int32_t)(R * x);
+			cudaMemcpy(doff, off, sizeof(int32_t) * (size_t)(E + 1), cudaMemcpyHostToDevice);
 			char shape[64];
-			snprintf(shape, sizeof shape, "%s rows=%lld", kern_wfmt_name(fmt), (long long)R);
+			snprintf(shape, sizeof shape, "%s %dx rows=%lld", kern_wfmt_name(fmt), E, (long long)R);
 			for (int vi = 0; vi < 2; vi++) {
 				const struct kern_variant *v = NULL;
 				for (int i = 0; i < kern_op_moe_gemm.n_variants; i++)
 					if (!strcmp(kern_op_moe_gemm.variants[i].name, vnames[vi]))
 						v = &kern_op_moe_gemm.variants[i];
-				struct kern_moe_gemm_shape sh = {.in = in, .out = out, .n_experts = 1, .max_rows = R,
+				struct kern_moe_gemm_shape sh = {.in = in, .out = out, .n_experts = E, .max_rows = R * E,
 								 .act_quant_block = 128, .x_dtype = KERN_DT_BF16,
 								 .y_dtype = KERN_DT_BF16};
 				struct kern_problem p = {.wfmt = fmt, .tp_size = 1, .shape = &sh};
@@ -245,24 +259,36 @@ static void bench_moe(const struct kern_device *dev, int iters)
 					continue;
 				}
 				struct moe_ctx c = {.fn = (kern_moe_gemm_fn)v->run,
-						    .a = {.n_rows = R, .n_experts = 1, .expert_offsets = doff,
-							  .n_x_rows = R, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
-							  .y_dtype = KERN_DT_BF16, .w = &dw, .w_dev = dwm,
+						    .a = {.n_rows = R * E, .n_experts = E, .expert_offsets = doff,
+							  .n_x_rows = R * E, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
+							  .y_dtype = KERN_DT_BF16, .w = dw, .w_dev = dwm,
 							  .act_quant_block = 128}};
 				enum status st;
 				double us = time_us(moe_run, &c, iters, &st);
-				row(vnames[vi], shape, us, 2.0 * R * in * out, (double)(wb + sb) + 2.0 * R * (in + out),
-				    PEAK_BF16, st, NULL);
+				row(vnames[vi], shape, us, 2.0 * R * E * in * out,
+				    (double)E * (wb + sb) + 2.0 * R * E * (in + out), PEAK_BF16, st, NULL);
 			}
 		}
-		cudaFree((void *)dw.data);
-		cudaFree((void *)dw.scale);
+		for (int x = 0; x < E; x++) {
+			cudaFree((void *)dw[x].data);
+			cudaFree((void *)dw[x].scale);
+		}
 		cudaFree(dwm);
 		cudaFree(dx);
 		cudaFree(dy);
 		cudaFree(doff);
 		kern_wmat_release(&w);
 	}
+}
+
+static void bench_moe(const struct kern_device *dev, int iters)
+{
+	static const int64_t one[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+	static const int64_t six[] = {1, 4, 16, 64};
+	header("moe_gemm, one expert 4096 -> 2048, act_quant 128, bf16 x/y", PEAK_BF16);
+	bench_moe_set(dev, iters, 1, one, 9);
+	header("moe_gemm, 6 experts 4096 -> 2048 (a decode step of T tokens, top-6: T rows each)", PEAK_BF16);
+	bench_moe_set(dev, iters, 6, six, 4);
 }
 
 /* ---- hc_prenorm ---- */
