@@ -284,6 +284,20 @@ int main(void)
 			}
 			fprintf(stderr, "reference vs fp32 precision (fp8 checkpoint): mean relative |stream diff| %.3g\n",
 				num / den);
+			/* fp32 precision has its own compressor post-processing path: chunking-invariant too */
+			uint32_t ch[N_PROMPT];
+			int nc = 0;
+			for (uint32_t left = N_PROMPT; left;) {
+				uint32_t c = 1 + fh_rand(33);
+				c = c > left ? left : c;
+				ch[nc++] = c;
+				left -= c;
+			}
+			float *c32 = chunked(x32, ids[0], N_PROMPT, ch, nc);
+			double d32 = fh_max_abs_diff(l32, c32, (size_t)N_PROMPT * F);
+			fprintf(stderr, "fp32 precision, random chunking (%d chunks): max |stream diff| %.3g\n", nc, d32);
+			T_CHECKF(d32 <= TOL, "fp32 chunking %g", d32);
+			free(c32);
 			free(l32);
 			model_exec_cpu_destroy(x32);
 		}
