@@ -36,7 +36,7 @@ extern "C" {
 
 /* ---- prenorm GEMM + Σx² ---- */
 
-template <int OG, int TT>
+template <int OG, int TT, int U>
 __global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restrict__ x, const float *__restrict__ fn,
 							     float *__restrict__ mix, float *__restrict__ sqr,
 							     int64_t T, int k, int n_out, int vec)
@@ -53,25 +53,37 @@ __global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restri
 		for (int t = 0; t < TT; t++)
 			acc[o][t] = 0.f;
 	if (vec) {
-		for (int kk = threadIdx.x * 4; kk < k; kk += HC_NT * 4) {
-			float4 xv[TT];
+		/* U strides of 1024 columns per iteration, all loads issued before the
+		 * FMAs: U times the bytes in flight, which is what a decode-sized grid
+		 * (25 blocks for T = 1) needs to approach the bandwidth. */
+		const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+		for (int kb = threadIdx.x * 4; kb < k; kb += HC_NT * 4 * U) {
+			float4 xv[U][TT], wv[U][OG];
 #pragma unroll
-			for (int t = 0; t < TT; t++)
-				xv[t] = t0 + t < T ? *(const float4 *)(x + (t0 + t) * k + kk) : make_float4(0.f, 0.f, 0.f, 0.f);
-			if (sq) {
+			for (int u = 0; u < U; u++) {
+				const int kk = kb + u * HC_NT * 4;
 #pragma unroll
 				for (int t = 0; t < TT; t++)
-					acc[0][t] += xv[t].x * xv[t].x + xv[t].y * xv[t].y + xv[t].z * xv[t].z +
-						     xv[t].w * xv[t].w;
-			} else {
+					xv[u][t] = kk < k && t0 + t < T ? *(const float4 *)(x + (t0 + t) * k + kk) : z;
 #pragma unroll
-				for (int o = 0; o < OG; o++) {
-					if (o0 + o >= n_out)
-						break;
-					const float4 wv = *(const float4 *)(fn + (int64_t)(o0 + o) * k + kk);
+				for (int o = 0; o < OG; o++)
+					wv[u][o] = kk < k && !sq && o0 + o < n_out ? *(const float4 *)(fn + (int64_t)(o0 + o) * k + kk)
+										   : z;
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				if (sq) {
 #pragma unroll
 					for (int t = 0; t < TT; t++)
-						acc[o][t] += xv[t].x * wv.x + xv[t].y * wv.y + xv[t].z * wv.z + xv[t].w * wv.w;
+						acc[0][t] += xv[u][t].x * xv[u][t].x + xv[u][t].y * xv[u][t].y +
+							     xv[u][t].z * xv[u][t].z + xv[u][t].w * xv[u][t].w;
+				} else {
+#pragma unroll
+					for (int o = 0; o < OG; o++)
+#pragma unroll
+						for (int t = 0; t < TT; t++)
+							acc[o][t] += xv[u][t].x * wv[u][o].x + xv[u][t].y * wv[u][o].y +
+								     xv[u][t].z * wv[u][o].z + xv[u][t].w * wv[u][o].w;
 				}
 			}
 		}
@@ -141,14 +153,14 @@ extern "C" enum status kern_hc_prenorm_cuda_generic(const struct kern_hc_prenorm
 	if (a->n_tokens <= 16) {
 		const int64_t gy = (a->n_tokens + 3) / 4;
 		dim3 grid((unsigned)(a->n_out + 1), (unsigned)gy);
-		hc_prenorm_kernel<1, 4><<<grid, HC_NT, 0, s>>>(a->x, a->fn, a->mix, a->sqr_sum, a->n_tokens, a->k,
+		hc_prenorm_kernel<1, 4, 4><<<grid, HC_NT, 0, s>>>(a->x, a->fn, a->mix, a->sqr_sum, a->n_tokens, a->k,
 							      a->n_out, vec);
 	} else {
 		const int64_t gy = (a->n_tokens + 7) / 8;
 		if (gy > 65535)
 			return ST_INVALID;
 		dim3 grid((unsigned)((a->n_out + 3) / 4 + 1), (unsigned)gy);
-		hc_prenorm_kernel<4, 8><<<grid, HC_NT, 0, s>>>(a->x, a->fn, a->mix, a->sqr_sum, a->n_tokens, a->k,
+		hc_prenorm_kernel<4, 8, 1><<<grid, HC_NT, 0, s>>>(a->x, a->fn, a->mix, a->sqr_sum, a->n_tokens, a->k,
 							      a->n_out, vec);
 	}
 	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
