@@ -11,10 +11,13 @@
  *       \w is L, N and '_'), plus U+00B2 U+00B3 U+00B9 U+00BC..U+00BE, which
  *       Oniguruma's ISO-8859-1 ctype table (used below U+0100) calls word
  *   \d  Nd             \h  hex digit (PCRE2's \h is horizontal space)
+ *   \b \B by that \w (PCRE2's follow its own \w)
  *   \uHHHH -> \x{HHHH}; ^ and $ are line anchors in Oniguruma (PCRE2_MULTILINE).
  * Constructs whose meaning differs and that we do not translate (nested or
  * intersected classes, POSIX brackets, negated shorthands inside a class) are
- * refused with ST_UNSUPPORTED rather than approximated.
+ * refused with ST_UNSUPPORTED rather than approximated. Script and other
+ * non-category properties (\p{Han}) pass through with a warning: their Unicode
+ * version skew (below) is not corrected.
  *
  * Unicode versions: PCRE2 10.42 knows Unicode 14.0, HF's Oniguruma 16.0. Every
  * \p{X} (written, or from a shorthand above) gets the code points that joined
@@ -118,6 +121,21 @@ static void find_delta(const char *name, size_t name_len, const char **added, co
 		}
 }
 
+/* General_Category names: the properties the Unicode table corrects. */
+static bool is_gc_name(const char *name, size_t n)
+{
+	static const char *const gc[] = {
+		"L",  "Lu", "Ll", "Lt", "Lm", "Lo", "L&", "LC", "M",  "Mn", "Mc", "Me", "N",
+		"Nd", "Nl", "No", "P",  "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "S",  "Sm",
+		"Sc", "Sk", "So", "Z",  "Zs", "Zl", "Zp", "C",  "Cc", "Cf", "Cs", "Co", "Cn",
+		"Alphabetic",
+	};
+	for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++)
+		if (strlen(gc[i]) == n && memcmp(gc[i], name, n) == 0)
+			return true;
+	return false;
+}
+
 /* Add \p{name} (or \P{name}) to class c with its Unicode 16 members. removed:
  * NULL inside a written class (then a category that lost members is refused),
  * else receives those members for the caller to handle around the class. */
@@ -126,6 +144,11 @@ static enum status cls_prop(struct cls *c, const char *name, size_t name_len, bo
 {
 	const char *add, *rm;
 	find_delta(name, name_len, &add, &rm);
+	if (unicode_delta_on() && !is_gc_name(name, name_len))
+		log_msg(LOG_WARN, "model",
+			"tokenizer: regex /%s/: \\p{%.*s} is not a General_Category; its Unicode %s "
+			"additions are not applied (PCRE2 has %s)",
+			pat, (int)name_len, name, TOK_UNICODE_TARGET, TOK_UNICODE_BASE);
 	if (name_len > 40)
 		return err_set(e, ST_UNSUPPORTED, "regex /%s/: property name too long", pat);
 	char prop[64];
@@ -150,6 +173,7 @@ static enum status cls_prop(struct cls *c, const char *name, size_t name_len, bo
 }
 
 static const char *const space_props[] = {"Z", NULL};
+
 static const char *const word_props[] = {"Alphabetic", "M", "Nd", "Pc", NULL};
 
 /* Bytes of the UTF-8 character starting with byte c (1 for junk). */
@@ -162,6 +186,25 @@ static size_t char_len(unsigned char c)
 	if (c >= 0xC0)
 		return 2;
 	return 1;
+}
+
+/* \b as (?:(?<=W)(?!W)|(?<!W)(?=W)), \B as (?:(?<=W)(?=W)|(?<!W)(?!W)), with
+ * W the translation of \w (one character in every branch, as lookbehind needs). */
+static enum status put_boundary(struct sbuf *b, bool not_boundary, struct err *e)
+{
+	size_t cap = 65536;
+	char *w = malloc(cap);
+	if (!w)
+		return err_set(e, ST_NOMEM, "regex: out of memory");
+	enum status st = tok__regex_translate("\\w", false, w, cap, e);
+	if (st == ST_OK) {
+		const char *parts[] = {"(?:(?<=", w, not_boundary ? ")(?=" : ")(?!", w, ")|(?<!",
+				       w, not_boundary ? ")(?!" : ")(?=", w, "))"};
+		for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+			puts_(b, parts[i]);
+	}
+	free(w);
+	return st;
 }
 
 /* One property (\p, \P, \d, \D) outside a class: a one-item class. */
@@ -254,6 +297,15 @@ enum status tok__regex_translate(const char *pat, bool literal, char *out, size_
 					puts_(&b, "[" ONIG_HEX "]");
 				break;
 			case 'H': puts_(&b, "[^" ONIG_HEX "]"); break;
+			case 'b':
+			case 'B':
+				/* Word boundaries, by Oniguruma's \w (PCRE2's use its own). */
+				if (in_class) {
+					done = false; /* [\b] is a backspace in both */
+					break;
+				}
+				st = put_boundary(&b, x == 'B', e);
+				break;
 			default: done = false; break;
 			}
 			if (st != ST_OK)

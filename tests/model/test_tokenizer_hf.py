@@ -155,7 +155,7 @@ def main():
 
     # The loader is generic: this run also checks one random Split behaviour
     # (with invert), and the regex shorthands HF's dialect defines differently
-    # from PCRE2 (\\w \\d \\h \\s \\S), on a modified copy of the tokenizer.json.
+    # from PCRE2 (\\w \\d \\h \\s \\S \\b \\B), on a modified copy of the tokenizer.json.
     behavior = r.choice(["Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"])
     invert = r.random() < 0.5
 
@@ -166,11 +166,11 @@ def main():
 
     def shorthands(j):
         j["pre_tokenizer"]["pretokenizers"].insert(0, {
-            "type": "Split", "pattern": {"Regex": "\\w+|\\d|\\W|\\h+|\\D\\s|\\S\\s+(?!\\S)"},
+            "type": "Split", "pattern": {"Regex": "\\b\\d\\B|\\w+|\\d|\\W|\\h+|\\D\\s|\\S\\s+(?!\\S)|\\p{C}"},
             "behavior": r.choice(["Isolated", "Removed"]), "invert": False})
 
     for name, mutate in ((f"behavior {behavior} invert={invert}", set_behavior),
-                         ("shorthands \\w \\d \\h \\s \\S", shorthands)):
+                         ("shorthands \\w \\d \\h \\s \\S \\b \\B \\p{C}", shorthands)):
         j = json.load(open(TOKJSON, encoding="utf-8"))
         mutate(j)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
