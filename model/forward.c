@@ -156,8 +156,9 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	ALLOC(f->gp, T * 2 * f->d);
 	ALLOC(f->ikvp, T * 2 * f->ID);
 	ALLOC(f->igp, T * 2 * f->ID);
-	ALLOC(f->wa, T * 2 * f->d);
-	ALLOC(f->wb, T * 2 * f->d);
+	int64_t wave_w = 2 * (f->d > f->ID ? f->d : f->ID); /* widest compressor input row */
+	ALLOC(f->wa, T * wave_w);
+	ALLOC(f->wb, T * wave_w);
 	ALLOC(f->qi, T * f->NHI * f->ID);
 	ALLOC(f->hw, T * f->NHI);
 	ALLOC(f->topk_work, opt->max_context / 4 + 1);
