@@ -661,20 +661,19 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 		for (int64_t i = 0; i < D; i++)
 			o[i] += y[i];
 	}
-	/* shared expert (same clamp, weight 1); rank 0 adds it before the all-reduce */
-	if (f->rank != 0)
-		goto reduce;
+	/* shared expert (same clamp, weight 1); under TP each rank holds a slice
+	 * of its intermediate dim and the all-reduce sums the partial outputs */
+	int64_t IL = ly->sh_w1.w.rows;
 	if ((st = lin(f, &ly->sh_w1, xn, 0, T, f->sh1, 0, true, l, e)) ||
 	    (st = lin(f, &ly->sh_w3, xn, 0, T, f->sh3, 0, true, l, e)))
 		return st;
-	struct kern_swiglu_args ss = {.gate = f->sh1, .up = f->sh3, .out = f->sh1, .n_rows = T, .dim = (int)I,
+	struct kern_swiglu_args ss = {.gate = f->sh1, .up = f->sh3, .out = f->sh1, .n_rows = T, .dim = (int)IL,
 				      .limit = limit, .bf16_out = f->opt.bf16_round};
 	OK(ly->ops.swiglu(&ss));
-	if ((st = lin(f, &ly->sh_w2, f->sh1, 0, T, f->shy, 0, true, l, e)))
+	if ((st = lin(f, &ly->sh_w2, f->sh1, 0, T, f->shy, 0, f->ws == 1, l, e)))
 		return st;
 	for (int64_t i = 0; i < T * D; i++)
 		out[i] += f->shy[i];
-reduce:
 	if ((st = all_reduce(f, out, T * D, e)))
 		return st;
 	round_bf16(f, out, T * D);

@@ -20,8 +20,8 @@
  * Tensor parallel (world size w > 1): every rank runs the same step on its
  * weight shards (model/weights.h) with replicated state; four collectives
  * per layer pair: an all-reduce of the attention output (after wo_b), one of
- * the MoE output (routed experts of all ranks + the shared expert, which
- * rank 0 computes), one of the vocab-parallel embedding, and an all-gather
+ * the MoE output (routed experts of all ranks + the shared expert's
+ * intermediate-dim slices), one of the vocab-parallel embedding, and an all-gather
  * of the lm_head's vocabulary shards, so every rank ends with full logits.
  */
 #ifndef DSV4_MODEL_FORWARD_H

@@ -509,9 +509,34 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 	}
 	if ((st = experts_setup(L, layer, lp, &ly->experts, e)))
 		return st;
-	LIN("ffn.shared_experts.w1", true, sh_w1);
-	LIN("ffn.shared_experts.w3", true, sh_w3);
-	LIN("ffn.shared_experts.w2", true, sh_w2);
+	{
+		/* the shared expert's intermediate dim split: w1/w3 rows, w2 columns */
+		int64_t IS = cfg->moe_intermediate_size * (cfg->n_shared_experts > 0 ? cfg->n_shared_experts : 1);
+		int64_t IL = IS / L->w->world_size, i0 = L->w->rank * IL;
+		struct kern_wmat full, part;
+		const char *wn[2] = {"w1", "w3"};
+		struct model_lin *dst[2] = {&ly->sh_w1, &ly->sh_w3};
+		for (int k = 0; k < 2; k++) {
+			snprintf(name, sizeof name, "%s.ffn.shared_experts.%s", lp, wn[k]);
+			if ((st = wmat_of(L, name, &full, e)) || (st = rows_view(&full, i0, IL, &part, e)) ||
+			    (st = lin_setup(L, layer, &part, true, dst[k], e)))
+				return err_prefix(e, "%s: ", name);
+		}
+		snprintf(name, sizeof name, "%s.ffn.shared_experts.w2", lp);
+		if ((st = wmat_of(L, name, &full, e)))
+			return st;
+		if (L->w->world_size == 1) {
+			part = full;
+		} else {
+			if ((st = cols_copy(&full, i0, IL, &part, e)))
+				return err_prefix(e, "%s: ", name);
+			if ((st = own(L->w, part.owned, e)))
+				return st;
+			part.owned = NULL;
+		}
+		if ((st = lin_setup(L, layer, &part, true, &ly->sh_w2, e)))
+			return st;
+	}
 
 	if (ly->mtp) {
 		LIN("e_proj", true, e_proj);
@@ -547,11 +572,13 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	int ws = opt->world_size;
 	if (ws < 1 || opt->rank < 0 || opt->rank >= ws)
 		return err_set(e, ST_INVALID, "rank %d of world size %d", opt->rank, ws);
-	if (cfg->num_attention_heads % ws || cfg->o_groups % ws || cfg->n_routed_experts % ws || cfg->vocab_size % ws)
+	if (cfg->num_attention_heads % ws || cfg->o_groups % ws || cfg->n_routed_experts % ws || cfg->vocab_size % ws ||
+	    cfg->moe_intermediate_size % ws)
 		return err_set(e, ST_UNSUPPORTED,
-			       "world size %d does not divide heads %lld, o_groups %lld, experts %lld and vocab %lld", ws,
-			       (long long)cfg->num_attention_heads, (long long)cfg->o_groups,
-			       (long long)cfg->n_routed_experts, (long long)cfg->vocab_size);
+			       "world size %d does not divide heads %lld, o_groups %lld, experts %lld, moe_intermediate_size "
+			       "%lld and vocab %lld", ws, (long long)cfg->num_attention_heads, (long long)cfg->o_groups,
+			       (long long)cfg->n_routed_experts, (long long)cfg->moe_intermediate_size,
+			       (long long)cfg->vocab_size);
 	w->rank = opt->rank;
 	w->world_size = ws;
 	w->n_heads_local = cfg->num_attention_heads / ws;

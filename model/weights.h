@@ -12,9 +12,10 @@
  * Tensor parallelism: with world size w, rank r keeps views of its slices
  * only: heads [r·H/w, …) of wq_b and attn_sink, o_groups [r·G/w, …) of
  * wo_a, the matching columns of wo_b (a copy at load), routed experts
- * [r·E/w, …), vocabulary rows [r·V/w, …) of embed and head. Everything else
- * (wq_a, wkv, compressors, indexer, router, mHC, norms, shared expert, MTP
- * projections) is replicated. docs/forward.md "Tensor parallelism".
+ * [r·E/w, …), the shared expert's intermediate rows of w1/w3 and columns of
+ * w2 (a copy), vocabulary rows [r·V/w, …) of embed and head. Everything else
+ * (wq_a, wkv, compressors, indexer, router, mHC, norms, MTP projections) is
+ * replicated. docs/forward.md "Tensor parallelism".
  */
 #ifndef DSV4_MODEL_WEIGHTS_H
 #define DSV4_MODEL_WEIGHTS_H
