@@ -9,7 +9,9 @@
  *     in one step) gives each sequence's logits alone;
  *   - prefix reuse: a sequence whose first blocks are another's completed
  *     blocks continues exactly as a fresh run of the same tokens;
- *   - the MTP layer runs, is finite, and is itself chunking-invariant.
+ *   - the MTP layer runs, is finite, and is itself chunking-invariant;
+ *   - no dequantized copy: FP8 / MXFP4 / NVFP4 weights are views of the
+ *     mapped tensors in their stored formats.
  * Block size 32 (the minimum for the tiny model's 32-token window), so a
  * 100-token prompt crosses three block boundaries, wraps the ring and has
  * 25 CSA rows for a top-k of 16.
@@ -21,6 +23,7 @@
  * principle; the tolerance 1e-5 only allows for a compiler's contraction
  * choices (observed: 0).
  */
+#include "model/weights.h"
 #include "tests/model/fwd_harness.h"
 #include "tests/test.h"
 
@@ -243,6 +246,39 @@ static void test_mtp(struct model_checkpoint *ck, const int32_t *ids)
 	model_exec_cpu_destroy(x);
 }
 
+/* No dequantized copy: every quantized weight the plan holds is a view of
+ * the mapped tensor in its stored format (the CPU variants have no prepare). */
+static void test_views(const char *variant, enum kern_wfmt expert_fmt)
+{
+	struct model_checkpoint *ck = fh_open(variant);
+	T_CHECK(ck != NULL);
+	if (!ck)
+		return;
+	struct model_weights w;
+	struct model_weights_options wo = {.ck = ck, .max_step_tokens = 16, .quant_sim = true, .load_mtp = true,
+					   .world_size = 1};
+	struct err e = {0};
+	T_CHECKF(model_weights_load(&w, &wo, &e) == ST_OK, "%s", e.msg);
+	int bad = 0;
+	for (int l = 0; l < w.n_layers + w.n_mtp; l++) {
+		const struct model_layer *ly = &w.layers[l];
+		char name[96];
+		snprintf(name, sizeof name, l < w.n_layers ? "layers.%d.attn.wq_a.weight" : "mtp.0.attn.wq_a.weight", l);
+		const struct model_tensor *t = model_checkpoint_tensor(ck, name);
+		bad += !t || ly->wq_a.w.data != t->data || ly->wq_a.w.fmt != KERN_WFMT_FP8_E8M0_B128 || ly->wq_a.w.owned;
+		snprintf(name, sizeof name, l < w.n_layers ? "layers.%d.ffn.experts.3.w2.weight" : "mtp.0.ffn.experts.3.w2.weight",
+			 l);
+		t = model_checkpoint_tensor(ck, name);
+		enum kern_wfmt want = l < w.n_layers ? expert_fmt : KERN_WFMT_MXFP4; /* MTP experts stay MXFP4 */
+		bad += !t || ly->experts.w2[3].data != t->data || ly->experts.w2[3].fmt != want || ly->experts.w2[3].owned;
+		bad += ly->experts.act_quant_block != 128 || ly->wq_a.act_quant_block != 128 || ly->wo_a[0].act_quant_block;
+	}
+	fprintf(stderr, "%s: weights are views in their stored formats: %s\n", variant, bad ? "NO" : "yes");
+	T_CHECKF(bad == 0, "%s: %d layers hold copies or wrong formats", variant, bad);
+	model_weights_free(&w);
+	model_checkpoint_destroy(ck);
+}
+
 int main(void)
 {
 	if (!fh_tiny_dir())
@@ -251,6 +287,8 @@ int main(void)
 	uint64_t sd = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
 	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat)\n", (unsigned long long)sd);
 	fh_rng_state ^= sd;
+	test_views("fp8", KERN_WFMT_MXFP4);
+	test_views("nvfp4", KERN_WFMT_NVFP4);
 	struct model_checkpoint *ck = fh_open("fp8");
 	T_CHECK(ck != NULL);
 	if (!ck)
