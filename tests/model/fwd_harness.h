@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "model/checkpoint.h"
@@ -35,12 +38,26 @@ static inline const char *fh_tiny_dir(void)
 	struct stat sb;
 	if (stat(stamp, &sb) == 0)
 		return dir;
-	char cmd[4096];
-	snprintf(cmd, sizeof cmd, "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --variant all --out '%s' >/dev/null",
-		 src, src, dir);
-	if (system(cmd) != 0)
+	/* tests run in parallel: one generates, the others wait on the lock */
+	char lock[1200];
+	snprintf(lock, sizeof lock, "%s.lock", dir);
+	int fd = open(lock, O_CREAT | O_RDWR, 0644);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+		if (fd >= 0)
+			close(fd);
 		return NULL;
-	return stat(stamp, &sb) == 0 ? dir : NULL;
+	}
+	int rc = 0;
+	if (stat(stamp, &sb) != 0) {
+		char cmd[4096];
+		snprintf(cmd, sizeof cmd,
+			 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --variant all --out '%s' >/dev/null", src, src,
+			 dir);
+		rc = system(cmd);
+	}
+	flock(fd, LOCK_UN);
+	close(fd);
+	return rc == 0 && stat(stamp, &sb) == 0 ? dir : NULL;
 }
 
 static inline struct model_checkpoint *fh_open(const char *variant)

@@ -8,6 +8,7 @@
 - bad arguments are usage errors (exit 2).
 The tiny checkpoints are generated once into $DSV4_BUILD_ROOT/tiny-models (or $DSV4_TINY_DIR).
 """
+import fcntl
 import json
 import os
 import subprocess
@@ -29,9 +30,14 @@ def tiny_dir():
     if d:
         return d
     d = os.path.join(os.environ.get("DSV4_BUILD_ROOT", "/tmp"), "tiny-models")
-    if not os.path.exists(os.path.join(d, "tiny-nvfp4-deq", ".make_tiny_model.stamp")):
-        subprocess.run([sys.executable, os.path.join(SRC, "scripts", "make_tiny_model"), "--variant", "all",
-                        "--out", d], check=True, stdout=subprocess.DEVNULL)
+    stamp = os.path.join(d, "tiny-nvfp4-deq", ".make_tiny_model.stamp")
+    if not os.path.exists(stamp):
+        # the C forward tests share this directory and lock (tests/model/fwd_harness.h)
+        with open(d + ".lock", "a+") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            if not os.path.exists(stamp):
+                subprocess.run([sys.executable, os.path.join(SRC, "scripts", "make_tiny_model"), "--variant", "all",
+                                "--out", d], check=True, stdout=subprocess.DEVNULL)
     return d
 
 
