@@ -287,7 +287,7 @@ static enum status experts_setup(struct loader *L, int layer, const char *lp, st
 			for (int64_t k = 0; k < E; k++) {
 				struct kern_wmat raw = arr[k];
 				if ((st = kern_prepare_weight(v, &raw, &arr[k], e)))
-					return err_prefix(e, "layer %d expert %lld: ", layer, (long long)(e0 + k));
+					return err_prefix(e, "layer %d expert %lld", layer, (long long)(e0 + k));
 			}
 		}
 		if (pass) {
@@ -409,7 +409,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 			part = full;
 		} else {
 			if ((st = cols_copy(&full, L->w->rank * GL * R, GL * R, &part, e)))
-				return err_prefix(e, "%s: ", name);
+				return err_prefix(e, "%s", name);
 			/* the weights own the shard (a prepared view may alias it) */
 			if ((st = own(L->w, part.owned, e)))
 				return st;
@@ -428,7 +428,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 		for (int64_t g = 0; g < GL; g++) {
 			struct kern_wmat gv;
 			if ((st = rows_view(&woa, (L->w->rank * GL + g) * R, R, &gv, e)))
-				return err_prefix(e, "%s group %lld: ", name, (long long)g);
+				return err_prefix(e, "%s group %lld", name, (long long)g);
 			/* no act_quant: the reference runs this grouped einsum in bf16 on
 			 * dequantized weights (dsv4.md §3.3 output path, step 2) */
 			if ((st = lin_setup(L, layer, &gv, false, &ly->wo_a[g], e)))
@@ -520,7 +520,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 			snprintf(name, sizeof name, "%s.ffn.shared_experts.%s", lp, wn[k]);
 			if ((st = wmat_of(L, name, &full, e)) || (st = rows_view(&full, i0, IL, &part, e)) ||
 			    (st = lin_setup(L, layer, &part, true, dst[k], e)))
-				return err_prefix(e, "%s: ", name);
+				return err_prefix(e, "%s", name);
 		}
 		snprintf(name, sizeof name, "%s.ffn.shared_experts.w2", lp);
 		if ((st = wmat_of(L, name, &full, e)))
@@ -529,7 +529,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 			part = full;
 		} else {
 			if ((st = cols_copy(&full, i0, IL, &part, e)))
-				return err_prefix(e, "%s: ", name);
+				return err_prefix(e, "%s", name);
 			if ((st = own(L->w, part.owned, e)))
 				return st;
 			part.owned = NULL;
@@ -600,11 +600,13 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	    (st = hc_site(&L, "hc_head", (int)cfg->hc_mult, 1, &w->hc_head, e)) ||
 	    (st = wmat_of(&L, "head", &hm, e)) ||
 	    (st = rows_view(&hm, w->vocab_begin, w->vocab_local, &hv, e)) ||
-	    (st = lin_setup(&L, -1, &hv, false, &w->head, e)))
+	    (st = lin_setup(&L, -1, &hv, false, &w->head, e))) {
+		err_prefix(e, "global tensors (embed, norm, hc_head, head)");
 		goto fail;
+	}
 	for (int l = 0; l < w->n_layers + w->n_mtp; l++)
 		if ((st = layer_load(&L, l, &w->layers[l], e))) {
-			err_prefix(e, "layer %d: ", l);
+			err_prefix(e, "layer %d", l);
 			goto fail;
 		}
 	return ST_OK;

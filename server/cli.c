@@ -13,6 +13,7 @@ const struct cli_command cli_commands[] = {
 	/* ---- tokenizer ---- */
 	{"tokenize", "encode text to token ids, or --decode ids", cmd_tokenize},
 	/* ---- kernels ---- */
+	{"kernels", "print the per-layer kernel plan for a model on this or a simulated GPU", cmd_kernels},
 	/* ---- comm ---- */
 	/* ---- forward pass ---- */
 	{"generate", "run one prompt through the CPU executor (prefill, decode, sampling)", cmd_generate},

@@ -28,6 +28,7 @@ int cmd_inspect(int argc, char **argv);
 /* ---- tokenizer ---- */
 int cmd_tokenize(int argc, char **argv);
 /* ---- kernels ---- */
+int cmd_kernels(int argc, char **argv);
 /* ---- comm ---- */
 /* ---- forward pass ---- */
 int cmd_generate(int argc, char **argv);

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""tests/server/test_kernels_cli.py: `dsv4 kernels` prints the load-time plan
+(CPU device here), refuses bad flags with exit 2, and a simulated GPU either
+gets a complete plan (CUDA build: every row a CUDA variant) or fails at load
+with a message naming the layer and the op (CPU-only build, no GPU images)."""
+import fcntl
+import os
+import subprocess
+import sys
+
+SRC = os.environ["DSV4_SOURCE_ROOT"]
+BIN = os.environ["DSV4_BIN"]
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL:", what, file=sys.stderr)
+
+
+def tiny_dir():
+    d = os.environ.get("DSV4_TINY_DIR")
+    if d:
+        return d
+    d = os.path.join(os.environ.get("DSV4_BUILD_ROOT", "/tmp"), "tiny-models")
+    stamp = os.path.join(d, "tiny-nvfp4-deq", ".make_tiny_model.stamp")
+    if not os.path.exists(stamp):
+        with open(d + ".lock", "a+") as lk:  # shared with the forward tests
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            if not os.path.exists(stamp):
+                subprocess.run([sys.executable, os.path.join(SRC, "scripts", "make_tiny_model"), "--variant", "all",
+                                "--out", d], check=True, stdout=subprocess.DEVNULL)
+    return d
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.pop("DSV4_DISABLED_KERNELS", None)
+    e.update(env or {})
+    return subprocess.run([BIN, "kernels", *args], capture_output=True, text=True, timeout=120, env=e)
+
+
+d = tiny_dir()
+have_cuda = "cuda: yes" in subprocess.run([BIN, "version"], capture_output=True, text=True).stdout
+
+for v in ("fp8", "nvfp4"):
+    m = os.path.join(d, "tiny-" + v)
+    p = run(m)
+    check(p.returncode == 0, f"{v}: plan on the CPU exits 0 ({p.stderr.strip()[:300]})")
+    check("device: cpu" in p.stdout, f"{v}: names the device")
+    rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+    check(len(rows) > 50, f"{v}: per-(layer, op) rows printed ({len(rows)})")
+    check(all(r[-1].endswith("cpu_ref") for r in rows), f"{v}: every CPU row is a reference variant")
+    want = "moe_gemm[nvfp4]" if v == "nvfp4" else "moe_gemm[mxfp4]"
+    check(want in p.stdout, f"{v}: the plan names the routed experts' stored format ({want})")
+
+    for cc in ("8.0", "9.0", "10.0", "12.0", "12.1"):
+        p = run(m, "--simulate-cc", cc)
+        if have_cuda and p.returncode == 0:
+            rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+            check(rows and not any(r[-1].endswith("cpu_ref") for r in rows),
+                  f"{v} cc {cc}: a simulated GPU gets no CPU variant")
+        else:
+            # Nothing compiled for GPUs (or an op without a CUDA variant yet):
+            # the load fails naming layer and op, exit 1, never a crash.
+            check(p.returncode == 1, f"{v} cc {cc}: exit 1 when selection fails (got {p.returncode})")
+            check(" op " in p.stderr and "no variant fits" in p.stderr and ("layer" in p.stderr or "head" in p.stderr),
+                  f"{v} cc {cc}: the error names the layer (or head), op and reasons ({p.stderr.strip()[:200]})")
+        check("(simulated)" in p.stdout, f"{v} cc {cc}: the device line says simulated")
+
+m = os.path.join(d, "tiny-fp8")
+p = run(m, "--simulate-cc", "9")
+check(p.returncode == 2 and "MAJOR.MINOR" in p.stderr, "bad --simulate-cc: exit 2 with the expected form")
+p = run(m, "--disable-kernel", "no_such_kernel")
+check(p.returncode == 2 and "no_such_kernel" in p.stderr, "unknown --disable-kernel name: exit 2, named")
+p = run(m, env={"DSV4_DISABLED_KERNELS": "linear_cpu_ref"})
+check(p.returncode == 1 and "linear_cpu_ref" in p.stderr and "disabled" in p.stderr,
+      "disabling the only CPU linear fails the load, naming the disabled variant")
+p = run(os.path.join(d, "does-not-exist"))
+check(p.returncode == 1 and "does-not-exist" in p.stderr, "a missing model directory: exit 1, named")
+p = run()
+check(p.returncode == 2, "no MODEL_DIR: usage, exit 2")
+
+print(f"{failures} failures", file=sys.stderr)
+sys.exit(1 if failures else 0)
