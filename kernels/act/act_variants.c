@@ -6,8 +6,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
+ * (act_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/act/act.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/act/act_generic.h"
+#endif
 
 static const struct kern_variant swiglu_variants[] = {
 	{
@@ -17,6 +24,19 @@ static const struct kern_variant swiglu_variants[] = {
 		.run = KERN_FN(kern_swiglu_ref),
 		.run_host = KERN_FN(kern_swiglu_ref),
 		.desc = "CPU reference: SwiGLU with the swiglu_limit clamps, row weight",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "swiglu_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_swiglu_cuda_generic),
+#endif
+		.desc = "portable CUDA clamped SwiGLU (+ row weight), one thread per element",
 	},
 };
 

@@ -7,8 +7,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
+ * (attention_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/attention/attention.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/attention/attention_generic.h"
+#endif
 
 static const struct kern_variant sparse_attn_variants[] = {
 	{
@@ -18,6 +25,19 @@ static const struct kern_variant sparse_attn_variants[] = {
 		.run = KERN_FN(kern_sparse_attn_ref),
 		.run_host = KERN_FN(kern_sparse_attn_ref),
 		.desc = "CPU reference: sparse MQA attention with sink and inverse rope",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "sparse_attn_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_sparse_attn_cuda_generic),
+#endif
+		.desc = "portable CUDA sparse MQA: block per (token, head), online softmax per warp",
 	},
 };
 
@@ -36,6 +56,19 @@ static const struct kern_variant attn_index_variants[] = {
 		.run_host = KERN_FN(kern_attn_index_ref),
 		.desc = "CPU reference: SWA/CSA/HCA index sets for a flat batch",
 	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "attn_index_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_attn_index_cuda_generic),
+#endif
+		.desc = "portable CUDA SWA/CSA/HCA index sets, one block per token",
+	},
 };
 
 const struct kern_op kern_op_attn_index = {
@@ -52,6 +85,19 @@ static const struct kern_variant ring_write_variants[] = {
 		.run = KERN_FN(kern_ring_write_ref),
 		.run_host = KERN_FN(kern_ring_write_ref),
 		.desc = "CPU reference: store a step's raw KV into the sliding-window rings",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "ring_write_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_ring_write_cuda_generic),
+#endif
+		.desc = "portable CUDA ring store of a step's raw KV, one block per token",
 	},
 };
 

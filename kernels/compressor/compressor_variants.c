@@ -6,8 +6,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
+ * (compressor_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/compressor/compressor.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/compressor/compressor_generic.h"
+#endif
 
 static const struct kern_variant compressor_variants[] = {
 	{
@@ -17,6 +24,19 @@ static const struct kern_variant compressor_variants[] = {
 		.run = KERN_FN(kern_compressor_ref),
 		.run_host = KERN_FN(kern_compressor_ref),
 		.desc = "CPU reference: CSA/HCA KV compressor state machine",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "compressor_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_compressor_cuda_generic),
+#endif
+		.desc = "portable CUDA compressor state machine, one block per sequence",
 	},
 };
 

@@ -7,8 +7,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
+ * (indexer_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/indexer/indexer.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/indexer/indexer_generic.h"
+#endif
 
 static const struct kern_variant indexer_rotate_variants[] = {
 	{
@@ -18,6 +25,19 @@ static const struct kern_variant indexer_rotate_variants[] = {
 		.run = KERN_FN(kern_indexer_rotate_quant_ref),
 		.run_host = KERN_FN(kern_indexer_rotate_quant_ref),
 		.desc = "CPU reference: Hadamard + FP4 qdq of indexer q/k",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "indexer_rotate_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_indexer_rotate_cuda_generic),
+#endif
+		.desc = "portable CUDA Hadamard + FP4 qdq, one block per row",
 	},
 };
 
@@ -36,6 +56,19 @@ static const struct kern_variant indexer_topk_variants[] = {
 		.run_host = KERN_FN(kern_indexer_topk_ref),
 		.desc = "CPU reference: indexer scores + top-k over a flat batch",
 	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "indexer_topk_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_indexer_topk_cuda_generic),
+#endif
+		.desc = "portable CUDA indexer scores + top-k, one block per token",
+	},
 };
 
 const struct kern_op kern_op_indexer_topk = {
@@ -52,6 +85,19 @@ static const struct kern_variant indexer_scores_variants[] = {
 		.run = KERN_FN(kern_indexer_scores_ref),
 		.run_host = KERN_FN(kern_indexer_scores_ref),
 		.desc = "CPU reference: indexer scores alone (TP-split form)",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "indexer_scores_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_indexer_scores_cuda_generic),
+#endif
+		.desc = "portable CUDA indexer scores, one block per token",
 	},
 };
 

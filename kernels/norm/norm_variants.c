@@ -6,8 +6,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
+ * (norm_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/norm/norm.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/norm/norm_generic.h"
+#endif
 
 static const struct kern_variant rmsnorm_variants[] = {
 	{
@@ -17,6 +24,20 @@ static const struct kern_variant rmsnorm_variants[] = {
 		.run = KERN_FN(kern_rmsnorm_ref),
 		.run_host = KERN_FN(kern_rmsnorm_ref),
 		.desc = "CPU reference: RMSNorm (weighted/unweighted, bf16 in/out), fp32",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "rmsnorm_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_rmsnorm_cuda_generic),
+		.run_host = KERN_FN(kern_rmsnorm_cuda_generic_host),
+#endif
+		.desc = "portable CUDA RMSNorm: one block per row, fp32, the reference roundings",
 	},
 };
 

@@ -6,8 +6,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
+ * (rope_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/rope/rope.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/rope/rope_generic.h"
+#endif
 
 static const struct kern_variant rope_variants[] = {
 	{
@@ -17,6 +24,19 @@ static const struct kern_variant rope_variants[] = {
 		.run = KERN_FN(kern_rope_ref),
 		.run_host = KERN_FN(kern_rope_ref),
 		.desc = "CPU reference: interleaved rope on the last dims, forward/inverse",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "rope_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_rope_cuda_generic),
+#endif
+		.desc = "portable CUDA interleaved rope, one thread per (row, pair, head)",
 	},
 };
 

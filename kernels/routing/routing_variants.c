@@ -6,8 +6,15 @@
  *                  for GPU variants and for load-time self-checks.
  * GPU variants implement the same args contract on device buffers and are
  * added above the reference with their guards (style.md rule 9).
+ * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
+ * (routing_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/routing/routing.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/routing/routing_generic.h"
+#endif
 
 static const struct kern_variant route_variants[] = {
 	{
@@ -17,6 +24,19 @@ static const struct kern_variant route_variants[] = {
 		.run = KERN_FN(kern_route_ref),
 		.run_host = KERN_FN(kern_route_ref),
 		.desc = "CPU reference: sqrt(softplus) top-k / hash routing",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "route_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_route_cuda_generic),
+#endif
+		.desc = "portable CUDA sqrt(softplus) top-k / hash routing, one block per token",
 	},
 };
 
@@ -34,6 +54,19 @@ static const struct kern_variant moe_group_variants[] = {
 		.run = KERN_FN(kern_moe_group_ref),
 		.run_host = KERN_FN(kern_moe_group_ref),
 		.desc = "CPU reference: (token, expert) pairs grouped by expert",
+	},
+	/* ---- generic cuda ops ---- */
+	{
+		.name = "moe_group_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_moe_group_cuda_generic),
+#endif
+		.desc = "portable CUDA stable grouping of (token, expert) pairs, one block",
 	},
 };
 
