@@ -137,6 +137,13 @@ bool engine_idle(struct engine *en)
 
 void engine_abort_all(struct engine *en) { oai_server_abort_all(en->oai); }
 
+/* ---- tensor parallel ---- */
+void engine_set_failed(struct engine *en)
+{
+	api_set_state(en->api, API_FAILED);
+	sched_loop_drain(en->loop);
+}
+
 void engine_destroy(struct engine *en)
 {
 	if (!en)

@@ -72,4 +72,9 @@ enum status engine_test_exec_create(struct exec **out, uint32_t vocab_size, int3
 enum status engine_test_exec_script(struct exec *ex, const int32_t *ids, uint32_t n, struct err *e) DSV4_WUR;
 void engine_test_exec_destroy(struct exec *ex);
 
+/* ---- tensor parallel ---- */
+/* The tensor-parallel group failed (server/tp_serve.h): /health and new
+ * requests answer 503 (state "failed") and the scheduler stops admitting. */
+void engine_set_failed(struct engine *en);
+
 #endif
