@@ -55,7 +55,9 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 	int64_t left = R;
 	for (int64_t x = 0; x < E; x++) {
 		int64_t c = x + 1 == E ? left : (kern_rand_u64(rng) % 3 == 0 ? 0 : rnd(rng, 0, left));
-		if (x == 0 && left >= 17 && kern_rand_u64(rng) % 2)
+		/* Not for the last expert, which must take what is left (offsets[E] == R is the
+		 * contract: overriding it here with E == 1 was run 4's two failures). */
+		if (x == 0 && x + 1 < E && left >= 17 && kern_rand_u64(rng) % 2)
 			c = 16 + (int64_t)(kern_rand_u64(rng) % 2);
 		off[x + 1] = off[x] + (int32_t)c;
 		left -= c;
@@ -74,20 +76,26 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 	struct kern_moe_gemm_args a = {.n_rows = R, .n_experts = E, .expert_offsets = off, .row_src = src,
 				       .n_x_rows = X, .x = xb, .x_dtype = xdt, .y = yr, .y_dtype = KERN_DT_F32,
 				       .w = w, .act_quant_block = aq};
-	T_CHECK(kern_moe_gemm_ref(&a) == ST_OK);
+	char ename[96];
+	snprintf(ename, sizeof ename, "%s E%lld R%lld in%lld out%lld aq%d gather%d x%s y%s", kern_wfmt_name(fmt),
+		 (long long)E, (long long)R, (long long)in, (long long)out, aq, gather, xdt ? "bf16" : "f32",
+		 ydt ? "bf16" : "f32");
+	enum status rst = kern_moe_gemm_args_check(&a, &e);
+	T_CHECKF(rst == ST_OK, "test built arguments outside the contract (%s): %s", ename, e.msg);
+	if (rst == ST_OK)
+		rst = kern_moe_gemm_ref(&a);
+	T_CHECKF(rst == ST_OK, "reference failed (%s): %s", ename, status_str(rst));
 	a.w = wp;
 	a.y = yg;
 	a.y_dtype = ydt;
 	enum status st = ((kern_moe_gemm_fn)v->run_host)(&a);
-	T_CHECKF(st == ST_OK, "%s: %s", v->name, status_str(st));
+	T_CHECKF(st == ST_OK, "%s (%s): %s", v->name, ename, status_str(st));
 	for (int64_t i = 0; i < R * out; i++)
 		yf[i] = kern_load_f32(yg, ydt, i);
 	char why[KERN_REASON_BYTES] = "";
 	bool ok = st == ST_OK &&
 		  kern_compare_f32(yr, yf, (size_t)(R * out), 1e-6, ydt == KERN_DT_BF16 ? 1e-2 : 1e-4, why, sizeof why);
-	T_CHECKF(st != ST_OK || ok, "%s %s E%lld R%lld in%lld out%lld aq%d gather%d x%s y%s: %s", v->name,
-		 kern_wfmt_name(fmt), (long long)E, (long long)R, (long long)in, (long long)out, aq, gather,
-		 xdt ? "bf16" : "f32", ydt ? "bf16" : "f32", why);
+	T_CHECKF(st != ST_OK || ok, "%s %s: %s", v->name, ename, why);
 	free(xb);
 	free(yr);
 	free(yf);
