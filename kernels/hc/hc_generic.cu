@@ -14,6 +14,17 @@
  *                      fixed-order pass over the 8 warps: deterministic, no
  *                      atomics, no workspace. fp32 FMA (not TF32): the
  *                      reference is fp32 and this op is bandwidth-bound.
+ *                      Σx² (the sq block) is summed more carefully, since
+ *                      it feeds rsqrt(Σx²/K) of every stream: each float4's
+ *                      four squares in fp32, added into a per-thread Kahan
+ *                      (compensated) fp32 sum, the 256 partials combined in
+ *                      fp64. Error <= about 6.5·2^-24 of Σx² (4 roundings in
+ *                      the float4 chain, 2 for Kahan, 0.5 for the final
+ *                      f32), independent of K; test_hc_gpu checks 2^-21
+ *                      against an fp64 sum. (The CPU reference's sequential
+ *                      f32 loop is the looser side: about +1e-5 relative at
+ *                      K = 16384 on bf16 inputs, biased upward because the
+ *                      squares' discarded low bits round up more often.)
  *                      Small batches use OG = 1 (25 blocks for T = 1) so the
  *                      1.5 MB of fn is read by many SMs at once.
  *   hc_split_kernel    one thread per token: ρ, sigmoid, row softmax and the
@@ -36,22 +47,36 @@ extern "C" {
 
 /* ---- prenorm GEMM + Σx² ---- */
 
+/* s - c += v, compensated (Kahan); explicit _rn so nothing is contracted or reassociated. */
+static __device__ __forceinline__ void hc_kahan_add(float &s, float &c, float v)
+{
+	const float y = __fsub_rn(v, c);
+	const float t = __fadd_rn(s, y);
+	c = __fsub_rn(__fsub_rn(t, s), y);
+	s = t;
+}
+
 template <int OG, int TT, int U>
 __global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restrict__ x, const float *__restrict__ fn,
 							     float *__restrict__ mix, float *__restrict__ sqr,
 							     int64_t T, int k, int n_out, int vec)
 {
 	__shared__ float red[HC_NT / 32][OG * TT];
+	__shared__ double red_sq[HC_NT / 32][TT];
 	const int n_og = (n_out + OG - 1) / OG;
 	const bool sq = (int)blockIdx.x == n_og;
 	const int o0 = blockIdx.x * OG;
 	const int64_t t0 = (int64_t)blockIdx.y * TT;
 	float acc[OG][TT];
+	float comp[TT]; /* sq block: Kahan compensation of acc[0][t] (sum = acc - comp) */
 #pragma unroll
 	for (int o = 0; o < OG; o++)
 #pragma unroll
 		for (int t = 0; t < TT; t++)
 			acc[o][t] = 0.f;
+#pragma unroll
+	for (int t = 0; t < TT; t++)
+		comp[t] = 0.f;
 	if (vec) {
 		/* U strides of 1024 columns per iteration, all loads issued before the
 		 * FMAs: U times the bytes in flight, which is what a decode-sized grid
@@ -75,8 +100,9 @@ __global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restri
 				if (sq) {
 #pragma unroll
 					for (int t = 0; t < TT; t++)
-						acc[0][t] += xv[u][t].x * xv[u][t].x + xv[u][t].y * xv[u][t].y +
-							     xv[u][t].z * xv[u][t].z + xv[u][t].w * xv[u][t].w;
+						hc_kahan_add(acc[0][t], comp[t],
+							     xv[u][t].x * xv[u][t].x + xv[u][t].y * xv[u][t].y +
+								     xv[u][t].z * xv[u][t].z + xv[u][t].w * xv[u][t].w);
 				} else {
 #pragma unroll
 					for (int o = 0; o < OG; o++)
@@ -96,7 +122,7 @@ __global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restri
 			if (sq) {
 #pragma unroll
 				for (int t = 0; t < TT; t++)
-					acc[0][t] += xv[t] * xv[t];
+					hc_kahan_add(acc[0][t], comp[t], xv[t] * xv[t]);
 			} else {
 #pragma unroll
 				for (int o = 0; o < OG; o++) {
@@ -111,6 +137,27 @@ __global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restri
 		}
 	}
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	if (sq) {
+		/* Σx²: the compensated per-thread partials combined in fp64 (uniform branch). */
+#pragma unroll
+		for (int t = 0; t < TT; t++) {
+			double v = (double)acc[0][t] - (double)comp[t];
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+			if (lane == 0)
+				red_sq[warp][t] = v;
+		}
+		__syncthreads();
+		if ((int)threadIdx.x < TT && t0 + threadIdx.x < T) {
+			double s = 0.0;
+#pragma unroll
+			for (int wi = 0; wi < HC_NT / 32; wi++)
+				s += red_sq[wi][threadIdx.x];
+			sqr[t0 + threadIdx.x] = (float)s;
+		}
+		return;
+	}
 #pragma unroll
 	for (int o = 0; o < OG; o++)
 #pragma unroll
@@ -129,14 +176,8 @@ __global__ void __launch_bounds__(HC_NT) hc_prenorm_kernel(const float *__restri
 #pragma unroll
 		for (int wi = 0; wi < HC_NT / 32; wi++)
 			s += red[wi][threadIdx.x];
-		if (t0 + t < T) {
-			if (sq) {
-				if (o == 0)
-					sqr[t0 + t] = s;
-			} else if (o0 + o < n_out) {
-				mix[(t0 + t) * n_out + o0 + o] = s;
-			}
-		}
+		if (t0 + t < T && o0 + o < n_out)
+			mix[(t0 + t) * n_out + o0 + o] = s;
 	}
 }
 
