@@ -761,6 +761,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 			sb->echo_len = echo_len[i];
 			echo[i] = NULL;
 		}
+		sb->n_prompt = (uint32_t)n_ids[i]; /* metrics of a request aborted before its FINISH event */
 	}
 	/* Chunks the client gets at once: the role (chat) or the echoed prompt (completions). */
 	if (j->stream) {
