@@ -1,0 +1,165 @@
+"""tests/e2e/serverproc.py: start `dsv4 serve` on a free port for the e2e stress
+tests, wait until it is ready, stop it with SIGTERM and check how it ended.
+
+The approach is tests/e2e/test_serve.py's: `--port 0`, the port read from the
+log line `serving ... on http://HOST:PORT`, then /health polled until 200.
+stop() returns the exit status; sanitizer_report() returns the first lines of
+an AddressSanitizer / LeakSanitizer / UBSan report in the log, or "".
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.environ.get("DSV4_BIN", "build/server/dsv4")
+
+SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer",
+                   "ThreadSanitizer")
+
+
+class Check:
+    """Counts checks and failures; every failure is printed at once."""
+
+    def __init__(self):
+        self.n = 0
+        self.fails = []
+
+    def __call__(self, cond, what):
+        self.n += 1
+        if not cond:
+            self.fails.append(what)
+            print("FAIL:", what, file=sys.stderr, flush=True)
+        return cond
+
+    def finish(self):
+        print("%d checks, %d failures" % (self.n, len(self.fails)), flush=True)
+        return 1 if self.fails else 0
+
+
+class Server:
+    def __init__(self, *args, executor="test", model="tiny", name="tiny-e2e", env=None, start_timeout_s=120):
+        fd, self.log_path = tempfile.mkstemp(prefix="dsv4-stress-", suffix=".log",
+                                             dir=os.environ.get("TMPDIR", "/tmp"))
+        os.close(fd)
+        self.log = open(self.log_path, "w+")
+        cmd = [BIN, "serve", "--model", model, "--port", "0", "--executor", executor,
+               "--served-model-name", name, *args]
+        self.p = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=dict(os.environ, **(env or {})))
+        self.port = None
+        t0 = time.time()
+        while time.time() - t0 < start_timeout_s and self.p.poll() is None:
+            m = re.search(r"on http://[0-9.]+:(\d+)", self.logtext())
+            if m:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.05)
+        if not self.port:
+            self.kill()
+            sys.exit("server did not start: %s\n%s" % (" ".join(cmd), self.logtext()[-4000:]))
+        self.url = "http://127.0.0.1:%d" % self.port
+        while time.time() - t0 < start_timeout_s:
+            try:
+                if self.get("/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        else:
+            self.kill()
+            sys.exit("server never became ready:\n" + self.logtext()[-4000:])
+
+    def logtext(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        """One request on a fresh connection: (status, body bytes, headers dict)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            h = {"Content-Type": "application/json"} if data is not None else {}
+            h.update(headers or {})
+            c.request(method, path, body=data, headers=h)
+            r = c.getresponse()
+            return r.status, r.read(), dict(r.getheaders())
+        finally:
+            c.close()
+
+    def get(self, path, timeout=60):
+        return self.request("GET", path, timeout=timeout)
+
+    def metrics_text(self):
+        st, body, _ = self.get("/metrics")
+        if st != 200:
+            raise RuntimeError("/metrics answered %d" % st)
+        return body.decode()
+
+    def gauges(self):
+        """running, waiting, kv usage (simple line parse; the metrics test uses the real parser)."""
+        out = {}
+        for line in self.metrics_text().splitlines():
+            for name in ("dsv4:num_requests_running", "dsv4:num_requests_waiting", "dsv4:kv_cache_usage_perc"):
+                if line.startswith(name + "{"):
+                    out[name.split(":")[1]] = float(line.rsplit(" ", 1)[1])
+        return out
+
+    def wait_idle(self, timeout_s=10.0):
+        """Poll until running == waiting == kv usage == 0; returns the last gauges seen."""
+        t0 = time.time()
+        g = {}
+        while time.time() - t0 < timeout_s:
+            g = self.gauges()
+            if g.get("num_requests_running") == 0 and g.get("num_requests_waiting") == 0 and \
+                    g.get("kv_cache_usage_perc") == 0:
+                return g
+            time.sleep(0.1)
+        return g
+
+    def stop(self, timeout_s=60):
+        if self.p.poll() is not None:
+            return self.p.returncode
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            return self.p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            return -9
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+    def sanitizer_report(self):
+        text = self.logtext()
+        for mark in SANITIZER_MARKS:
+            i = text.find(mark)
+            if i >= 0:
+                return text[max(0, i - 200):i + 3000]
+        return ""
+
+    def cleanup(self):
+        self.kill()
+        self.log.close()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
+def stop_and_check(srv, check, what="server"):
+    """SIGTERM, exit 0, no sanitizer report; keeps the log on failure."""
+    rc = srv.stop()
+    rep = srv.sanitizer_report()
+    check(rc == 0, "%s exits 0 after SIGTERM (got %r); log %s:\n%s" % (what, rc, srv.log_path, srv.logtext()[-3000:]))
+    check(not rep, "%s: no sanitizer report; log %s:\n%s" % (what, srv.log_path, rep))
+    if rc == 0 and not rep:
+        srv.cleanup()
+    return rc
