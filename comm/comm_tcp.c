@@ -374,7 +374,16 @@ static enum status tcp__run(struct comm *c, int op, const void *send, void *recv
 			memmove(recv, send, b);
 		return ST_OK;
 	}
-	return c->rank == 0 ? tcp__master(c, &h, send, recv, e) : tcp__worker(c, &h, send, recv, e);
+	enum status st = c->rank == 0 ? tcp__master(c, &h, send, recv, e) : tcp__worker(c, &h, send, recv, e);
+	if (st) {
+		/* The comm is dead (the error sticks): close the connections so
+		 * that every peer fails now instead of at its timeout. */
+		struct tcp_ctx *x = c->ctx;
+		for (int i = 0; i < x->n_fds; i++)
+			if (x->fds[i] >= 0)
+				shutdown(x->fds[i], SHUT_RDWR);
+	}
+	return st;
 }
 
 static enum status tcp_all_reduce_sum(struct comm *c, const void *send, void *recv, size_t n_elems,

@@ -14,12 +14,14 @@
 #include "server/tp_serve.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
@@ -173,6 +175,50 @@ int tp_args_world(const struct tp_args *a, long tp, bool test_executor)
 	return world;
 }
 
+/* ---- The fingerprint the ranks compare ---- */
+
+/* model_checkpoint_fingerprint() covers config.json, the index and the
+ * shard headers, not tensor data: two checkpoints of the same shapes with
+ * different weights (another seed, another fine-tune) have the same value.
+ * The group also compares a sample of every shard's bytes, TP_SAMPLE_BYTES
+ * at its start, middle and end: a few hundred KiB per checkpoint, read once
+ * at start-up, and different weights almost surely differ there. */
+#define TP_SAMPLE_BYTES (64u << 10)
+
+static uint64_t tp__fnv(uint64_t h, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+static uint64_t tp__fingerprint(const struct model_checkpoint *ck)
+{
+	uint64_t h = model_checkpoint_fingerprint(ck);
+	uint8_t *buf = malloc(TP_SAMPLE_BYTES);
+	if (!buf)
+		return h;
+	for (int s = 0; s < model_checkpoint_n_shards(ck); s++) {
+		uint64_t size = model_checkpoint_shard_bytes(ck, s);
+		int fd = open(model_checkpoint_shard_path(ck, s), O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			h = tp__fnv(h, (const uint8_t *)"?", 1);
+			continue;
+		}
+		uint64_t at[3] = {0, size / 2, size > TP_SAMPLE_BYTES ? size - TP_SAMPLE_BYTES : 0};
+		for (int k = 0; k < 3; k++) {
+			ssize_t r = pread(fd, buf, TP_SAMPLE_BYTES, (off_t)at[k]);
+			if (r > 0)
+				h = tp__fnv(h, buf, (size_t)r);
+		}
+		close(fd);
+	}
+	free(buf);
+	return h;
+}
+
 /* ---- Executor sizes, rank 0 -> workers ---- */
 
 static void cfg_pack(uint32_t w[TP_CONFIG_WORDS], const struct model_exec_cpu_options *xo)
@@ -317,7 +363,7 @@ static enum status tp__join_nodes(struct tp_serve *t, struct err *e)
 	comm_tcp_id_pack(t->lis, id);
 	struct comm_boot_options bo = {.n_ranks = t->world, .rank = 0, .master_addr = a->master_addr,
 				       .master_port = a->master_port, .version = model_dsv4_version(),
-				       .checkpoint_fingerprint = model_checkpoint_fingerprint(t->xo.ck),
+				       .checkpoint_fingerprint = tp__fingerprint(t->xo.ck),
 				       .unique_id = id, .timeout_ms = a->timeout_ms};
 	if ((st = comm_boot_create(&t->boot, &bo, e)))
 		return st;
@@ -483,7 +529,7 @@ int tp_serve_worker(const struct tp_args *a, const struct model_checkpoint *ck, 
 	uint64_t n_steps = 0;
 	struct comm_boot_options bo = {.n_ranks = a->nnodes, .rank = a->node_rank, .master_addr = a->master_addr,
 				       .master_port = a->master_port, .version = model_dsv4_version(),
-				       .checkpoint_fingerprint = model_checkpoint_fingerprint(ck),
+				       .checkpoint_fingerprint = tp__fingerprint(ck),
 				       .timeout_ms = a->timeout_ms};
 	enum status st = comm_boot_create(&w.boot, &bo, &e);
 	int port = 0;
