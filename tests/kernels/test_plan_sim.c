@@ -1,0 +1,146 @@
+/*
+ * tests/kernels/test_plan_sim.c (suite unit, no GPU): the full load-time plan
+ * of the tiny fp8 and nvfp4 checkpoints on simulated GPUs of cc 8.0, 9.0,
+ * 10.0, 12.0 and 12.1 (model_weights_load with kern_device_simulate, as
+ * `dsv4 kernels --simulate-cc` does).
+ *   CUDA build: every load succeeds and every (layer, op) row of the plan is
+ *     a CUDA variant (design.md: every op has a portable variant, so
+ *     selection never fails on a supported device), and the plan covers the
+ *     weight-free model ops that have generic CUDA variants.
+ *   CPU-only build (no CUDA image compiled): every load fails with one line
+ *     naming the layer, the op and the refusal reasons.
+ * The tiny checkpoints are generated once into $DSV4_BUILD_ROOT/tiny-models
+ * (shared with the forward tests, under the same lock); skips (77) when they
+ * cannot be made.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dsv4_config.h"
+#include "kernels/kernels.h"
+#include "model/checkpoint.h"
+#include "model/weights.h"
+#include "tests/test.h"
+
+static const char *tiny_dir(void)
+{
+	static char dir[1024];
+	const char *env = getenv("DSV4_TINY_DIR");
+	if (env && *env)
+		return env;
+	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
+	if (!src || !bld)
+		return NULL;
+	snprintf(dir, sizeof dir, "%s/tiny-models", bld);
+	char stamp[1200], lock[1200];
+	snprintf(stamp, sizeof stamp, "%s/tiny-nvfp4-deq/.make_tiny_model.stamp", dir);
+	struct stat sb;
+	if (stat(stamp, &sb) == 0)
+		return dir;
+	snprintf(lock, sizeof lock, "%s.lock", dir);
+	int fd = open(lock, O_CREAT | O_RDWR, 0644);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	int rc = 0;
+	if (stat(stamp, &sb) != 0) {
+		char cmd[4096];
+		snprintf(cmd, sizeof cmd,
+			 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --variant all --out '%s' >/dev/null", src, src,
+			 dir);
+		rc = system(cmd);
+	}
+	flock(fd, LOCK_UN);
+	close(fd);
+	return rc == 0 && stat(stamp, &sb) == 0 ? dir : NULL;
+}
+
+#if DSV4_HAVE_CUDA
+static const struct kern_variant *variant_named(const char *op, const char *name)
+{
+	const struct kern_op *o = kern_registry_find_op(op);
+	for (int i = 0; o && i < o->n_variants; i++)
+		if (!strcmp(o->variants[i].name, name))
+			return &o->variants[i];
+	return NULL;
+}
+#endif
+
+static void one(const char *dir, const char *variant, int major, int minor)
+{
+	char path[1200];
+	snprintf(path, sizeof path, "%s/tiny-%s", dir, variant);
+	struct model_checkpoint_options co = {.dir = path};
+	struct model_checkpoint *ck = NULL;
+	struct err e = {0};
+	T_CHECKF(model_checkpoint_create(&ck, &co, &e) == ST_OK, "%s: %s", path, e.msg);
+	if (!ck)
+		return;
+	struct kern_device dev;
+	kern_device_simulate(&dev, major, minor);
+	struct kern_disabled dis;
+	T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
+	struct model_weights w;
+	memset(&w, 0, sizeof w);
+	struct model_weights_options wo = {.ck = ck, .dev = &dev, .disabled = &dis, .max_step_tokens = 512,
+					   .quant_sim = true, .load_mtp = true, .rank = 0, .world_size = 1};
+	enum status st = model_weights_load(&w, &wo, &e);
+#if DSV4_HAVE_CUDA
+	T_CHECKF(st == ST_OK, "%s cc %d.%d: load failed: %s", variant, major, minor, e.msg);
+	if (st == ST_OK) {
+		int bad = 0;
+		const char *first = NULL;
+		for (int i = 0; i < w.plan.n; i++) {
+			const struct kern_plan_entry *pe = &w.plan.entries[i];
+			const struct kern_variant *v = variant_named(pe->op, pe->variant);
+			if (!v || v->backend != KERN_BACKEND_CUDA) {
+				if (!bad++)
+					first = pe->variant;
+			}
+		}
+		T_CHECKF(w.plan.n > 50 && bad == 0, "%s cc %d.%d: %d rows, %d not CUDA (first %s)", variant, major, minor,
+			 w.plan.n, bad, first ? first : "-");
+		const char *need[] = {"rmsnorm", "rope", "sparse_attn", "attn_index", "compressor", "indexer_rotate",
+				      "indexer_topk", "route", "moe_group", "swiglu", "linear", "moe_gemm",
+				      "hc_prenorm"};
+		for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
+			bool seen = false;
+			for (int i = 0; i < w.plan.n && !seen; i++)
+				seen = !strcmp(w.plan.entries[i].op, need[k]);
+			T_CHECKF(seen, "%s cc %d.%d: no %s row in the plan", variant, major, minor, need[k]);
+		}
+		fprintf(stderr, "%s cc %d.%d: %d rows, all CUDA\n", variant, major, minor, w.plan.n);
+		model_weights_free(&w);
+	}
+#else
+	T_CHECKF(st != ST_OK, "%s cc %d.%d: a CPU-only build cannot plan a GPU", variant, major, minor);
+	if (st == ST_OK) {
+		model_weights_free(&w);
+	} else {
+		T_STR_CONTAINS(e.msg, "layer ");
+		T_STR_CONTAINS(e.msg, " op ");
+		T_STR_CONTAINS(e.msg, "no variant fits");
+		fprintf(stderr, "%s cc %d.%d: %s\n", variant, major, minor, e.msg);
+	}
+#endif
+	model_checkpoint_destroy(ck);
+}
+
+int main(void)
+{
+	const char *dir = tiny_dir();
+	if (!dir)
+		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
+	const int cc[][2] = {{8, 0}, {9, 0}, {10, 0}, {12, 0}, {12, 1}};
+	for (int v = 0; v < 2; v++)
+		for (int i = 0; i < 5; i++)
+			one(dir, v ? "nvfp4" : "fp8", cc[i][0], cc[i][1]);
+	return test_exit();
+}
