@@ -10,18 +10,24 @@
  *                        router gate, dequantized checkpoints).
  *   linear_cpu_ref       the reference; every format, every shape.
  * Added by cuda-kernels-2 (rows at the end of the table):
- *   linear_cublaslt_sm90 cc 9.0 only; cuBLASLt FP8 x FP8 with 128x128 f32
- *                        weight scales and 1x128 activation scales
- *                        (activations quantized on the device first).
+ *   linear_cublaslt_sm90 cc 9.0 only; cuBLASLt FP8 x FP8 with per-row 1x128
+ *                        f32 weight scales (prepare() replicates the 128x128
+ *                        block scales: fp8_f32_r128) and 1x128 activation
+ *                        scales (BLK128 for one token); activations
+ *                        quantized on the device first. Accepted only after
+ *                        its once-per-device numeric probe passed.
  *   linear_sm100a_fp8, linear_sm120a_fp8, linear_sm121a_fp8: guards only
  *                        (no run() yet), refused as "not compiled".
  */
 #include "kernels/linear/linear.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "common/log.h"
 #include "dsv4_config.h"
 #include "kernels/linear/linear_cublaslt.h"
 
@@ -67,11 +73,13 @@ static bool linear_cuda_generic_supports(const struct kern_problem *p, const str
 
 /* ---- guards of the cuda-kernels-2 variants ---- */
 
-/* linear_cublaslt_sm90: FP8 x FP8 through cuBLASLt's DeepSeek block scaling.
- * in % 512: whole 128-wide K blocks and a 4-aligned count of them per row
- * (the scale layout cuBLASLt reads; linear_cublaslt.cu). out % 16: the FP8
- * path's 16-byte alignment of D. On a real device the heuristic is asked,
- * for T = 1 and T = max_tokens, whether it has an algorithm. */
+/* linear_cublaslt_sm90: FP8 x FP8 through cuBLASLt's block scaling.
+ * in % 128: whole 128-wide K blocks (VEC128 scales; in % 16 for FP8 rows
+ * follows). out % 16: the FP8 path's 16-byte alignment of D and of each
+ * K-block column of the weight's scales. out <= 65536: a padded 16-token
+ * piece fits the 4 MiB stage. On a real device the numeric probe must have
+ * passed and the heuristic is asked for the plans of T = 1, 2, 16 and
+ * max_tokens (linear_cublaslt.h). */
 static bool linear_cublaslt_supports(const struct kern_problem *p, const struct kern_device *dev, char *why,
 				     size_t n)
 {
@@ -82,25 +90,28 @@ static bool linear_cublaslt_supports(const struct kern_problem *p, const struct 
 		snprintf(why, n, "act_quant_block %d: the FP8 x FP8 GEMM needs 128", s->act_quant_block);
 		return false;
 	}
-	if (s->in % 512) {
-		snprintf(why, n, "in %lld not a multiple of 512 (cuBLASLt 128x128 scale layout)", (long long)s->in);
+	if (s->in % 128) {
+		snprintf(why, n, "in %lld not a multiple of 128 (cuBLASLt VEC128 scales)", (long long)s->in);
 		return false;
 	}
 	if (s->out % 16) {
 		snprintf(why, n, "out %lld not a multiple of 16 (cuBLASLt FP8 alignment)", (long long)s->out);
 		return false;
 	}
-	if (s->in > (1 << 24) || s->out > (1 << 24) || s->max_tokens > 65535) {
-		snprintf(why, n, "dimension too large");
+	if (s->in > (1 << 24) || s->out > KERN_LINEAR_LT_MAX_OUT || s->max_tokens > KERN_LINEAR_LT_MAX_TOKENS) {
+		snprintf(why, n, "dimension too large (in <= 2^24, out <= %d, max_tokens <= %d)", KERN_LINEAR_LT_MAX_OUT,
+			 KERN_LINEAR_LT_MAX_TOKENS);
 		return false;
 	}
 #if DSV4_HAVE_CUDA
 	if (!dev->simulated) {
-		if (!kern_linear_cublaslt_check(dev->index, s->in, s->out, 1, s->y_dtype, why, n))
+		if (!kern_linear_cublaslt_probe(dev->index, why, n))
 			return false;
-		if (s->max_tokens > 1 &&
-		    !kern_linear_cublaslt_check(dev->index, s->in, s->out, s->max_tokens, s->y_dtype, why, n))
-			return false;
+		const int64_t Ts[4] = {1, 2, 16, s->max_tokens};
+		for (int i = 0; i < 4; i++)
+			if ((i == 0 || Ts[i] <= s->max_tokens) &&
+			    !kern_linear_cublaslt_check(dev->index, s->in, s->out, Ts[i], s->y_dtype, why, n))
+				return false;
 	}
 #else
 	(void)dev;
@@ -125,6 +136,131 @@ static enum status prepare_fp8_f32_scales(const struct kern_variant *v, const st
 	return ST_OK;
 }
 
+/* FP8 with 128x128 E8M0 or f32 block scales -> fp8_f32_r128 for
+ * linear_cublaslt_sm90: s[kb][o] = block_scale[o/128][kb], exact (E8M0
+ * widened bit-exactly; an f32 scale copied). The data is shared. */
+enum status kern_linear_cublaslt_prepare(const struct kern_wmat *in, struct kern_wmat *out, struct err *e)
+{
+	if (in->fmt != KERN_WFMT_FP8_E8M0_B128 && in->fmt != KERN_WFMT_FP8_F32_B128)
+		return err_set(e, ST_INVALID, "cuBLASLt prepare: weight format %s", kern_wfmt_name(in->fmt));
+	const int64_t rows = in->rows, nkb = (in->cols + 127) / 128;
+	float *s = malloc((size_t)(rows * nkb) * sizeof(float) + 16);
+	if (!s)
+		return err_set(e, ST_NOMEM, "cuBLASLt prepare: %lld x %lld row scales", (long long)nkb, (long long)rows);
+	for (int64_t o = 0; o < rows; o++)
+		for (int64_t kb = 0; kb < nkb; kb++) {
+			const int64_t bi = (o / 128) * nkb + kb;
+			s[kb * rows + o] = in->fmt == KERN_WFMT_FP8_F32_B128 ? ((const float *)in->scale)[bi]
+									 : kern_e8m0_to_f32(((const uint8_t *)in->scale)[bi]);
+		}
+	*out = *in;
+	out->fmt = KERN_WFMT_FP8_F32_R128;
+	out->scale = s;
+	out->owned = s;
+	return ST_OK;
+}
+
+static enum status prepare_cublaslt(const struct kern_variant *v, const struct kern_wmat *in, struct kern_wmat *out,
+				    struct err *e)
+{
+	(void)v;
+	return kern_linear_cublaslt_prepare(in, out, e);
+}
+
+#if DSV4_HAVE_CUDA
+/* ---- the cuBLASLt variant's numeric probe (once per device) ---- */
+
+#define LT_PROBE_DEVICES 16
+static pthread_mutex_t lt_probe_mu = PTHREAD_MUTEX_INITIALIZER;
+static int lt_probe_state[LT_PROBE_DEVICES]; /* 0 not run, 1 passed, -1 failed */
+static char lt_probe_why[LT_PROBE_DEVICES][KERN_REASON_BYTES];
+
+/* One comparison: T tokens through the variant vs the reference. */
+static bool lt_probe_one(int64_t T, const struct kern_wmat *w, const struct kern_wmat *wp, uint64_t *rng, char *why,
+			 size_t n)
+{
+	const int64_t in = w->cols, out = w->rows;
+	float *x = malloc((size_t)(T * in + 2 * T * out) * sizeof(float));
+	if (!x) {
+		snprintf(why, n, "cuBLASLt probe: out of memory");
+		return false;
+	}
+	float *yr = x + T * in, *yg = yr + T * out;
+	/* Magnitudes vary per token and per 128 columns, so every activation scale differs. */
+	float mag = 1.0f;
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t k = 0; k < in; k++) {
+			if (k % 128 == 0)
+				mag = ldexpf(1.0f, (int)(kern_rand_u64(rng) % 9) - 4);
+			x[t * in + k] = kern_rand_f32(rng) * mag;
+		}
+	for (int64_t i = 0; i < T * out; i++)
+		yg[i] = NAN;
+	struct kern_linear_args a = {.n_tokens = T, .x = x, .x_dtype = KERN_DT_F32, .y = yr, .y_dtype = KERN_DT_F32,
+				     .w = w, .act_quant_block = 128};
+	enum status st = kern_linear_ref(&a);
+	bool ok = st == ST_OK;
+	if (!ok)
+		snprintf(why, n, "cuBLASLt probe: reference failed (%s)", status_str(st));
+	if (ok) {
+		a.w = wp;
+		a.y = yg;
+		st = kern_linear_cublaslt_host(&a);
+		ok = st == ST_OK;
+		if (!ok)
+			snprintf(why, n, "cuBLASLt probe: T = %lld run failed (%s)", (long long)T, status_str(st));
+	}
+	char cw[KERN_REASON_BYTES];
+	if (ok && !kern_compare_f32(yr, yg, (size_t)(T * out), 1e-6, 2e-3, cw, sizeof cw)) {
+		snprintf(why, n, "cuBLASLt probe: T = %lld [%lld -> %lld] differs from the reference (scale layout?): %.80s",
+			 (long long)T, (long long)in, (long long)out, cw);
+		ok = false;
+	}
+	free(x);
+	return ok;
+}
+
+bool kern_linear_cublaslt_probe(int device, char *why, size_t why_bytes)
+{
+	if (device < 0 || device >= LT_PROBE_DEVICES) {
+		snprintf(why, why_bytes, "cuBLASLt probe: device index %d", device);
+		return false;
+	}
+	pthread_mutex_lock(&lt_probe_mu);
+	if (!lt_probe_state[device]) {
+		char w[KERN_REASON_BYTES] = "";
+		struct kern_wmat wb = {0}, wp = {0};
+		struct err e = {0};
+		uint64_t rng = 0x1b7a5eedull + (uint64_t)device;
+		bool ok = kern_wmat_make_random(&wb, KERN_WFMT_FP8_F32_B128, 144, 512, &rng, &e) == ST_OK &&
+			  kern_linear_cublaslt_prepare(&wb, &wp, &e) == ST_OK;
+		if (!ok)
+			snprintf(w, sizeof w, "cuBLASLt probe: %.140s", e.msg);
+		const int prev = ok ? kern_linear_cublaslt__set_device(device) : -1;
+		if (ok && prev < 0) {
+			snprintf(w, sizeof w, "cuBLASLt probe: cannot select device %d", device);
+			ok = false;
+		}
+		static const int64_t Ts[3] = {1, 7, 16}; /* BLK128 path; a direct piece + a staged 3; one piece */
+		for (int i = 0; ok && i < 3; i++)
+			ok = lt_probe_one(Ts[i], &wb, &wp, &rng, w, sizeof w);
+		if (prev >= 0 && prev != device)
+			(void)kern_linear_cublaslt__set_device(prev);
+		kern_wmat_release(&wp);
+		kern_wmat_release(&wb);
+		lt_probe_state[device] = ok ? 1 : -1;
+		memcpy(lt_probe_why[device], w, sizeof w);
+		if (!ok)
+			log_msg(LOG_WARN, "kernels", "linear_cublaslt_sm90 refused on device %d: %s", device, w);
+	}
+	const bool ok = lt_probe_state[device] > 0;
+	if (!ok)
+		snprintf(why, why_bytes, "%.*s", (int)KERN_REASON_BYTES - 1, lt_probe_why[device]);
+	pthread_mutex_unlock(&lt_probe_mu);
+	return ok;
+}
+#endif
+
 /* ---- self-check ---- */
 
 /* Keep a big dimension's remainder mod 128 (tails are where kernels go
@@ -134,6 +270,49 @@ static int64_t shrink_dim(int64_t n)
 	return n <= 640 ? n : 512 + n % 128;
 }
 
+/* One comparison of v with the reference on T tokens of [out, in]. */
+static enum status linear_selfcheck_one(const struct kern_variant *v, const struct kern_linear_shape *small,
+					const struct kern_wmat *w, const struct kern_wmat *wp, int64_t T, uint64_t *rng,
+					struct err *e)
+{
+	const int64_t in = small->in, out = small->out;
+	float *x = malloc((size_t)(T * in) * 4 + (size_t)(T * out) * 8);
+	if (!x)
+		return err_set(e, ST_NOMEM, "linear self-check buffers");
+	float *y_ref = x + T * in, *y_got = y_ref + T * out;
+	for (int64_t i = 0; i < T * in; i++)
+		kern_store_f32(x, small->x_dtype, i, kern_rand_f32(rng));
+	struct kern_linear_args a = {.n_tokens = T, .x = x, .x_dtype = small->x_dtype, .y = y_ref,
+				     .y_dtype = KERN_DT_F32, .w = w, .act_quant_block = small->act_quant_block};
+	enum status st = kern_linear_ref(&a);
+	if (st == ST_OK) {
+		for (int64_t i = 0; i < T * out; i++)
+			y_got[i] = NAN;
+		a.w = wp;
+		a.y = y_got;
+		a.y_dtype = small->y_dtype;
+		st = ((kern_linear_fn)v->run_host)(&a);
+		if (st)
+			err_set(e, st, "%s: run failed on T = %lld: %s", v->name, (long long)T, status_str(st));
+	} else {
+		err_set(e, st, "reference failed: %s", status_str(st));
+	}
+	if (st == ST_OK) {
+		if (small->y_dtype == KERN_DT_BF16) /* widen in place, back to front */
+			for (int64_t i = T * out - 1; i >= 0; i--)
+				y_got[i] = kern_load_f32(y_got, KERN_DT_BF16, i);
+		double rtol = small->y_dtype == KERN_DT_BF16 ? 1e-2 : 2e-3;
+		char why[KERN_REASON_BYTES];
+		if (!kern_compare_f32(y_ref, y_got, (size_t)(T * out), 1e-6, rtol, why, sizeof why))
+			st = err_set(e, ST_INVALID, "%s vs reference on [%lld x %lld] x [%lld x %lld]: %s", v->name,
+				     (long long)T, (long long)in, (long long)out, (long long)in, why);
+	}
+	free(x);
+	return st;
+}
+
+/* T = 1 (decode; cuBLASLt's single-column path), 7 (a multiple-of-4 piece
+ * plus a padded remainder) and 16, each on fresh activations. */
 static enum status linear_selfcheck(const struct kern_op *op, const struct kern_variant *v,
 				    const struct kern_problem *p, const struct kern_device *dev, struct err *e)
 {
@@ -144,7 +323,7 @@ static enum status linear_selfcheck(const struct kern_op *op, const struct kern_
 	struct kern_linear_shape small = *s;
 	small.in = shrink_dim(s->in);
 	small.out = shrink_dim(s->out);
-	small.max_tokens = 5;
+	small.max_tokens = 16;
 	struct kern_problem sp = *p;
 	sp.shape = &small;
 	char why[KERN_REASON_BYTES];
@@ -152,51 +331,14 @@ static enum status linear_selfcheck(const struct kern_op *op, const struct kern_
 		return ST_OK; /* the small stand-in is outside its limits: nothing to compare */
 
 	uint64_t rng = 0x5eedull ^ (uint64_t)small.in * 131 ^ (uint64_t)small.out;
-	int64_t T = small.max_tokens, in = small.in, out = small.out;
 	struct kern_wmat w = {0}, wp = {0};
-	enum status st = kern_wmat_make_random(&w, p->wfmt, out, in, &rng, e);
+	enum status st = kern_wmat_make_random(&w, p->wfmt, small.out, small.in, &rng, e);
 	if (st)
 		return st;
 	st = kern_prepare_weight(v, &w, &wp, e);
-	if (st) {
-		kern_wmat_release(&w);
-		return st;
-	}
-	size_t xb = (size_t)(T * in) * 4;
-	float *x = malloc(xb + (size_t)(T * out) * 8);
-	if (!x) {
-		kern_wmat_release(&wp);
-		kern_wmat_release(&w);
-		return err_set(e, ST_NOMEM, "linear self-check buffers");
-	}
-	float *y_ref = x + T * in, *y_got = y_ref + T * out;
-	for (int64_t i = 0; i < T * in; i++)
-		kern_store_f32(x, small.x_dtype, i, kern_rand_f32(&rng));
-	struct kern_linear_args a = {.n_tokens = T, .x = x, .x_dtype = small.x_dtype, .y = y_ref,
-				     .y_dtype = KERN_DT_F32, .w = &w, .act_quant_block = small.act_quant_block};
-	st = kern_linear_ref(&a);
-	if (st == ST_OK) {
-		for (int64_t i = 0; i < T * out; i++)
-			y_got[i] = NAN;
-		a.w = &wp;
-		a.y = y_got;
-		a.y_dtype = small.y_dtype;
-		st = ((kern_linear_fn)v->run_host)(&a);
-		if (st)
-			err_set(e, st, "%s: run failed: %s", v->name, status_str(st));
-	} else {
-		err_set(e, st, "reference failed: %s", status_str(st));
-	}
-	if (st == ST_OK) {
-		if (small.y_dtype == KERN_DT_BF16) /* widen in place, back to front */
-			for (int64_t i = T * out - 1; i >= 0; i--)
-				y_got[i] = kern_load_f32(y_got, KERN_DT_BF16, i);
-		double rtol = small.y_dtype == KERN_DT_BF16 ? 1e-2 : 2e-3;
-		if (!kern_compare_f32(y_ref, y_got, (size_t)(T * out), 1e-6, rtol, why, sizeof why))
-			st = err_set(e, ST_INVALID, "%s vs reference on [%lld x %lld] x [%lld x %lld]: %s", v->name,
-				     (long long)T, (long long)in, (long long)out, (long long)in, why);
-	}
-	free(x);
+	static const int64_t Ts[3] = {1, 7, 16};
+	for (int i = 0; st == ST_OK && i < 3; i++)
+		st = linear_selfcheck_one(v, &small, &w, &wp, Ts[i], &rng, e);
 	kern_wmat_release(&wp);
 	kern_wmat_release(&w);
 	return st;
@@ -261,15 +403,15 @@ static const struct kern_variant linear_variants[] = {
 		.target = KERN_TARGET_SM80, /* its act-quant kernel; the GEMM is cuBLASLt's */
 		.features = KERN_FEAT_FP8_MMA,
 		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
-		.wfmt_run = KERN_WFMT_FP8_F32_B128,
+		.wfmt_run = KERN_WFMT_FP8_F32_R128,
 		.priority = 20,
 		.supports = linear_cublaslt_supports,
-		.prepare = prepare_fp8_f32_scales,
+		.prepare = prepare_cublaslt,
 #if DSV4_HAVE_CUDA
 		.run = KERN_FN(kern_linear_cublaslt),
 		.run_host = KERN_FN(kern_linear_cublaslt_host),
 #endif
-		.desc = "cuBLASLt FP8 GEMM, BLK128x128 f32 weight scales x VEC128 activation scales (sm_90 only)",
+		.desc = "cuBLASLt FP8 GEMM, VEC128 per-row weight scales x VEC128 (BLK128 at T = 1) activation scales (sm_90 only)",
 	},
 	/* Block-scaled FP8 tensor-core variants of later issues: real guards, no
 	 * run() in this build, so selection refuses them ("not compiled into this

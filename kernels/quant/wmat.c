@@ -21,6 +21,7 @@ const char *kern_wfmt_name(enum kern_wfmt f)
 	case KERN_WFMT_FP8_F32_B128: return "fp8_f32_b128";
 	case KERN_WFMT_MXFP4: return "mxfp4";
 	case KERN_WFMT_NVFP4: return "nvfp4";
+	case KERN_WFMT_FP8_F32_R128: return "fp8_f32_r128";
 	default: return "unknown";
 	}
 }
@@ -31,7 +32,8 @@ int kern_wfmt_block_rows(enum kern_wfmt f)
 	case KERN_WFMT_FP8_E8M0_B128:
 	case KERN_WFMT_FP8_F32_B128: return 128;
 	case KERN_WFMT_MXFP4:
-	case KERN_WFMT_NVFP4: return 1;
+	case KERN_WFMT_NVFP4:
+	case KERN_WFMT_FP8_F32_R128: return 1;
 	default: return 0;
 	}
 }
@@ -40,7 +42,8 @@ int kern_wfmt_block_cols(enum kern_wfmt f)
 {
 	switch (f) {
 	case KERN_WFMT_FP8_E8M0_B128:
-	case KERN_WFMT_FP8_F32_B128: return 128;
+	case KERN_WFMT_FP8_F32_B128:
+	case KERN_WFMT_FP8_F32_R128: return 128;
 	case KERN_WFMT_MXFP4: return 32;
 	case KERN_WFMT_NVFP4: return 16;
 	default: return 0;
@@ -54,7 +57,8 @@ size_t kern_wmat_data_bytes(const struct kern_wmat *m)
 	case KERN_WFMT_F32: return n * 4;
 	case KERN_WFMT_BF16: return n * 2;
 	case KERN_WFMT_FP8_E8M0_B128:
-	case KERN_WFMT_FP8_F32_B128: return n;
+	case KERN_WFMT_FP8_F32_B128:
+	case KERN_WFMT_FP8_F32_R128: return n;
 	case KERN_WFMT_MXFP4:
 	case KERN_WFMT_NVFP4: return n / 2;
 	default: return 0;
@@ -67,7 +71,7 @@ size_t kern_wmat_scale_bytes(const struct kern_wmat *m)
 	if (!br)
 		return 0;
 	size_t n = (size_t)((m->rows + br - 1) / br) * (size_t)((m->cols + bc - 1) / bc);
-	return m->fmt == KERN_WFMT_FP8_F32_B128 ? n * 4 : n;
+	return m->fmt == KERN_WFMT_FP8_F32_B128 || m->fmt == KERN_WFMT_FP8_F32_R128 ? n * 4 : n;
 }
 
 enum status kern_wmat_validate(const struct kern_wmat *m, const char *what, struct err *e)
@@ -112,6 +116,13 @@ void kern_wmat_decode_row(const struct kern_wmat *m, int64_t r, float *out)
 			for (int64_t c = b * 128; c < c1; c++)
 				out[c] = kern_e4m3_to_f32(d[c]) * s;
 		}
+		return;
+	}
+	case KERN_WFMT_FP8_F32_R128: {
+		const uint8_t *d = (const uint8_t *)m->data + r * cols;
+		const float *s = (const float *)m->scale;
+		for (int64_t c = 0; c < cols; c++)
+			out[c] = kern_e4m3_to_f32(d[c]) * s[(c / 128) * m->rows + r];
 		return;
 	}
 	case KERN_WFMT_MXFP4:
@@ -168,13 +179,15 @@ static void data_elem_bytes(enum kern_wfmt f, int *num, int *den)
 
 static int scale_elem_bytes(enum kern_wfmt f)
 {
-	return f == KERN_WFMT_FP8_F32_B128 ? 4 : 1;
+	return f == KERN_WFMT_FP8_F32_B128 || f == KERN_WFMT_FP8_F32_R128 ? 4 : 1;
 }
 
 enum status kern_wmat_slice(const struct kern_wmat *m, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
 			    struct kern_wmat *out, struct err *e)
 {
 	memset(out, 0, sizeof *out);
+	if (m->fmt == KERN_WFMT_FP8_F32_R128)
+		return err_set(e, ST_INVALID, "slice of fp8_f32_r128: a prepared layout (slice before prepare)");
 	if (r0 < 0 || r1 > m->rows || r0 >= r1 || c0 < 0 || c1 > m->cols || c0 >= c1)
 		return err_set(e, ST_INVALID, "slice [%lld:%lld, %lld:%lld] of [%lld, %lld]", (long long)r0,
 			       (long long)r1, (long long)c0, (long long)c1, (long long)m->rows, (long long)m->cols);
@@ -223,6 +236,8 @@ enum status kern_wmat_concat_rows(const struct kern_wmat *a, const struct kern_w
 				  struct err *e)
 {
 	memset(out, 0, sizeof *out);
+	if (a->fmt == KERN_WFMT_FP8_F32_R128)
+		return err_set(e, ST_INVALID, "concat of fp8_f32_r128: a prepared layout (fuse before prepare)");
 	if (a->fmt != b->fmt || a->cols != b->cols)
 		return err_set(e, ST_INVALID, "concat: %s [%lld, %lld] and %s [%lld, %lld] differ", kern_wfmt_name(a->fmt),
 			       (long long)a->rows, (long long)a->cols, kern_wfmt_name(b->fmt), (long long)b->rows,

@@ -14,10 +14,16 @@
  *   FP8_F32_B128      e4m3 [rows, cols]            f32  [ceil(rows/128), ceil(cols/128)]  -
  *   MXFP4             e2m1x2 [rows, cols/2]        e8m0 [rows, cols/32]                   cols % 32 == 0
  *   NVFP4             e2m1x2 [rows, cols/2]        e4m3 [rows, cols/16]                   f32 global_scale
+ *   FP8_F32_R128      e4m3 [rows, cols]            f32  [ceil(cols/128), rows]            prepared only
  *
+ * FP8_F32_R128 is not a checkpoint format: linear_cublaslt_sm90's prepare()
+ * replicates each 128x128 block scale over its 128 rows (exact) and stores
+ * the per-row 1x128 scales transposed, s[c/128][r], which is the layout
+ * cuBLASLt's VEC128_32F mode reads for its A operand (linear_cublaslt.h).
+ * It cannot be sliced or concatenated (shard and fuse before prepare).
  * e2m1x2: two elements per byte, low nibble = even column. Scale tensors are
  * dense row-major. Decoded value:
- *   FP8_*   w = e4m3(q) * s[r/128][c/128]
+ *   FP8_*   w = e4m3(q) * s[r/128][c/128]          (FP8_F32_R128: s[c/128][r])
  *   MXFP4   w = e2m1(q) * e8m0(s[r][c/32])
  *   NVFP4   w = e2m1(q) * (e4m3(s[r][c/16]) * global)   (block x global formed first, in f32)
  */
@@ -37,6 +43,7 @@ enum kern_wfmt {
 	KERN_WFMT_FP8_F32_B128 = 4,  /* the same after E8M0 -> f32 widening (or fp32-scale checkpoints) */
 	KERN_WFMT_MXFP4 = 5,         /* official routed experts */
 	KERN_WFMT_NVFP4 = 6,         /* ModelOpt NVFP4 experts */
+	KERN_WFMT_FP8_F32_R128 = 7,  /* prepared: per-row 1x128 f32 scales, transposed (cuBLASLt VEC128) */
 	KERN_WFMT_COUNT
 };
 

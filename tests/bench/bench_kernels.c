@@ -85,7 +85,8 @@ static void row(const char *name, const char *shape, double us, double flops, do
 		enum status st, const char *why)
 {
 	if (st != ST_OK || why) {
-		printf("| %-24s | %-26s | %s |\n", name, shape, why ? why : status_str(st));
+		/* all seven cells, so the markdown table stays rectangular */
+		printf("| %-24s | %-26s | %s | | | | |\n", name, shape, why ? why : status_str(st));
 		return;
 	}
 	double t = us * 1e-6, roof = fmax(flops / peak, bytes / HBM_BPS) * 1e6;

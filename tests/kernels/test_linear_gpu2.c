@@ -3,22 +3,24 @@
  * (linear_cublaslt_sm90) against the CPU reference on the real device.
  *
  * What it checks, and why each part can fail:
- *   - a shape sweep over n_tokens (1 = decode, 2, 5, 16, 17, 100, 129: not
- *     multiples of cuBLASLt's tiles), in (512 .. 4096, the multiples of 512
- *     the guard admits) and out (16, 144, 1040, 4096: multiples of 16, most
- *     not of 128, so the last 128-row scale block is partial), x in f32 and
- *     bf16, y in f32 and bf16 with a padded row stride, weights with E8M0
- *     (widened by prepare) and f32 scales;
+ *   - a shape sweep over n_tokens (1 = decode, the BLK128 single-column
+ *     GEMM; 2, 3 = one padded piece of N = 4; 5, 7, 17, 129 = a direct
+ *     multiple-of-4 piece plus a remainder of 1 or a staged 2-3; 16, 100),
+ *     in (128, 640, 1536, 4096: multiples of 128, some with a K-block count
+ *     that is not a multiple of 4) and out (16, 144, 1040, 4096: multiples
+ *     of 16, most not of 128, so the last 128-row scale block is partial),
+ *     x in f32 and bf16, y in f32 and bf16 with a padded row stride,
+ *     weights with E8M0 and f32 scales (prepare: fp8_f32_r128);
  *   - activations whose magnitude changes per token AND per 128-column
- *     block by up to 2^±6, so every activation scale differs: if the
- *     VEC128 scale layout were transposed (LT_ACT_SCALE_TOKEN_MAJOR in
- *     linear_cublaslt.cu), cases with T > 1 and in > 128 fail while T = 1
- *     passes -- the failure message says so;
+ *     block by up to 2^±6, so every activation scale differs: if the B
+ *     VEC128 scale layout (kb*N + t, linear_cublaslt.cu) were transposed,
+ *     cases with T > 1 and in > 128 fail while T = 1 passes; if the weight's
+ *     (kb*out + o) were, T = 1 fails too -- the failure message says so;
  *   - outputs pre-filled with NaN (an unwritten element fails), and the
  *     row padding must stay NaN (nothing written past out); a third of the
  *     cases use ldy = out + 1 (rows not 16-byte aligned), which the variant
  *     serves through its staging buffer, once over 3 staging chunks;
- *   - the guard's refusals (in % 512, out % 16, act_quant 0, bf16 weights)
+ *   - the guard's refusals (in % 128, out % 16, act_quant 0, bf16 weights)
  *     with their reasons, and a missing workspace is ST_INVALID;
  *   - selection on the device: on cc 9.0 kern_select picks
  *     linear_cublaslt_sm90 for the DeepSeek-V4-Flash FP8 shapes and its
@@ -69,7 +71,7 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 	struct err e = {0};
 	T_CHECK(kern_wmat_make_random(&w, fmt, out, in, rng, &e) == ST_OK);
 	T_CHECK(kern_prepare_weight(v, &w, &wp, &e) == ST_OK);
-	T_CHECK(wp.fmt == KERN_WFMT_FP8_F32_B128);
+	T_CHECK(wp.fmt == KERN_WFMT_FP8_F32_R128);
 	const int64_t ldy = out + ldy_pad;
 	void *x = malloc((size_t)(T * in) * 4 + 4);
 	float *yr = malloc((size_t)(T * out) * 4 + 4);
@@ -106,8 +108,8 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 	T_CHECKF(st != ST_OK || ok, "%s %s T%lld in%lld out%lld ldy%lld x%s y%s: %s%s", v->name, kern_wfmt_name(fmt),
 		 (long long)T, (long long)in, (long long)out, (long long)ldy, xdt ? "bf16" : "f32", ydt ? "bf16" : "f32",
 		 why,
-		 T > 1 && in > 128 ? " (if only T > 1 cases fail: the VEC128 activation-scale layout is transposed, "
-				     "see LT_ACT_SCALE_TOKEN_MAJOR)"
+		 T > 1 && in > 128 ? " (if only T > 1 cases fail: suspect the B VEC128 activation-scale layout; "
+				     "if T = 1 fails too, the weight's; see linear_cublaslt.cu)"
 				   : "");
 	T_CHECKF(pad_written == 0, "%s wrote %d elements past out into the row padding", v->name, pad_written);
 	free(x);
@@ -162,23 +164,24 @@ int main(void)
 	T_CHECKF(kern_variant_accepts(v, &dp, &dev, NULL, why, sizeof why), "refused on the H200: %s", why);
 
 	/* Guards. */
-	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 640, 1024, 128, "not a multiple of 512");
+	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1000, 1024, 128, "not a multiple of 128");
+	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1024, 65536 + 16, 128, "dimension too large");
 	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1024, 100, 128, "not a multiple of 16");
 	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1024, 1024, 0, "act_quant_block 0");
 	expect_refusal(v, &dev, KERN_WFMT_BF16, 1024, 1024, 128, "weight format bf16");
 #if DSV4_HAVE_CUDA
-	struct kern_wmat dummy = {.fmt = KERN_WFMT_FP8_F32_B128, .rows = 1024, .cols = 1024};
+	struct kern_wmat dummy = {.fmt = KERN_WFMT_FP8_F32_R128, .rows = 1024, .cols = 1024};
 	struct kern_linear_args nows = {.n_tokens = 1, .w = &dummy, .act_quant_block = 128};
 	T_CHECK(kern_linear_cublaslt(&nows) == ST_INVALID); /* no workspace: refused before any launch */
 #endif
 
 	/* Sweep. */
-	static const int64_t Ts[] = {1, 2, 5, 16, 17, 100, 129};
-	static const int64_t ins[] = {512, 1024, 1536, 4096};
+	static const int64_t Ts[] = {1, 2, 3, 5, 7, 16, 17, 100, 129};
+	static const int64_t ins[] = {128, 640, 1536, 4096};
 	static const int64_t outs[] = {16, 144, 1040, 4096};
 	int ran = 0, failed = 0;
-	for (int i = 0; i < 48; i++) {
-		int64_t T = Ts[i % 7], in = ins[(i / 7) % 4], out = outs[rnd(&rng, 0, 3)];
+	for (int i = 0; i < 54; i++) {
+		int64_t T = Ts[i % 9], in = ins[(i / 9) % 4], out = outs[rnd(&rng, 0, 3)];
 		enum kern_wfmt f = (i & 1) ? KERN_WFMT_FP8_F32_B128 : KERN_WFMT_FP8_E8M0_B128;
 		enum kern_dtype xdt = (enum kern_dtype)(kern_rand_u64(&rng) & 1), ydt = (enum kern_dtype)((i >> 1) & 1);
 		struct kern_linear_shape sh = {.in = in, .out = out, .max_tokens = T, .act_quant_block = 128,

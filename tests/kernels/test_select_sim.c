@@ -13,13 +13,41 @@
  * The simulated device's `loadable` set is forced to what a real device of
  * that capability could load, so the verdicts do not depend on which images
  * this build contains; "chosen" checks need run() and so a CUDA build.
+ * Also: linear_cublaslt_sm90's prepare() (fp8_f32_r128, per-row scales
+ * replicated from the 128x128 blocks) decodes to exactly the stored weight,
+ * E8M0 and f32 scales, with a partial last row block.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
+#include "kernels/linear/linear_cublaslt.h"
 #include "tests/test.h"
+
+/* prepare() for the cuBLASLt variant: every decoded row equals the stored one. */
+static void check_r128_prepare(enum kern_wfmt fmt)
+{
+	struct kern_wmat w, wp;
+	struct err e = {0};
+	uint64_t rng = 0x77u + (uint64_t)fmt;
+	T_CHECK(kern_wmat_make_random(&w, fmt, 144, 640, &rng, &e) == ST_OK);
+	T_CHECKF(kern_linear_cublaslt_prepare(&w, &wp, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(wp.fmt == KERN_WFMT_FP8_F32_R128 && wp.data == w.data);
+	T_CHECK(kern_wmat_scale_bytes(&wp) == (size_t)(144 * 5) * sizeof(float));
+	float a[640], b[640];
+	int bad = 0;
+	for (int64_t r = 0; r < 144; r++) {
+		kern_wmat_decode_row(&w, r, a);
+		kern_wmat_decode_row(&wp, r, b);
+		bad += memcmp(a, b, sizeof a) != 0;
+	}
+	T_CHECKF(bad == 0, "%s: %d rows of the fp8_f32_r128 copy decode differently", kern_wfmt_name(fmt), bad);
+	struct kern_wmat sl;
+	T_CHECK(kern_wmat_slice(&wp, 0, 128, 0, 640, &sl, &e) == ST_INVALID); /* prepared layouts are not sliced */
+	kern_wmat_release(&wp);
+	kern_wmat_release(&w);
+}
 
 /* T_STR_CONTAINS on a char array trips -Waddress; take a pointer. */
 static void contains(const char *hay, const char *needle)
@@ -111,9 +139,9 @@ int main(void)
 	/* Hopper: cuBLASLt wins; its shape guard refuses what its scale layout cannot take. */
 	expect_chosen(&kern_op_linear, "linear_cublaslt_sm90", &lp, &d90, false);
 	struct kern_linear_shape odd = lsh;
-	odd.in = 4096 + 128;
+	odd.in = 4096 + 64;
 	struct kern_problem op_odd = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &odd};
-	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_odd, &d90, "not a multiple of 512");
+	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_odd, &d90, "not a multiple of 128");
 	expect_chosen(&kern_op_linear, "linear_cuda_generic", &op_odd, &d90, false);
 	struct kern_linear_shape noq = lsh;
 	noq.act_quant_block = 0;
@@ -176,5 +204,7 @@ int main(void)
 	struct err e = {0};
 	T_CHECK(kern_select(&kern_op_hc_prenorm, &hp, &cpu, NULL, 0, &v, &e) == ST_OK && v == &kern_op_hc_prenorm.variants[0]);
 	T_CHECK(kern_select(&kern_op_moe_gemm, &fp8, &cpu, NULL, 0, &v, &e) == ST_OK && v == &kern_op_moe_gemm.variants[0]);
+	check_r128_prepare(KERN_WFMT_FP8_E8M0_B128);
+	check_r128_prepare(KERN_WFMT_FP8_F32_B128);
 	return test_exit();
 }
