@@ -1,10 +1,18 @@
 /*
- * model/weights.c: builds the per-layer plan (model/weights.h) from a
- * validated checkpoint: views of every tensor, the GEMM variants chosen by
- * kern_select for each weight's format and shape, and the weight-free ops'
- * variants. The checkpoint reader already checked names, dtypes and shapes,
- * so failures here are "no variant fits" or a tensor the schema does not
- * require but the forward pass does (which would be a schema bug).
+ * model/weights.c: the kernel plan of the forward pass and the per-layer
+ * weights that follow it (model/weights.h).
+ *
+ * The plan (model_plan_build) is the one place where kernels are selected:
+ * from the config, the stored format of each weight group and the shapes
+ * this rank runs, kern_select picks a variant for every linear site, the
+ * routed experts' GEMMs, the weight-free ops of each layer and the head. It
+ * needs no tensor, so `dsv4 kernels` plans a real config.json for any
+ * simulated device. model_weights_load derives the formats from the
+ * checkpoint, builds the plan, and then only views the tensors and runs the
+ * chosen variants' prepare(): the checkpoint reader already checked names,
+ * dtypes and shapes, so a loader failure after planning is a tensor the
+ * plan and the schema disagree on (a bug) or a TP shard the stored blocks
+ * cannot express.
  */
 #include "model/weights.h"
 
@@ -14,11 +22,367 @@
 
 #include "common/log.h"
 
+/* ---- formats ---- */
+
+void model_formats_from_checkpoint(const struct model_checkpoint *ck, struct model_layer_formats *fmts)
+{
+	const struct model_config *cfg = model_checkpoint_config(ck);
+	for (int l = 0; l < cfg->n_layers_total; l++)
+		for (int g = 0; g < MODEL_GROUP_COUNT; g++)
+			fmts[l].group[g] = model_checkpoint_group_format(ck, l, (enum model_group)g);
+}
+
+enum status model_formats_from_config(const struct model_config *cfg, struct model_layer_formats *fmts,
+				      struct err *e)
+{
+	bool q = cfg->quant.present;
+	enum model_expert_dtype ed = cfg->expert_dtype;
+	if (!q && (ed == MODEL_EXPERT_DTYPE_FP4 || ed == MODEL_EXPERT_DTYPE_FP8))
+		return err_set(e, ST_INVALID, "config.json: expert_dtype %s without quantization_config",
+			       model_expert_dtype_str(ed));
+	if (q && cfg->quant.moe_nvfp4 && (ed == MODEL_EXPERT_DTYPE_FP8 || ed == MODEL_EXPERT_DTYPE_BF16))
+		return err_set(e, ST_INVALID, "config.json: expert_dtype %s contradicts moe_quant_algo NVFP4",
+			       model_expert_dtype_str(ed));
+	enum model_weight_format dense = q ? MODEL_FMT_FP8_BLOCK : MODEL_FMT_BF16;
+	enum model_weight_format experts = !q                           ? MODEL_FMT_BF16
+					   : ed == MODEL_EXPERT_DTYPE_FP8  ? MODEL_FMT_FP8_BLOCK
+					   : ed == MODEL_EXPERT_DTYPE_BF16 ? MODEL_FMT_BF16
+									   : MODEL_FMT_MXFP4;
+	for (int l = 0; l < cfg->n_layers_total; l++) {
+		struct model_layer_formats *f = &fmts[l];
+		bool mtp = model_config_is_mtp_layer(cfg, l);
+		memset(f, 0, sizeof *f);
+		f->group[MODEL_GROUP_ATTN] = dense;
+		if (cfg->n_shared_experts > 0)
+			f->group[MODEL_GROUP_SHARED_EXPERTS] = dense;
+		f->group[MODEL_GROUP_ROUTED_EXPERTS] = experts;
+		if (q && cfg->quant.moe_nvfp4)
+			f->group[MODEL_GROUP_ROUTED_EXPERTS] = mtp && cfg->quant.ignore_mtp ? MODEL_FMT_MXFP4 : MODEL_FMT_NVFP4;
+		if (mtp)
+			f->group[MODEL_GROUP_MTP_PROJ] = dense;
+	}
+	return ST_OK;
+}
+
+/* ---- the plan ---- */
+
+/* Per site: the name suffix after "layers.L.", the group whose format it is
+ * stored in (OTHER: a plain BF16 matrix), and whether the reference
+ * quantizes its activations (simulation on, quantized weight). */
+static const struct {
+	const char *name;
+	enum model_group group;
+	bool act_quant;
+} site_info[MODEL_LIN_COUNT] = {
+	[MODEL_LIN_WQ_A] = {"attn.wq_a", MODEL_GROUP_ATTN, true},
+	[MODEL_LIN_WQ_B] = {"attn.wq_b", MODEL_GROUP_ATTN, true},
+	[MODEL_LIN_WKV] = {"attn.wkv", MODEL_GROUP_ATTN, true},
+	/* no act_quant: the reference runs this grouped einsum in bf16 on
+	 * dequantized weights (dsv4.md §3.3 output path, step 2) */
+	[MODEL_LIN_WO_A] = {"attn.wo_a", MODEL_GROUP_ATTN, false},
+	[MODEL_LIN_WO_B] = {"attn.wo_b", MODEL_GROUP_ATTN, true},
+	[MODEL_LIN_CMP_WKV] = {"attn.compressor.wkv", MODEL_GROUP_OTHER, false},
+	[MODEL_LIN_CMP_WGATE] = {"attn.compressor.wgate", MODEL_GROUP_OTHER, false},
+	[MODEL_LIN_IDX_WQ_B] = {"attn.indexer.wq_b", MODEL_GROUP_ATTN, true},
+	[MODEL_LIN_IDX_WPROJ] = {"attn.indexer.weights_proj", MODEL_GROUP_OTHER, false},
+	[MODEL_LIN_IDX_CMP_WKV] = {"attn.indexer.compressor.wkv", MODEL_GROUP_OTHER, false},
+	[MODEL_LIN_IDX_CMP_WGATE] = {"attn.indexer.compressor.wgate", MODEL_GROUP_OTHER, false},
+	[MODEL_LIN_GATE] = {"ffn.gate", MODEL_GROUP_OTHER, false},
+	[MODEL_LIN_SH_W1] = {"ffn.shared_experts.w1", MODEL_GROUP_SHARED_EXPERTS, true},
+	[MODEL_LIN_SH_W3] = {"ffn.shared_experts.w3", MODEL_GROUP_SHARED_EXPERTS, true},
+	[MODEL_LIN_SH_W2] = {"ffn.shared_experts.w2", MODEL_GROUP_SHARED_EXPERTS, true},
+	[MODEL_LIN_EXP_W13] = {"ffn.experts.w1,w3", MODEL_GROUP_ROUTED_EXPERTS, true},
+	[MODEL_LIN_EXP_W2] = {"ffn.experts.w2", MODEL_GROUP_ROUTED_EXPERTS, true},
+	[MODEL_LIN_E_PROJ] = {"e_proj", MODEL_GROUP_MTP_PROJ, true},
+	[MODEL_LIN_H_PROJ] = {"h_proj", MODEL_GROUP_MTP_PROJ, true},
+};
+
+static const struct kern_op *const layer_ops[MODEL_OP_COUNT] = {
+	[MODEL_OP_RMSNORM] = &kern_op_rmsnorm,
+	[MODEL_OP_ROPE] = &kern_op_rope,
+	[MODEL_OP_HC_PRENORM] = &kern_op_hc_prenorm,
+	[MODEL_OP_HC_SPLIT] = &kern_op_hc_split,
+	[MODEL_OP_HC_PRE_COMBINE] = &kern_op_hc_pre_combine,
+	[MODEL_OP_HC_POST] = &kern_op_hc_post,
+	[MODEL_OP_ATTN_INDEX] = &kern_op_attn_index,
+	[MODEL_OP_SPARSE_ATTN] = &kern_op_sparse_attn,
+	[MODEL_OP_COMPRESSOR] = &kern_op_compressor,
+	[MODEL_OP_INDEXER_ROTATE] = &kern_op_indexer_rotate,
+	[MODEL_OP_INDEXER_TOPK] = &kern_op_indexer_topk,
+	[MODEL_OP_ROUTE] = &kern_op_route,
+	[MODEL_OP_MOE_GROUP] = &kern_op_moe_group,
+	[MODEL_OP_SWIGLU] = &kern_op_swiglu,
+};
+
+const char *model_lin_site_name(enum model_lin_site s)
+{
+	return (unsigned)s < MODEL_LIN_COUNT ? site_info[s].name : "?";
+}
+
+const struct kern_op *model_layer_op_kern(enum model_layer_op o)
+{
+	return (unsigned)o < MODEL_OP_COUNT ? layer_ops[o] : NULL;
+}
+
+static bool wfmt_quantized(enum kern_wfmt f)
+{
+	return f != KERN_WFMT_NONE && f != KERN_WFMT_BF16 && f != KERN_WFMT_F32;
+}
+
+struct planner {
+	const struct model_config *cfg;
+	const struct model_layer_formats *fmts;
+	const struct model_plan_options *opt;
+	struct kern_device dev;
+	struct model_plan *p;
+};
+
+/* A row per distinct (layer, op, variant); the rows of one layer are contiguous. */
+static enum status row_add(struct model_plan *p, int layer, const struct kern_op *op, const struct kern_variant *v,
+			   struct err *e)
+{
+	for (int i = p->rows.n - 1; i >= 0 && p->rows.entries[i].layer == layer; i--)
+		if (p->rows.entries[i].op == op->name && p->rows.entries[i].variant == v->name)
+			return ST_OK;
+	return kern_plan_add(&p->rows, layer, op, v, e);
+}
+
+/* A stored format as the kernels name it (FP8 checkpoints have E8M0 block
+ * scales, model/schema.h). */
+static enum status kern_wfmt_of(const struct model_config *cfg, enum model_weight_format f, enum kern_wfmt *out,
+				struct err *e)
+{
+	switch (f) {
+	case MODEL_FMT_BF16: *out = KERN_WFMT_BF16; return ST_OK;
+	case MODEL_FMT_F32: *out = KERN_WFMT_F32; return ST_OK;
+	case MODEL_FMT_FP8_BLOCK:
+		if (cfg->quant.present && (cfg->quant.weight_block_size[0] != 128 || cfg->quant.weight_block_size[1] != 128))
+			return err_set(e, ST_UNSUPPORTED, "FP8 block size %lldx%lld (only 128x128)",
+				       (long long)cfg->quant.weight_block_size[0], (long long)cfg->quant.weight_block_size[1]);
+		*out = KERN_WFMT_FP8_E8M0_B128;
+		return ST_OK;
+	case MODEL_FMT_MXFP4: *out = KERN_WFMT_MXFP4; return ST_OK;
+	case MODEL_FMT_NVFP4: *out = KERN_WFMT_NVFP4; return ST_OK;
+	case MODEL_FMT_NONE:
+	case MODEL_FMT_COUNT: break;
+	}
+	return err_set(e, ST_INVALID, "no storage format");
+}
+
+/* Does layer have site s, and with what local [out, in]? */
+static bool site_shape(const struct planner *P, const struct model_layer_plan *ly, enum model_lin_site s,
+		       int64_t *out, int64_t *in)
+{
+	const struct model_config *c = P->cfg;
+	int64_t ws = P->opt->world_size, D = c->hidden_size, H = c->num_attention_heads, d = c->head_dim;
+	int64_t G = c->o_groups, R = c->o_lora_rank, Q = c->q_lora_rank, ih = c->index_n_heads, id = c->index_head_dim;
+	int64_t I = c->moe_intermediate_size, IL = I * c->n_shared_experts / ws;
+	bool csa = ly->kind == MODEL_ATTN_CSA;
+	int64_t coff = csa ? 2 : 1;
+	struct { bool has; int64_t out, in; } t;
+	switch (s) {
+	case MODEL_LIN_WQ_A: t.has = true, t.out = Q, t.in = D; break;
+	case MODEL_LIN_WQ_B: t.has = true, t.out = H / ws * d, t.in = Q; break;
+	case MODEL_LIN_WKV: t.has = true, t.out = c->num_key_value_heads * d, t.in = D; break;
+	case MODEL_LIN_WO_A: t.has = true, t.out = R, t.in = H / G * d; break;
+	case MODEL_LIN_WO_B: t.has = true, t.out = D, t.in = G / ws * R; break;
+	case MODEL_LIN_CMP_WKV:
+	case MODEL_LIN_CMP_WGATE: t.has = ly->ratio != 0, t.out = coff * d, t.in = D; break;
+	case MODEL_LIN_IDX_WQ_B: t.has = csa, t.out = ih * id, t.in = Q; break;
+	case MODEL_LIN_IDX_WPROJ: t.has = csa, t.out = ih, t.in = D; break;
+	case MODEL_LIN_IDX_CMP_WKV:
+	case MODEL_LIN_IDX_CMP_WGATE: t.has = csa, t.out = 2 * id, t.in = D; break;
+	case MODEL_LIN_GATE: t.has = true, t.out = c->n_routed_experts, t.in = D; break;
+	case MODEL_LIN_SH_W1:
+	case MODEL_LIN_SH_W3: t.has = true, t.out = IL, t.in = D; break;
+	case MODEL_LIN_SH_W2: t.has = true, t.out = D, t.in = IL; break;
+	case MODEL_LIN_EXP_W13: t.has = true, t.out = I, t.in = D; break;
+	case MODEL_LIN_EXP_W2: t.has = true, t.out = D, t.in = I; break;
+	case MODEL_LIN_E_PROJ:
+	case MODEL_LIN_H_PROJ: t.has = ly->mtp, t.out = D, t.in = D; break;
+	default: t.has = false, t.out = t.in = 0; break;
+	}
+	*out = t.out;
+	*in = t.in;
+	return t.has;
+}
+
+/* Select the linear (or expert GEMM) of one site; where names it in errors. */
+static enum status plan_lin(struct planner *P, int layer, const char *where, bool moe, enum kern_wfmt f, int64_t out,
+			    int64_t in, bool allow_aq, struct model_lin_plan *x, struct err *e)
+{
+	const struct model_plan_options *o = P->opt;
+	int aq = allow_aq && wfmt_quantized(f) && o->quant_sim ? 128 : 0;
+	struct kern_linear_shape ls = {.in = in, .out = out, .max_tokens = o->max_step_tokens, .act_quant_block = aq,
+				       .x_dtype = KERN_DT_F32, .y_dtype = KERN_DT_F32};
+	struct kern_moe_gemm_shape ms = {.in = in, .out = out, .n_experts = P->cfg->n_routed_experts / o->world_size,
+					 .max_rows = o->max_step_tokens * P->cfg->num_experts_per_tok,
+					 .act_quant_block = aq, .x_dtype = KERN_DT_F32, .y_dtype = KERN_DT_F32};
+	struct kern_problem pr = {.wfmt = f, .tp_size = o->world_size, .shape = moe ? (const void *)&ms : (const void *)&ls};
+	const struct kern_op *op = moe ? &kern_op_moe_gemm : &kern_op_linear;
+	const struct kern_variant *v;
+	enum status st = kern_select(op, &pr, &P->dev, o->disabled, -1, &v, e);
+	if (st) {
+		if (layer >= 0)
+			return err_prefix(e, "layer %d (%s)", layer, where);
+		return err_prefix(e, "%s", where);
+	}
+	*x = (struct model_lin_plan){.v = v, .op = op, .wfmt = f, .out = out, .in = in, .act_quant_block = aq};
+	return row_add(P->p, layer, op, v, e);
+}
+
+static enum status plan_layer(struct planner *P, int layer, struct model_layer_plan *ly, struct err *e)
+{
+	const struct model_config *cfg = P->cfg;
+	enum status st;
+	ly->layer = layer;
+	ly->kind = model_config_attn_kind(cfg, layer);
+	ly->ratio = cfg->compress_ratios[layer];
+	ly->hash = model_config_is_hash_layer(cfg, layer);
+	ly->mtp = model_config_is_mtp_layer(cfg, layer);
+	/* the weight-free ops, in the order the forward pass meets them */
+	for (int o = 0; o < MODEL_OP_COUNT; o++) {
+		if (o == MODEL_OP_COMPRESSOR && !ly->ratio)
+			continue;
+		if ((o == MODEL_OP_INDEXER_ROTATE || o == MODEL_OP_INDEXER_TOPK) && ly->kind != MODEL_ATTN_CSA)
+			continue;
+		struct kern_problem pr = {.wfmt = KERN_WFMT_NONE, .tp_size = P->opt->world_size, .shape = NULL};
+		if ((st = kern_select(layer_ops[o], &pr, &P->dev, P->opt->disabled, layer, &ly->op[o], e)) ||
+		    (st = row_add(P->p, layer, layer_ops[o], ly->op[o], e)))
+			return st;
+	}
+	char lp[48], where[160];
+	model_schema_layer_prefix(cfg, layer, lp, sizeof lp);
+	for (int s = 0; s < MODEL_LIN_COUNT; s++) {
+		int64_t out, in;
+		if (!site_shape(P, ly, (enum model_lin_site)s, &out, &in))
+			continue;
+		snprintf(where, sizeof where, "%s.%s", lp, site_info[s].name);
+		enum model_group g = site_info[s].group;
+		enum model_weight_format mf = g == MODEL_GROUP_OTHER ? MODEL_FMT_BF16 : P->fmts[layer].group[g];
+		if (mf == MODEL_FMT_NONE)
+			return err_set(e, ST_INVALID, "layer %d (%s): no storage format for group %s", layer, where,
+				       model_group_str(g));
+		enum kern_wfmt f;
+		if ((st = kern_wfmt_of(cfg, mf, &f, e)))
+			return err_prefix(e, "layer %d (%s)", layer, where);
+		bool moe = s == MODEL_LIN_EXP_W13 || s == MODEL_LIN_EXP_W2;
+		if ((st = plan_lin(P, layer, where, moe, f, out, in, site_info[s].act_quant, &ly->lin[s], e)))
+			return st;
+	}
+	return ST_OK;
+}
+
+enum status model_plan_build(const struct model_config *cfg, const struct model_layer_formats *fmts,
+			     const struct model_plan_options *opt, struct model_plan *out, struct err *e)
+{
+	memset(out, 0, sizeof *out);
+	kern_plan_init(&out->rows);
+	int ws = opt->world_size;
+	if (ws < 1)
+		return err_set(e, ST_INVALID, "world size %d", ws);
+	if (cfg->num_attention_heads % ws || cfg->o_groups % ws || cfg->n_routed_experts % ws || cfg->vocab_size % ws ||
+	    cfg->moe_intermediate_size % ws)
+		return err_set(e, ST_UNSUPPORTED,
+			       "world size %d does not divide heads %lld, o_groups %lld, experts %lld, moe_intermediate_size "
+			       "%lld and vocab %lld", ws, (long long)cfg->num_attention_heads, (long long)cfg->o_groups,
+			       (long long)cfg->n_routed_experts, (long long)cfg->moe_intermediate_size,
+			       (long long)cfg->vocab_size);
+	if (cfg->n_shared_experts < 1)
+		return err_set(e, ST_UNSUPPORTED, "n_shared_experts %lld: the forward pass runs one shared expert",
+			       (long long)cfg->n_shared_experts);
+	struct planner P = {.cfg = cfg, .fmts = fmts, .opt = opt, .p = out};
+	if (opt->dev)
+		P.dev = *opt->dev;
+	else
+		kern_device_cpu(&P.dev);
+	out->n_layers = (int)cfg->num_hidden_layers;
+	out->n_mtp = opt->load_mtp && cfg->num_nextn_predict_layers > 0 ? 1 : 0;
+	out->layers = calloc((size_t)(out->n_layers + out->n_mtp), sizeof *out->layers);
+	enum status st = ST_OK;
+	if (!out->layers) {
+		st = err_set(e, ST_NOMEM, "kernel plan: %d layers", out->n_layers + out->n_mtp);
+		goto fail;
+	}
+	for (int l = 0; l < out->n_layers + out->n_mtp; l++)
+		if ((st = plan_layer(&P, l, &out->layers[l], e)))
+			goto fail;
+	if ((st = plan_lin(&P, -1, "head", false, KERN_WFMT_BF16, cfg->vocab_size / ws, cfg->hidden_size, false,
+			   &out->head, e)))
+		goto fail;
+	return ST_OK;
+fail:
+	model_plan_free(out);
+	return st;
+}
+
+void model_plan_free(struct model_plan *p)
+{
+	if (!p)
+		return;
+	free(p->layers);
+	kern_plan_free(&p->rows);
+	memset(p, 0, sizeof *p);
+}
+
+struct plan_buf {
+	char *buf;
+	size_t n, len;
+};
+
+static void pb_add(struct plan_buf *b, const char *fmt, const char *x, const char *y)
+{
+	int k = snprintf(b->len < b->n ? b->buf + b->len : NULL, b->len < b->n ? b->n - b->len : 0, fmt, x, y);
+	if (k > 0)
+		b->len += (size_t)k;
+}
+
+/* " op[fmt]=variant" once per distinct (op, format, variant) of ls[0..n). */
+static void pb_lins(struct plan_buf *b, const struct model_lin_plan *ls, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (!ls[i].v)
+			continue;
+		bool seen = false;
+		for (int j = 0; j < i; j++)
+			seen |= ls[j].v == ls[i].v && ls[j].wfmt == ls[i].wfmt;
+		if (seen)
+			continue;
+		char key[KERN_NAME_BYTES + 32];
+		snprintf(key, sizeof key, "%s[%s]", ls[i].op->name, kern_wfmt_name(ls[i].wfmt));
+		pb_add(b, " %s=%s", key, ls[i].v->name);
+	}
+}
+
+size_t model_plan_str(const struct model_plan *p, char *buf, size_t n)
+{
+	struct plan_buf b = {.buf = buf, .n = n};
+	if (n)
+		buf[0] = 0;
+	pb_add(&b, "%s%s:", "head", "");
+	pb_lins(&b, &p->head, 1);
+	pb_add(&b, "%s%s\n", "", "");
+	for (int l = 0; l < p->n_layers + p->n_mtp; l++) {
+		const struct model_layer_plan *ly = &p->layers[l];
+		char lbl[64];
+		snprintf(lbl, sizeof lbl, "layer %d (%s%s%s):", l, model_attn_kind_str(ly->kind), ly->mtp ? ", MTP" : "",
+			 ly->hash ? ", hash-routed" : "");
+		pb_add(&b, "%s%s", lbl, "");
+		pb_lins(&b, ly->lin, MODEL_LIN_COUNT);
+		for (int o = 0; o < MODEL_OP_COUNT; o++)
+			if (ly->op[o])
+				pb_add(&b, " %s=%s", layer_ops[o]->name, ly->op[o]->name);
+		pb_add(&b, "%s%s\n", "", "");
+	}
+	return b.len;
+}
+
+/* ---- the weights ---- */
+
 struct loader {
 	struct model_weights *w;
 	const struct model_weights_options *opt;
 	const struct model_checkpoint *ck;
-	struct kern_device dev;
 };
 
 static enum status own(struct model_weights *w, void *p, struct err *e)
@@ -124,43 +488,37 @@ static enum status wmat_of(struct loader *L, const char *prefix, struct kern_wma
 	return kern_wmat_validate(m, prefix, e);
 }
 
-static enum status plan_add(struct loader *L, int layer, const struct kern_op *op, const struct kern_variant *v,
-			    struct err *e)
+/* The chosen variant's layout of the stored (possibly sharded) weight m of
+ * plan site pl, whose format and local shape must be what the plan was made
+ * for (both come from the schema, so a mismatch is a bug, named here). */
+static enum status lin_setup(const struct model_lin_plan *pl, const char *name, struct kern_wmat *m,
+			     struct model_lin *out, struct err *e)
 {
-	return kern_plan_add(&L->w->plan, layer, op, v, e);
-}
-
-/* Select and prepare a linear of the stored weight m (owned views are
- * released by model_weights_free through the layer walk). */
-static enum status lin_setup(struct loader *L, int layer, struct kern_wmat *m, bool allow_aq, struct model_lin *out,
-			     struct err *e)
-{
-	bool quantized = m->fmt == KERN_WFMT_FP8_E8M0_B128 || m->fmt == KERN_WFMT_FP8_F32_B128 ||
-			 m->fmt == KERN_WFMT_MXFP4 || m->fmt == KERN_WFMT_NVFP4;
-	int aq = allow_aq && quantized && L->opt->quant_sim ? 128 : 0;
-	struct kern_linear_shape sh = {.in = m->cols, .out = m->rows, .max_tokens = L->opt->max_step_tokens,
-				       .act_quant_block = aq, .x_dtype = KERN_DT_F32, .y_dtype = KERN_DT_F32};
-	struct kern_problem p = {.wfmt = m->fmt, .tp_size = L->opt->world_size, .shape = &sh};
-	const struct kern_variant *v;
-	enum status st = kern_select(&kern_op_linear, &p, &L->dev, L->opt->disabled, layer, &v, e);
-	if (st)
-		return st;
+	if (!pl->v)
+		return err_set(e, ST_INVALID, "%s: not in the kernel plan", name);
+	if (m->fmt != pl->wfmt || m->rows != pl->out || m->cols != pl->in)
+		return err_set(e, ST_INVALID, "%s: stored %s [%lld, %lld], but the plan is for %s [%lld, %lld]", name,
+			       kern_wfmt_name(m->fmt), (long long)m->rows, (long long)m->cols, kern_wfmt_name(pl->wfmt),
+			       (long long)pl->out, (long long)pl->in);
 	memset(out, 0, sizeof *out);
-	st = kern_prepare_weight(v, m, &out->w, e);
+	enum status st = kern_prepare_weight(pl->v, m, &out->w, e);
 	if (st)
-		return st;
-	out->v = v;
-	out->run = (kern_linear_fn)v->run;
-	out->act_quant_block = aq;
-	return plan_add(L, layer, &kern_op_linear, v, e);
+		return err_prefix(e, "%s", name);
+	out->v = pl->v;
+	out->run = (kern_linear_fn)pl->v->run;
+	out->act_quant_block = pl->act_quant_block;
+	return ST_OK;
 }
 
-static enum status lin(struct loader *L, int layer, const char *prefix, bool allow_aq, struct model_lin *out,
-		       struct err *e)
+/* A whole stored matrix of site s of layer ly (no shard). */
+static enum status lin(struct loader *L, const struct model_layer_plan *ly, const char *lp, enum model_lin_site s,
+		       struct model_lin *out, struct err *e)
 {
+	char name[192];
+	snprintf(name, sizeof name, "%s.%s", lp, model_lin_site_name(s));
 	struct kern_wmat m;
-	enum status st = wmat_of(L, prefix, &m, e);
-	return st ? st : lin_setup(L, layer, &m, allow_aq, out, e);
+	enum status st = wmat_of(L, name, &m, e);
+	return st ? st : lin_setup(&ly->lin[s], name, &m, out, e);
 }
 
 /* Rows [r0, r0+n) of m as a view. Valid when the rows' scale blocks are
@@ -246,82 +604,43 @@ static enum status cols_copy(const struct kern_wmat *m, int64_t c0, int64_t n, s
 	return ST_OK;
 }
 
-static enum status experts_setup(struct loader *L, int layer, const char *lp, struct model_experts *x, struct err *e)
+static enum status experts_setup(struct loader *L, const struct model_layer_plan *pl, const char *lp,
+				 struct model_experts *x, struct err *e)
 {
-	const struct model_config *cfg = L->w->cfg;
+	int layer = pl->layer;
 	int64_t E = L->w->n_experts_local, e0 = L->w->expert_begin;
 	x->w1 = calloc((size_t)E * 3, sizeof *x->w1);
 	if (!x->w1)
 		return err_set(e, ST_NOMEM, "experts of layer %d", layer);
 	x->w3 = x->w1 + E;
 	x->w2 = x->w3 + E;
+	const struct model_lin_plan *p13 = &pl->lin[MODEL_LIN_EXP_W13], *p2 = &pl->lin[MODEL_LIN_EXP_W2];
 	char name[160];
 	enum status st;
-	for (int64_t k = 0; k < E; k++) {
-		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w1", lp, (long long)(e0 + k));
-		if ((st = wmat_of(L, name, &x->w1[k], e)))
-			return st;
-		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w3", lp, (long long)(e0 + k));
-		if ((st = wmat_of(L, name, &x->w3[k], e)))
-			return st;
-		snprintf(name, sizeof name, "%s.ffn.experts.%lld.w2", lp, (long long)(e0 + k));
-		if ((st = wmat_of(L, name, &x->w2[k], e)))
-			return st;
-	}
-	enum kern_wfmt f = x->w1[0].fmt;
-	bool quantized = f != KERN_WFMT_BF16 && f != KERN_WFMT_F32;
-	x->act_quant_block = quantized && L->opt->quant_sim ? 128 : 0;
-	for (int pass = 0; pass < 2; pass++) {
-		struct kern_wmat *w = pass ? x->w2 : x->w1;
-		struct kern_moe_gemm_shape sh = {.in = w[0].cols, .out = w[0].rows, .n_experts = E,
-						 .max_rows = L->opt->max_step_tokens * cfg->num_experts_per_tok,
-						 .act_quant_block = x->act_quant_block, .x_dtype = KERN_DT_F32,
-						 .y_dtype = KERN_DT_F32};
-		struct kern_problem p = {.wfmt = w[0].fmt, .tp_size = L->opt->world_size, .shape = &sh};
-		const struct kern_variant *v;
-		if ((st = kern_select(&kern_op_moe_gemm, &p, &L->dev, L->opt->disabled, layer, &v, e)))
-			return st;
-		/* the layout the chosen variant consumes (a view when it has no prepare) */
-		for (int a = 0; a < (pass ? 1 : 2); a++) {
-			struct kern_wmat *arr = pass ? x->w2 : a ? x->w3 : x->w1;
-			for (int64_t k = 0; k < E; k++) {
-				struct kern_wmat raw = arr[k];
-				if ((st = kern_prepare_weight(v, &raw, &arr[k], e)))
-					return err_prefix(e, "layer %d expert %lld", layer, (long long)(e0 + k));
-			}
+	for (int a = 0; a < 3; a++) {
+		struct kern_wmat *arr = a == 0 ? x->w1 : a == 1 ? x->w3 : x->w2;
+		const struct model_lin_plan *p = a == 2 ? p2 : p13;
+		for (int64_t k = 0; k < E; k++) {
+			snprintf(name, sizeof name, "%s.ffn.experts.%lld.w%d", lp, (long long)(e0 + k), a == 0 ? 1 : a == 1 ? 3 : 2);
+			struct kern_wmat raw;
+			if ((st = wmat_of(L, name, &raw, e)))
+				return st;
+			if (raw.fmt != p->wfmt || raw.rows != p->out || raw.cols != p->in)
+				return err_set(e, ST_INVALID, "%s: stored %s [%lld, %lld], but the plan is for %s [%lld, %lld]",
+					       name, kern_wfmt_name(raw.fmt), (long long)raw.rows, (long long)raw.cols,
+					       kern_wfmt_name(p->wfmt), (long long)p->out, (long long)p->in);
+			/* the layout the chosen variant consumes (a view when it has no prepare) */
+			if ((st = kern_prepare_weight(p->v, &raw, &arr[k], e)))
+				return err_prefix(e, "%s", name);
 		}
-		if (pass) {
-			x->v2 = v;
-			x->run2 = (kern_moe_gemm_fn)v->run;
-		} else {
-			x->v13 = v;
-			x->run13 = (kern_moe_gemm_fn)v->run;
-		}
-		if ((st = plan_add(L, layer, &kern_op_moe_gemm, v, e)))
-			return st;
 	}
+	x->act_quant_block = p13->act_quant_block;
+	x->v13 = p13->v;
+	x->run13 = (kern_moe_gemm_fn)p13->v->run;
+	x->v2 = p2->v;
+	x->run2 = (kern_moe_gemm_fn)p2->v->run;
 	return ST_OK;
 }
-
-/* Select a weight-free op; stores the run pointer. */
-static enum status sel(struct loader *L, int layer, const struct kern_op *op, kern_fn *out, struct err *e)
-{
-	struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = L->opt->world_size, .shape = NULL};
-	const struct kern_variant *v;
-	enum status st = kern_select(op, &p, &L->dev, L->opt->disabled, layer, &v, e);
-	if (st)
-		return st;
-	*out = v->run;
-	return plan_add(L, layer, op, v, e);
-}
-
-#define SEL(op, field)                                                                             \
-	do {                                                                                       \
-		kern_fn f_;                                                                        \
-		if ((st = sel(L, layer, &(op), &f_, e)))                                           \
-			return st;                                                                 \
-		ly->ops.field = (__typeof__(ly->ops.field))f_;                                     \
-	} while (0)
 
 static enum status hc_site(struct loader *L, const char *prefix, int n_out, int n_scale, struct model_hc *hc,
 			   struct err *e)
@@ -339,8 +658,10 @@ static enum status hc_site(struct loader *L, const char *prefix, int n_out, int 
 	return PLAIN(L, name, MODEL_DTYPE_F32, (uint64_t)n_scale, &hc->scale);
 }
 
-static enum status layer_load(struct loader *L, int layer, struct model_layer *ly, struct err *e)
+static enum status layer_load(struct loader *L, const struct model_layer_plan *pl, struct model_layer *ly,
+			      struct err *e)
 {
+	int layer = pl->layer;
 	const struct model_config *cfg = L->w->cfg;
 	enum status st;
 	char lp[64], name[192];
@@ -353,23 +674,25 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 	ly->hash = model_config_is_hash_layer(cfg, layer);
 	ly->mtp = model_config_is_mtp_layer(cfg, layer);
 
-	SEL(kern_op_rmsnorm, rmsnorm);
-	SEL(kern_op_rope, rope);
-	SEL(kern_op_hc_prenorm, hc_prenorm);
-	SEL(kern_op_hc_split, hc_split);
-	SEL(kern_op_hc_pre_combine, hc_pre_combine);
-	SEL(kern_op_hc_post, hc_post);
-	SEL(kern_op_attn_index, attn_index);
-	SEL(kern_op_sparse_attn, sparse_attn);
-	if (ly->ratio)
-		SEL(kern_op_compressor, compressor);
-	if (ly->kind == MODEL_ATTN_CSA) {
-		SEL(kern_op_indexer_rotate, indexer_rotate);
-		SEL(kern_op_indexer_topk, indexer_topk);
-	}
-	SEL(kern_op_route, route);
-	SEL(kern_op_moe_group, moe_group);
-	SEL(kern_op_swiglu, swiglu);
+	/* the weight-free ops' run pointers */
+	const struct kern_variant *const *o = pl->op;
+#define OP(idx, field)                                                                              \
+	ly->ops.field = o[idx] ? (__typeof__(ly->ops.field))o[idx]->run : NULL
+	OP(MODEL_OP_RMSNORM, rmsnorm);
+	OP(MODEL_OP_ROPE, rope);
+	OP(MODEL_OP_HC_PRENORM, hc_prenorm);
+	OP(MODEL_OP_HC_SPLIT, hc_split);
+	OP(MODEL_OP_HC_PRE_COMBINE, hc_pre_combine);
+	OP(MODEL_OP_HC_POST, hc_post);
+	OP(MODEL_OP_ATTN_INDEX, attn_index);
+	OP(MODEL_OP_SPARSE_ATTN, sparse_attn);
+	OP(MODEL_OP_COMPRESSOR, compressor);
+	OP(MODEL_OP_INDEXER_ROTATE, indexer_rotate);
+	OP(MODEL_OP_INDEXER_TOPK, indexer_topk);
+	OP(MODEL_OP_ROUTE, route);
+	OP(MODEL_OP_MOE_GROUP, moe_group);
+	OP(MODEL_OP_SWIGLU, swiglu);
+#undef OP
 
 	snprintf(name, sizeof name, "%s.attn_norm.weight", lp);
 	if ((st = PLAIN(L, name, MODEL_DTYPE_BF16, (uint64_t)D, &ly->attn_norm)))
@@ -385,22 +708,23 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 		return st;
 
 	/* attention */
-#define LIN(suffix, aq, field)                                                                    \
+#define LIN(site, field)                                                                          \
 	do {                                                                                      \
-		snprintf(name, sizeof name, "%s.%s", lp, suffix);                                 \
-		if ((st = lin(L, layer, name, aq, &ly->field, e)))                                \
+		if ((st = lin(L, pl, lp, site, &ly->field, e)))                                   \
 			return st;                                                                \
 	} while (0)
-	LIN("attn.wq_a", true, wq_a);
-	LIN("attn.wkv", true, wkv);
+	LIN(MODEL_LIN_WQ_A, wq_a);
+	LIN(MODEL_LIN_WKV, wkv);
 	int64_t HL = L->w->n_heads_local, GL = L->w->n_groups_local, R = cfg->o_lora_rank;
 	{
 		/* this rank's heads of wq_b (a row view) and its o_groups' columns of wo_b (a copy) */
 		struct kern_wmat full, part;
 		snprintf(name, sizeof name, "%s.attn.wq_b", lp);
-		if ((st = wmat_of(L, name, &full, e)) ||
-		    (st = rows_view(&full, L->w->rank * HL * d, HL * d, &part, e)) ||
-		    (st = lin_setup(L, layer, &part, true, &ly->wq_b, e)))
+		if ((st = wmat_of(L, name, &full, e)))
+			return st;
+		if ((st = rows_view(&full, L->w->rank * HL * d, HL * d, &part, e)))
+			return err_prefix(e, "%s", name);
+		if ((st = lin_setup(&pl->lin[MODEL_LIN_WQ_B], name, &part, &ly->wq_b, e)))
 			return st;
 		snprintf(name, sizeof name, "%s.attn.wo_b", lp);
 		if ((st = wmat_of(L, name, &full, e)))
@@ -415,7 +739,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 				return st;
 			part.owned = NULL;
 		}
-		if ((st = lin_setup(L, layer, &part, true, &ly->wo_b, e)))
+		if ((st = lin_setup(&pl->lin[MODEL_LIN_WO_B], name, &part, &ly->wo_b, e)))
 			return st;
 	}
 	{
@@ -429,9 +753,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 			struct kern_wmat gv;
 			if ((st = rows_view(&woa, (L->w->rank * GL + g) * R, R, &gv, e)))
 				return err_prefix(e, "%s group %lld", name, (long long)g);
-			/* no act_quant: the reference runs this grouped einsum in bf16 on
-			 * dequantized weights (dsv4.md §3.3 output path, step 2) */
-			if ((st = lin_setup(L, layer, &gv, false, &ly->wo_a[g], e)))
+			if ((st = lin_setup(&pl->lin[MODEL_LIN_WO_A], name, &gv, &ly->wo_a[g], e)))
 				return st;
 		}
 	}
@@ -462,8 +784,8 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 
 	if (ly->ratio) {
 		int c = ly->kind == MODEL_ATTN_CSA ? 2 : 1;
-		LIN("attn.compressor.wkv", false, cmp_wkv);
-		LIN("attn.compressor.wgate", false, cmp_wgate);
+		LIN(MODEL_LIN_CMP_WKV, cmp_wkv);
+		LIN(MODEL_LIN_CMP_WGATE, cmp_wgate);
 		snprintf(name, sizeof name, "%s.attn.compressor.ape", lp);
 		if ((st = PLAIN(L, name, MODEL_DTYPE_F32, (uint64_t)ly->ratio * c * d, &ly->cmp_ape)))
 			return st;
@@ -473,10 +795,10 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 	}
 	if (ly->kind == MODEL_ATTN_CSA) {
 		int64_t id = cfg->index_head_dim;
-		LIN("attn.indexer.wq_b", true, idx_wq_b);
-		LIN("attn.indexer.weights_proj", false, idx_wproj);
-		LIN("attn.indexer.compressor.wkv", false, idx_cmp_wkv);
-		LIN("attn.indexer.compressor.wgate", false, idx_cmp_wgate);
+		LIN(MODEL_LIN_IDX_WQ_B, idx_wq_b);
+		LIN(MODEL_LIN_IDX_WPROJ, idx_wproj);
+		LIN(MODEL_LIN_IDX_CMP_WKV, idx_cmp_wkv);
+		LIN(MODEL_LIN_IDX_CMP_WGATE, idx_cmp_wgate);
 		snprintf(name, sizeof name, "%s.attn.indexer.compressor.ape", lp);
 		if ((st = PLAIN(L, name, MODEL_DTYPE_F32, (uint64_t)ly->ratio * 2 * id, &ly->idx_cmp_ape)))
 			return st;
@@ -486,7 +808,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 	}
 
 	/* MoE */
-	LIN("ffn.gate", false, gate);
+	LIN(MODEL_LIN_GATE, gate);
 	int64_t E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
 	if (ly->hash) {
 		const int64_t *t64;
@@ -507,7 +829,7 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 		if ((st = PLAIN(L, name, MODEL_DTYPE_F32, (uint64_t)E, &ly->gate_bias)))
 			return st;
 	}
-	if ((st = experts_setup(L, layer, lp, &ly->experts, e)))
+	if ((st = experts_setup(L, pl, lp, &ly->experts, e)))
 		return st;
 	{
 		/* the shared expert's intermediate dim split: w1/w3 rows, w2 columns */
@@ -516,11 +838,15 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 		struct kern_wmat full, part;
 		const char *wn[2] = {"w1", "w3"};
 		struct model_lin *dst[2] = {&ly->sh_w1, &ly->sh_w3};
+		const struct model_lin_plan *sp[2] = {&pl->lin[MODEL_LIN_SH_W1], &pl->lin[MODEL_LIN_SH_W3]};
 		for (int k = 0; k < 2; k++) {
 			snprintf(name, sizeof name, "%s.ffn.shared_experts.%s", lp, wn[k]);
-			if ((st = wmat_of(L, name, &full, e)) || (st = rows_view(&full, i0, IL, &part, e)) ||
-			    (st = lin_setup(L, layer, &part, true, dst[k], e)))
+			if ((st = wmat_of(L, name, &full, e)))
+				return st;
+			if ((st = rows_view(&full, i0, IL, &part, e)))
 				return err_prefix(e, "%s", name);
+			if ((st = lin_setup(sp[k], name, &part, dst[k], e)))
+				return st;
 		}
 		snprintf(name, sizeof name, "%s.ffn.shared_experts.w2", lp);
 		if ((st = wmat_of(L, name, &full, e)))
@@ -534,13 +860,13 @@ static enum status layer_load(struct loader *L, int layer, struct model_layer *l
 				return st;
 			part.owned = NULL;
 		}
-		if ((st = lin_setup(L, layer, &part, true, &ly->sh_w2, e)))
+		if ((st = lin_setup(&pl->lin[MODEL_LIN_SH_W2], name, &part, &ly->sh_w2, e)))
 			return st;
 	}
 
 	if (ly->mtp) {
-		LIN("e_proj", true, e_proj);
-		LIN("h_proj", true, h_proj);
+		LIN(MODEL_LIN_E_PROJ, e_proj);
+		LIN(MODEL_LIN_H_PROJ, h_proj);
 		snprintf(name, sizeof name, "%s.enorm.weight", lp);
 		if ((st = PLAIN(L, name, MODEL_DTYPE_BF16, (uint64_t)D, &ly->enorm)))
 			return st;
@@ -563,22 +889,27 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	memset(w, 0, sizeof *w);
 	kern_plan_init(&w->plan);
 	struct loader L = {.w = w, .opt = opt, .ck = opt->ck};
-	if (opt->dev)
-		L.dev = *opt->dev;
-	else
-		kern_device_cpu(&L.dev);
 	const struct model_config *cfg = model_checkpoint_config(opt->ck);
 	w->cfg = cfg;
 	int ws = opt->world_size;
 	if (ws < 1 || opt->rank < 0 || opt->rank >= ws)
 		return err_set(e, ST_INVALID, "rank %d of world size %d", opt->rank, ws);
-	if (cfg->num_attention_heads % ws || cfg->o_groups % ws || cfg->n_routed_experts % ws || cfg->vocab_size % ws ||
-	    cfg->moe_intermediate_size % ws)
-		return err_set(e, ST_UNSUPPORTED,
-			       "world size %d does not divide heads %lld, o_groups %lld, experts %lld, moe_intermediate_size "
-			       "%lld and vocab %lld", ws, (long long)cfg->num_attention_heads, (long long)cfg->o_groups,
-			       (long long)cfg->n_routed_experts, (long long)cfg->moe_intermediate_size,
-			       (long long)cfg->vocab_size);
+	/* step 1: the kernels, from the formats the checkpoint holds */
+	struct model_layer_formats *fmts = calloc((size_t)cfg->n_layers_total, sizeof *fmts);
+	if (!fmts)
+		return err_set(e, ST_NOMEM, "weights: formats");
+	model_formats_from_checkpoint(opt->ck, fmts);
+	struct model_plan_options po = {.dev = opt->dev, .disabled = opt->disabled,
+					.max_step_tokens = opt->max_step_tokens, .quant_sim = opt->quant_sim,
+					.load_mtp = opt->load_mtp, .world_size = ws};
+	enum status st = model_plan_build(cfg, fmts, &po, &w->kernels, e);
+	free(fmts);
+	if (st)
+		return st;
+	w->plan = w->kernels.rows; /* the rows move to the weights */
+	kern_plan_init(&w->kernels.rows);
+
+	/* step 2: views of every tensor, in the chosen variants' layouts */
 	w->rank = opt->rank;
 	w->world_size = ws;
 	w->n_heads_local = cfg->num_attention_heads / ws;
@@ -587,12 +918,13 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	w->expert_begin = opt->rank * w->n_experts_local;
 	w->vocab_local = cfg->vocab_size / ws;
 	w->vocab_begin = opt->rank * w->vocab_local;
-	w->n_layers = (int)cfg->num_hidden_layers;
-	w->n_mtp = opt->load_mtp && cfg->num_nextn_predict_layers > 0 ? 1 : 0;
+	w->n_layers = w->kernels.n_layers;
+	w->n_mtp = w->kernels.n_mtp;
 	w->layers = calloc((size_t)(w->n_layers + w->n_mtp), sizeof *w->layers);
-	if (!w->layers)
-		return err_set(e, ST_NOMEM, "layers");
-	enum status st;
+	if (!w->layers) {
+		st = err_set(e, ST_NOMEM, "layers");
+		goto fail;
+	}
 	int64_t D = cfg->hidden_size, V = cfg->vocab_size;
 	struct kern_wmat hm, hv;
 	if ((st = PLAIN(&L, "embed.weight", MODEL_DTYPE_BF16, (uint64_t)(V * D), &w->embed)) ||
@@ -600,12 +932,12 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	    (st = hc_site(&L, "hc_head", (int)cfg->hc_mult, 1, &w->hc_head, e)) ||
 	    (st = wmat_of(&L, "head", &hm, e)) ||
 	    (st = rows_view(&hm, w->vocab_begin, w->vocab_local, &hv, e)) ||
-	    (st = lin_setup(&L, -1, &hv, false, &w->head, e))) {
+	    (st = lin_setup(&w->kernels.head, "head", &hv, &w->head, e))) {
 		err_prefix(e, "global tensors (embed, norm, hc_head, head)");
 		goto fail;
 	}
 	for (int l = 0; l < w->n_layers + w->n_mtp; l++)
-		if ((st = layer_load(&L, l, &w->layers[l], e))) {
+		if ((st = layer_load(&L, &w->kernels.layers[l], &w->layers[l], e))) {
 			err_prefix(e, "layer %d", l);
 			goto fail;
 		}
@@ -645,65 +977,12 @@ void model_weights_free(struct model_weights *w)
 		free(w->owned[i]);
 	free(w->owned);
 	kern_plan_free(&w->plan);
+	model_plan_free(&w->kernels);
 	memset(w, 0, sizeof *w);
-}
-
-struct plan_buf {
-	char *buf;
-	size_t n, len;
-};
-
-static void pb_add(struct plan_buf *b, const char *fmt, const char *x, const char *y)
-{
-	int k = snprintf(b->len < b->n ? b->buf + b->len : NULL, b->len < b->n ? b->n - b->len : 0, fmt, x, y);
-	if (k > 0)
-		b->len += (size_t)k;
-}
-
-/* " linear[fmt]=variant" once per distinct (format, variant) pair. */
-static void pb_lins(struct plan_buf *b, const struct model_lin *const *ls, int n)
-{
-	for (int i = 0; i < n; i++) {
-		if (!ls[i]->v)
-			continue;
-		bool seen = false;
-		for (int j = 0; j < i; j++)
-			seen |= ls[j]->v == ls[i]->v && ls[j]->w.fmt == ls[i]->w.fmt;
-		if (!seen)
-			pb_add(b, " linear[%s]=%s", kern_wfmt_name(ls[i]->w.fmt), ls[i]->v->name);
-	}
 }
 
 size_t model_weights_plan_str(const struct model_weights *w, char *buf, size_t n)
 {
-	struct plan_buf b = {.buf = buf, .n = n};
-	if (n)
-		buf[0] = 0;
-	const struct model_lin *hl[] = {&w->head};
-	pb_add(&b, "%s%s:", "head", "");
-	pb_lins(&b, hl, 1);
-	pb_add(&b, "%s%s\n", "", "");
-	for (int l = 0; l < w->n_layers + w->n_mtp; l++) {
-		const struct model_layer *ly = &w->layers[l];
-		char lbl[64];
-		snprintf(lbl, sizeof lbl, "layer %d (%s%s%s):", l, model_attn_kind_str(ly->kind), ly->mtp ? ", MTP" : "",
-			 ly->hash ? ", hash-routed" : "");
-		pb_add(&b, "%s%s", lbl, "");
-		const struct model_lin *ls[] = {&ly->wq_a, &ly->wq_b, &ly->wkv, &ly->wo_a[0], &ly->wo_b, &ly->cmp_wkv,
-						&ly->idx_wq_b, &ly->idx_wproj, &ly->gate, &ly->sh_w1, &ly->sh_w2,
-						&ly->e_proj, &ly->h_proj};
-		pb_lins(&b, ls, (int)(sizeof ls / sizeof ls[0]));
-		pb_add(&b, " moe_gemm[%s]=%s", kern_wfmt_name(ly->experts.w1[0].fmt), ly->experts.v13->name);
-		if (ly->experts.v2 != ly->experts.v13)
-			pb_add(&b, " moe_gemm[%s]=%s", kern_wfmt_name(ly->experts.w2[0].fmt), ly->experts.v2->name);
-		/* the weight-free ops, from the plan records of this layer */
-		for (int i = 0; i < w->plan.n; i++) {
-			const struct kern_plan_entry *pe = &w->plan.entries[i];
-			if (pe->layer != l || !strcmp(pe->op, "linear") || !strcmp(pe->op, "moe_gemm"))
-				continue;
-			pb_add(&b, " %s=%s", pe->op, pe->variant);
-		}
-		pb_add(&b, "%s%s\n", "", "");
-	}
-	return b.len;
+	return model_plan_str(&w->kernels, buf, n);
 }
+

@@ -1,9 +1,20 @@
 /*
- * model/weights.h: the per-layer plan of the forward pass: every weight of a
- * layer as a kern_wmat view into the mmapped checkpoint (or the buffer a
- * chosen variant's prepare() made), and the kernel variant chosen for every
- * op of that layer, selected once at load (design.md "Load time is where
- * decisions are made"). The hot path reads only these structs.
+ * model/weights.h: the kernel plan of the forward pass and the per-layer
+ * weights that follow it.
+ *
+ * Two steps, one selection code path (design.md "Load time is where
+ * decisions are made"):
+ *   1. model_plan_build(): from a config, the stored format of every weight
+ *      group per layer (struct model_layer_formats) and the shapes this rank
+ *      runs, choose the kernel variant of every op of every layer (kern_select
+ *      for each linear site, the routed experts' GEMMs and the weight-free
+ *      ops). Needs no tensor: `dsv4 kernels` plans from config.json alone
+ *      (model_formats_from_config) for any simulated device.
+ *   2. model_weights_load(): formats from the checkpoint
+ *      (model_formats_from_checkpoint), step 1, then every weight of a layer
+ *      as a kern_wmat view into the mmapped checkpoint, converted by the
+ *      chosen variant's prepare() (kern_prepare_weight). The hot path reads
+ *      only the resulting structs.
  *
  * Nothing here dequantizes: FP8 / MXFP4 / NVFP4 weights reach the kernels in
  * their stored formats (kernels/quant/wmat.h); the CPU reference variants
@@ -15,7 +26,8 @@
  * [r·E/w, …), the shared expert's intermediate rows of w1/w3 and columns of
  * w2 (a copy), vocabulary rows [r·V/w, …) of embed and head. Everything else
  * (wq_a, wkv, compressors, indexer, router, mHC, norms, MTP projections) is
- * replicated. docs/forward.md "Tensor parallelism".
+ * replicated. The plan is made for the local shapes, which are the same on
+ * every rank. docs/forward.md "Tensor parallelism".
  */
 #ifndef DSV4_MODEL_WEIGHTS_H
 #define DSV4_MODEL_WEIGHTS_H
@@ -28,6 +40,107 @@
 #include "model/checkpoint.h"
 
 #define MODEL_MAX_O_GROUPS 64
+
+/* ---- the kernel plan (step 1) ---- */
+
+/* The stored format of every weight group of one layer (model/schema.h
+ * groups; MODEL_FMT_NONE where the layer has no such group, e.g. the MTP
+ * projections of a main layer). Arrays of these are [cfg->n_layers_total]. */
+struct model_layer_formats {
+	enum model_weight_format group[MODEL_GROUP_COUNT];
+};
+
+/* The linear sites of a layer, in plan order. WO_A is one o_group's rows
+ * (every group has the same shape and variant); EXP_W13 / EXP_W2 are the
+ * routed experts' w1,w3 and w2 GEMMs (op moe_gemm); the others op linear. */
+enum model_lin_site {
+	MODEL_LIN_WQ_A, MODEL_LIN_WQ_B, MODEL_LIN_WKV, MODEL_LIN_WO_A, MODEL_LIN_WO_B,
+	MODEL_LIN_CMP_WKV, MODEL_LIN_CMP_WGATE,                        /* ratio != 0 */
+	MODEL_LIN_IDX_WQ_B, MODEL_LIN_IDX_WPROJ, MODEL_LIN_IDX_CMP_WKV, /* CSA */
+	MODEL_LIN_IDX_CMP_WGATE,
+	MODEL_LIN_GATE, MODEL_LIN_SH_W1, MODEL_LIN_SH_W3, MODEL_LIN_SH_W2,
+	MODEL_LIN_EXP_W13, MODEL_LIN_EXP_W2,
+	MODEL_LIN_E_PROJ, MODEL_LIN_H_PROJ,                            /* MTP */
+	MODEL_LIN_COUNT
+};
+
+/* The weight-free ops of a layer, in plan order. */
+enum model_layer_op {
+	MODEL_OP_RMSNORM, MODEL_OP_ROPE, MODEL_OP_HC_PRENORM, MODEL_OP_HC_SPLIT, MODEL_OP_HC_PRE_COMBINE,
+	MODEL_OP_HC_POST, MODEL_OP_ATTN_INDEX, MODEL_OP_SPARSE_ATTN,
+	MODEL_OP_COMPRESSOR,                           /* ratio != 0 */
+	MODEL_OP_INDEXER_ROTATE, MODEL_OP_INDEXER_TOPK, /* CSA */
+	MODEL_OP_ROUTE, MODEL_OP_MOE_GROUP, MODEL_OP_SWIGLU,
+	MODEL_OP_COUNT
+};
+
+/* One selection of a weighted op. */
+struct model_lin_plan {
+	const struct kern_variant *v; /* NULL: the layer has no such site */
+	const struct kern_op *op;     /* &kern_op_linear or &kern_op_moe_gemm */
+	enum kern_wfmt wfmt;          /* the stored format v was chosen for */
+	int64_t out, in;              /* this rank's logical [out, in] */
+	int act_quant_block;          /* 128 or 0, as struct model_lin */
+};
+
+struct model_layer_plan {
+	int layer;
+	enum model_attn_kind kind;
+	int ratio;
+	bool hash, mtp;
+	struct model_lin_plan lin[MODEL_LIN_COUNT];
+	const struct kern_variant *op[MODEL_OP_COUNT]; /* NULL where the layer does not run the op */
+};
+
+struct model_plan {
+	int n_layers, n_mtp;             /* main layers; MTP layers planned (0 or 1) */
+	struct model_layer_plan *layers; /* owned [n_layers + n_mtp] */
+	struct model_lin_plan head;      /* lm_head, layer -1 */
+	struct kern_plan rows;           /* distinct (layer, op, variant), in plan order */
+};
+
+struct model_plan_options {
+	const struct kern_device *dev;        /* NULL: the CPU */
+	const struct kern_disabled *disabled; /* NULL: none */
+	int64_t max_step_tokens;              /* for the GEMM shape guards */
+	bool quant_sim;                       /* act_quant before FP8/FP4 GEMMs */
+	bool load_mtp;
+	int world_size;                       /* must divide heads, o_groups, experts, moe_intermediate_size, vocab */
+};
+
+/* Formats of a validated checkpoint, fmts[cfg->n_layers_total]. */
+void model_formats_from_checkpoint(const struct model_checkpoint *ck, struct model_layer_formats *fmts);
+
+/* The formats config.json alone implies, fmts[cfg->n_layers_total], the way
+ * the releases are stored (dsv4.md §1.1, §5.3, §5.4): no
+ * quantization_config: BF16 everywhere; with one: attention, shared experts
+ * and MTP projections FP8 (128x128 E8M0 blocks), routed experts by
+ * expert_dtype (fp8: FP8, bf16: BF16, fp4 or absent: MXFP4) unless
+ * moe_quant_algo is NVFP4 (then NVFP4, except MXFP4 in MTP layers when
+ * quantization_config.ignore excludes mtp.*). A dequantized (F32)
+ * checkpoint is indistinguishable from BF16 here. ST_INVALID when
+ * expert_dtype asks for quantized experts without a quantization_config. */
+enum status model_formats_from_config(const struct model_config *cfg, struct model_layer_formats *fmts,
+				      struct err *e) DSV4_WUR;
+
+/* Select every op of every layer (and the head) for opt->dev. The first
+ * failure names the layer, the site ("layers.3.attn.wq_a") and op, and every
+ * variant's reason (kern_select). *out is the caller's (model_plan_free)
+ * on success and empty on failure. */
+enum status model_plan_build(const struct model_config *cfg, const struct model_layer_formats *fmts,
+			     const struct model_plan_options *opt, struct model_plan *out, struct err *e) DSV4_WUR;
+void model_plan_free(struct model_plan *p);
+
+/* "head: linear[bf16]=...\nlayer 3 (HCA): linear[fp8_e8m0_b128]=... moe_gemm[mxfp4]=... rmsnorm=..."
+ * one line per layer into buf (NUL-terminated, truncated to n); returns the
+ * length needed. */
+size_t model_plan_str(const struct model_plan *p, char *buf, size_t n);
+
+/* Static names: "attn.wq_a", "ffn.experts.w1,w3", ...; the op of a layer op. */
+const char *model_lin_site_name(enum model_lin_site s);
+const struct kern_op *model_layer_op_kern(enum model_layer_op o);
+
+/* ---- the weights (step 2) ---- */
 
 /* One linear: its weight view, the variant that runs it, and the
  * activation quantization block the reference applies before it (128 for
@@ -128,7 +241,8 @@ struct model_weights {
 	int64_t n_groups_local;  /* o_groups likewise */
 	int64_t expert_begin, n_experts_local; /* routed experts [begin, begin+n) */
 	int64_t vocab_begin, vocab_local;      /* embedding / lm_head rows */
-	struct kern_plan plan;
+	struct kern_plan plan;          /* the plan's rows (for logs and /metrics) */
+	struct model_plan kernels;      /* the selections (its rows moved to plan) */
 	void **owned;                   /* aligned copies of misaligned tensors */
 	int n_owned, cap_owned;
 };
@@ -148,8 +262,7 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 			       struct err *e) DSV4_WUR;
 void model_weights_free(struct model_weights *w);
 
-/* "layer 3: linear=linear_cpu_ref moe_gemm=... " per layer into buf; returns
- * the length needed. */
+/* model_plan_str of the weights' plan. */
 size_t model_weights_plan_str(const struct model_weights *w, char *buf, size_t n);
 
 #endif
