@@ -12,10 +12,17 @@
  * selection that fails exits 1 with the layer, the op and every variant's
  * reason, exactly as `serve` would at start-up. --verbose adds, for each op,
  * every variant's verdict on a representative problem.
+ *
+ * A MODEL_DIR that holds only config.json (tests/model/data/deepseek-v4-flash)
+ * is planned from the config alone: the weight formats come from its
+ * quantization_config (model_formats_from_config) and the same
+ * model_plan_build that model_weights_load runs picks every kernel; nothing
+ * is prepared. So the real model's plan can be checked without its 150 GiB.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "kernels/device/device.h"
@@ -23,10 +30,68 @@
 #include "model/checkpoint.h"
 #include "model/weights.h"
 
+/* The plan's per-layer lines, its rows and the closing summary line. */
+static void print_plan(const struct model_plan *p, const struct kern_plan *rows)
+{
+	size_t need = model_plan_str(p, NULL, 0);
+	char *buf = malloc(need + 1);
+	if (buf) {
+		model_plan_str(p, buf, need + 1);
+		fputs(buf, stdout);
+		free(buf);
+	}
+	printf("rows: %d (layer op kernel)\n", rows->n);
+	for (int i = 0; i < rows->n; i++)
+		printf("  %d %s %s\n", rows->entries[i].layer, rows->entries[i].op, rows->entries[i].variant);
+	printf("plan complete: %d layers%s and the head\n", p->n_layers, p->n_mtp ? " + MTP" : "");
+}
+
+static bool dir_has(const char *dir, const char *name)
+{
+	char path[4096];
+	struct stat sb;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return stat(path, &sb) == 0;
+}
+
+/* Plan from DIR/config.json alone. */
+static int plan_config_only(const char *dir, const struct kern_device *dev, const struct kern_disabled *dis)
+{
+	struct err e = {0};
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	printf("checkpoint: none, config.json only (weight formats from its quantization_config)\n");
+	fflush(stdout);
+	struct model_config cfg;
+	if (model_config_load(path, &cfg, &e)) {
+		fprintf(stderr, "dsv4 kernels: %s\n", e.msg);
+		return CLI_EXIT_FAIL;
+	}
+	struct model_layer_formats *fmts = calloc((size_t)cfg.n_layers_total, sizeof *fmts);
+	if (!fmts) {
+		fprintf(stderr, "dsv4 kernels: out of memory\n");
+		return CLI_EXIT_FAIL;
+	}
+	struct model_plan plan;
+	struct model_plan_options po = {.dev = dev, .disabled = dis, .max_step_tokens = 512, .quant_sim = true,
+					.load_mtp = true, .world_size = 1};
+	int rc = CLI_EXIT_OK;
+	if (model_formats_from_config(&cfg, fmts, &e) || model_plan_build(&cfg, fmts, &po, &plan, &e)) {
+		fprintf(stderr, "dsv4 kernels: %s: %s\n", path, e.msg);
+		rc = CLI_EXIT_FAIL;
+	} else {
+		print_plan(&plan, &plan.rows);
+		model_plan_free(&plan);
+	}
+	free(fmts);
+	return rc;
+}
+
 static int usage(FILE *f, int code)
 {
 	fprintf(f, "usage: dsv4 kernels MODEL_DIR [--simulate-cc X.Y] [--disable-kernel NAME[,NAME...]] [--verbose]\n"
 		   "  Select and prepare every layer's kernels as serve would, and print the plan.\n"
+		   "  A MODEL_DIR with only config.json is planned from the config (formats from quantization_config).\n"
 		   "  --simulate-cc X.Y     plan for a GPU of compute capability X.Y (no GPU needed)\n"
 		   "  --disable-kernel L    remove variants from selection (also $DSV4_DISABLED_KERNELS)\n"
 		   "  --verbose             every variant's verdict per op\n");
@@ -124,6 +189,13 @@ int cmd_kernels(int argc, char **argv)
 	       dev.simulated ? " (simulated)" : "", targets, loadable);
 	fflush(stdout); /* before any error on stderr */
 
+	if (!dir_has(dir, "model.safetensors.index.json") && !dir_has(dir, "model.safetensors") &&
+	    dir_has(dir, "config.json")) {
+		int rc = plan_config_only(dir, &dev, &dis);
+		if (rc == CLI_EXIT_OK && verbose)
+			print_report(&dev, &dis);
+		return rc;
+	}
 	struct model_checkpoint *ck = NULL;
 	struct model_checkpoint_options co = {.dir = dir};
 	if (model_checkpoint_create(&ck, &co, &e)) {
@@ -139,16 +211,7 @@ int cmd_kernels(int argc, char **argv)
 		fprintf(stderr, "dsv4 kernels: %s\n", e.msg);
 		rc = CLI_EXIT_FAIL;
 	} else {
-		size_t need = model_weights_plan_str(&w, NULL, 0);
-		char *buf = malloc(need + 1);
-		if (buf) {
-			model_weights_plan_str(&w, buf, need + 1);
-			fputs(buf, stdout);
-			free(buf);
-		}
-		printf("rows: %d (layer op kernel)\n", w.plan.n);
-		for (int i = 0; i < w.plan.n; i++)
-			printf("  %d %s %s\n", w.plan.entries[i].layer, w.plan.entries[i].op, w.plan.entries[i].variant);
+		print_plan(&w.kernels, &w.plan);
 		if (verbose)
 			print_report(&dev, &dis);
 		model_weights_free(&w);
