@@ -39,9 +39,9 @@
 #define KERN_LINEAR_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 /* Staging for y rows that are not 16-byte aligned and for padded pieces. */
 #define KERN_LINEAR_LT_STAGE_BYTES ((size_t)4 << 20)
-/* Shape limits of the variant (its guard): in % 128 == 0, out % 16 == 0,
- * out <= MAX_OUT (a padded 16-token piece of f32 fits the stage), n_tokens
- * <= MAX_TOKENS. */
+/* Shape limits of run(): in % 128 == 0, out % 16 == 0, out <= MAX_OUT (a
+ * padded 16-token piece of f32 fits the stage), n_tokens <= MAX_TOKENS.
+ * The variant's guard asks in % 512 on top (linear_variants.c says why). */
 #define KERN_LINEAR_LT_MAX_OUT 65536
 #define KERN_LINEAR_LT_MAX_TOKENS 65535
 

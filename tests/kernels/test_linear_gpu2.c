@@ -6,8 +6,8 @@
  *   - a shape sweep over n_tokens (1 = decode, the BLK128 single-column
  *     GEMM; 2, 3 = one padded piece of N = 4; 5, 7, 17, 129 = a direct
  *     multiple-of-4 piece plus a remainder of 1 or a staged 2-3; 16, 100),
- *     in (128, 640, 1536, 4096: multiples of 128, some with a K-block count
- *     that is not a multiple of 4) and out (16, 144, 1040, 4096: multiples
+ *     in (512, 1024, 1536, 4096: the multiples of 512 the guard admits;
+ *     1536 has 12 K blocks) and out (16, 144, 1040, 4096: multiples
  *     of 16, most not of 128, so the last 128-row scale block is partial),
  *     x in f32 and bf16, y in f32 and bf16 with a padded row stride,
  *     weights with E8M0 and f32 scales (prepare: fp8_f32_r128);
@@ -20,7 +20,8 @@
  *     row padding must stay NaN (nothing written past out); a third of the
  *     cases use ldy = out + 1 (rows not 16-byte aligned), which the variant
  *     serves through its staging buffer, once over 3 staging chunks;
- *   - the guard's refusals (in % 128, out % 16, act_quant 0, bf16 weights)
+ *   - the guard's refusals (in % 512, out % 16, out > 65536, act_quant 0,
+ *     bf16 weights)
  *     with their reasons, and a missing workspace is ST_INVALID;
  *   - selection on the device: on cc 9.0 kern_select picks
  *     linear_cublaslt_sm90 for the DeepSeek-V4-Flash FP8 shapes and its
@@ -164,7 +165,7 @@ int main(void)
 	T_CHECKF(kern_variant_accepts(v, &dp, &dev, NULL, why, sizeof why), "refused on the H200: %s", why);
 
 	/* Guards. */
-	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1000, 1024, 128, "not a multiple of 128");
+	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 640, 1024, 128, "not a multiple of 512");
 	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1024, 65536 + 16, 128, "dimension too large");
 	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1024, 100, 128, "not a multiple of 16");
 	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 1024, 1024, 0, "act_quant_block 0");
@@ -177,7 +178,7 @@ int main(void)
 
 	/* Sweep. */
 	static const int64_t Ts[] = {1, 2, 3, 5, 7, 16, 17, 100, 129};
-	static const int64_t ins[] = {128, 640, 1536, 4096};
+	static const int64_t ins[] = {512, 1024, 1536, 4096};
 	static const int64_t outs[] = {16, 144, 1040, 4096};
 	int ran = 0, failed = 0;
 	for (int i = 0; i < 54; i++) {

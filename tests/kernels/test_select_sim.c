@@ -139,9 +139,9 @@ int main(void)
 	/* Hopper: cuBLASLt wins; its shape guard refuses what its scale layout cannot take. */
 	expect_chosen(&kern_op_linear, "linear_cublaslt_sm90", &lp, &d90, false);
 	struct kern_linear_shape odd = lsh;
-	odd.in = 4096 + 64;
+	odd.in = 4096 + 128;
 	struct kern_problem op_odd = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &odd};
-	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_odd, &d90, "not a multiple of 128");
+	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_odd, &d90, "not a multiple of 512");
 	expect_chosen(&kern_op_linear, "linear_cuda_generic", &op_odd, &d90, false);
 	struct kern_linear_shape noq = lsh;
 	noq.act_quant_block = 0;
