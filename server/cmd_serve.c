@@ -444,6 +444,9 @@ int cmd_serve(int argc, char **argv)
 		}
 		ex = tp ? tp_serve_exec(tp) : model_exec_cpu_exec(cpu); /* ---- tensor parallel ---- */
 	}
+	const char *delay = getenv("DSV4_TEST_EXEC_STEP_MS");
+	if (delay && delay[0] && test_ex)
+		engine_test_exec_set_step_delay(test_ex, (uint32_t)strtoul(delay, NULL, 10));
 	const char *script = getenv("DSV4_TEST_EXEC_SCRIPT");
 	if (script && script[0] && !test_ex) {
 		fprintf(stderr, "dsv4 serve: DSV4_TEST_EXEC_SCRIPT needs --executor test\n");

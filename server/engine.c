@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -166,6 +167,7 @@ struct test_exec {
 	void *work;
 	int32_t *script;
 	uint32_t n_script;
+	uint32_t delay_ms;
 };
 
 static uint64_t mix64(uint64_t x)
@@ -180,6 +182,10 @@ static enum status test_step(void *ctx, const struct exec_step *st, struct exec_
 {
 	struct test_exec *t = ctx;
 	uint32_t V = t->ex.info.vocab_size, k = 0;
+	if (t->delay_ms) {
+		struct timespec ts = {.tv_sec = t->delay_ms / 1000, .tv_nsec = (long)(t->delay_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
 	for (uint32_t i = 0; i < st->n_seqs; i++) {
 		const struct exec_seq *s = &st->seqs[i];
 		if (!s->sample)
@@ -270,6 +276,11 @@ enum status engine_test_exec_script(struct exec *ex, const int32_t *ids, uint32_
 	t->script = c;
 	t->n_script = n;
 	return ST_OK;
+}
+
+void engine_test_exec_set_step_delay(struct exec *ex, uint32_t delay_ms)
+{
+	((struct test_exec *)ex->ctx)->delay_ms = delay_ms;
 }
 
 void engine_test_exec_destroy(struct exec *ex)

@@ -70,6 +70,9 @@ enum status engine_test_exec_create(struct exec **out, uint32_t vocab_size, int3
  * (copied; sampling is bypassed for them), then continues as above. For
  * tests that need a known output, e.g. a DSML tool call. */
 enum status engine_test_exec_script(struct exec *ex, const int32_t *ids, uint32_t n, struct err *e) DSV4_WUR;
+/* Sleep this long in every step (tests that need a request to stay in
+ * flight for a while, whatever the build's speed). */
+void engine_test_exec_set_step_delay(struct exec *ex, uint32_t delay_ms);
 void engine_test_exec_destroy(struct exec *ex);
 
 /* ---- tensor parallel ---- */

@@ -461,6 +461,7 @@ def main():
     nthread.start()
     small = Server("test", "--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60",
                    env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids)), "NOTIFY_SOCKET": npath,
+                        "DSV4_TEST_EXEC_STEP_MS": "25",
                         "WATCHDOG_USEC": "400000"})
     sclient = openai.OpenAI(base_url=small.url + "/v1", api_key="x", max_retries=0)
 
