@@ -2,7 +2,10 @@
 """tests/server/test_kernels_cli.py: `dsv4 kernels` prints the load-time plan
 (CPU device here), refuses bad flags with exit 2, and a simulated GPU either
 gets a complete plan (CUDA build: every row a CUDA variant) or fails at load
-with a message naming the layer and the op (CPU-only build, no GPU images)."""
+with a message naming the layer and the op (CPU-only build, no GPU images).
+The real DeepSeek-V4-Flash configs in tests/model/data (config.json only) are
+planned from the config alone, on the CPU and on simulated GPUs (12.1: the
+acceptance check of the kernel registry issue)."""
 import fcntl
 import os
 import subprocess
@@ -69,6 +72,30 @@ for v in ("fp8", "nvfp4"):
             check(" op " in p.stderr and "no variant fits" in p.stderr and ("layer" in p.stderr or "head" in p.stderr),
                   f"{v} cc {cc}: the error names the layer (or head), op and reasons ({p.stderr.strip()[:200]})")
         check("(simulated)" in p.stdout, f"{v} cc {cc}: the device line says simulated")
+
+# The real DeepSeek-V4-Flash configs (config.json only, tests/model/data): planned from the
+# config alone, 43 layers + MTP; on a simulated GB10 (12.1) the plan is complete once every op
+# has a generic CUDA variant (CUDA build), else the failure names layer and op.
+for name, fmt in (("deepseek-v4-flash", "mxfp4"), ("deepseek-v4-flash-nvfp4", "nvfp4")):
+    m = os.path.join(SRC, "tests", "model", "data", name)
+    p = run(m)
+    check(p.returncode == 0 and "checkpoint: none, config.json only" in p.stdout and "plan complete: 43 layers + MTP"
+          in p.stdout, f"{name}: CPU plan from config.json alone ({p.stderr.strip()[:300]})")
+    check("layer 43 (sliding, MTP):" in p.stdout and "layer 42 (CSA):" in p.stdout and "layer 41 (HCA):" in p.stdout,
+          f"{name}: the real layer schedule")
+    check(f"moe_gemm[{fmt}]=" in p.stdout and "moe_gemm[mxfp4]=" in p.stdout.split("layer 43 (")[-1],
+          f"{name}: routed experts {fmt}, MTP experts mxfp4")
+    for cc in ("12.1",) if name.endswith("nvfp4") else ("8.0", "9.0", "10.0", "12.1"):
+        p = run(m, "--simulate-cc", cc)
+        if have_cuda and p.returncode == 0:
+            rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+            check("plan complete: 43 layers + MTP" in p.stdout, f"{name} cc {cc}: complete plan")
+            check(len(rows) > 44 * 15 and not any(r[-1].endswith("cpu_ref") for r in rows),
+                  f"{name} cc {cc}: every row a CUDA variant ({len(rows)} rows)")
+            check({r[0] for r in rows} == {str(i) for i in range(-1, 44)}, f"{name} cc {cc}: rows for every layer")
+        else:
+            check(p.returncode == 1 and " op " in p.stderr and "no variant fits" in p.stderr and "layer " in p.stderr,
+                  f"{name} cc {cc}: exit 1 naming layer and op ({p.returncode}: {p.stderr.strip()[:300]})")
 
 m = os.path.join(d, "tiny-fp8")
 p = run(m, "--simulate-cc", "9")
