@@ -68,13 +68,14 @@ static bool tp_long(const char *s, long lo, long hi, long *out)
 int tp_args_extract(int *argc, char **argv, struct tp_args *a)
 {
 	*a = (struct tp_args){.nnodes = 1, .master_port = TP_DEFAULT_MASTER_PORT};
-	static const char *names[] = {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--tp-timeout"};
+	static const char *names[] = {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--tp-timeout",
+				      "--precision"};
 	int out = 1;
 	for (int i = 1; i < *argc; i++) {
 		const char *arg = argv[i];
 		int which = -1;
 		const char *v = NULL;
-		for (int k = 0; k < 5 && which < 0; k++) {
+		for (int k = 0; k < 6 && which < 0; k++) {
 			size_t n = strlen(names[k]);
 			if (!strncmp(arg, names[k], n) && (arg[n] == '\0' || arg[n] == '=')) {
 				which = k;
@@ -126,6 +127,11 @@ int tp_args_extract(int *argc, char **argv, struct tp_args *a)
 			a->timeout_ms = (int)(s * 1000.0);
 			break;
 		}
+		case 5:
+			if (strcmp(v, "reference") && strcmp(v, "fp32"))
+				return tp_bad("--precision", v, "'reference' or 'fp32'");
+			a->precision = strcmp(v, "fp32") ? MODEL_PREC_REFERENCE : MODEL_PREC_FP32;
+			break;
 		}
 	}
 	argv[out] = NULL;
@@ -141,7 +147,9 @@ const char *tp_args_usage(void)
 	       "  --master-addr HOST           rank 0's address (workers: required; rank 0: address to listen on)\n"
 	       "  --master-port P              rank 0's bootstrap TCP port (default 29555)\n"
 	       "  --tp-timeout S               seconds to wait for the other ranks, at start-up and in every\n"
-	       "                               collective (default 120)\n";
+	       "                               collective (default 120)\n"
+	       "  --precision reference|fp32   cpu executor numerics (default reference; fp32: TP=N equals TP=1\n"
+	       "                               up to fp32 summation order)\n";
 }
 
 int tp_args_world(const struct tp_args *a, long tp, bool test_executor)

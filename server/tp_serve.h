@@ -39,6 +39,11 @@ struct tp_args {
 	const char *master_addr; /* --master-addr (workers: required) */
 	int master_port;         /* --master-port (default 29555) */
 	int timeout_ms;          /* --tp-timeout seconds * 1000; 0 = the comm/bootstrap defaults */
+	/* --precision reference|fp32 (as `dsv4 generate`): the CPU executor's
+	 * numerics. Parsed here because fp32 is what makes TP=N equal TP=1 up
+	 * to fp32 summation order; reference precision rounds each rank's
+	 * partial sums to bf16, so a near tie can flip. */
+	enum model_precision precision;
 };
 
 /* Takes the tensor-parallel flags out of argv (shifting the rest down and

@@ -1,0 +1,274 @@
+"""tests/e2e/test_tp_serve.py: tensor-parallel serving, end to end, through HTTP.
+
+1. `dsv4 serve --model tiny --precision fp32` (TP=1) and the same with `--tensor-parallel-size 2`
+   (two ranks as threads) give the same greedy completions of fresh random prompts: the same tokens
+   with logprobs within LP_TOL (fp32 sums in another order), except after a near tie (TP=1's top two
+   within LP_TOL), where the texts may legitimately part. In the default reference precision each
+   rank rounds its partial sums to bf16, which moves the tiny random model's logprobs by ~0.2, so
+   that comparison would not be exact.
+2. Two processes on loopback (`--nnodes 2 --node-rank 0` and `--node-rank 1 --master-addr
+   127.0.0.1`): the bootstrap handshake runs, the TCP data channel carries the collectives, and
+   the completions equal the threads' TP=2 exactly (both sum in rank order). SIGTERM on rank 0
+   stops both with exit 0.
+3. Failures, each a non-zero exit with a clear message and no hang: a worker with another
+   checkpoint (the tiny model with another seed) -> both name the fingerprint; a worker that never
+   comes -> rank 0 gives up after --tp-timeout; kill -9 of the worker mid-request -> rank 0's
+   /health answers 503, the request ends, rank 0 exits non-zero.
+"""
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+BIN = os.environ.get("DSV4_BIN", "build/server/dsv4")
+ROOT = os.environ.get("DSV4_SOURCE_ROOT", ".")
+TMP = tempfile.mkdtemp(prefix="dsv4-tp-")
+LP_TOL = 2e-3
+FAILS = []
+N_CHECKS = [0]
+
+
+def check(cond, what):
+    N_CHECKS[0] += 1
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Proc:
+    def __init__(self, name, *args):
+        self.name = name
+        self.logpath = os.path.join(TMP, name + ".log")
+        self.log = open(self.logpath, "w+")
+        self.p = subprocess.Popen([BIN, "serve", *args], stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+
+    def text(self):
+        self.log.flush()
+        with open(self.logpath) as f:
+            return f.read()
+
+    def wait_http(self, timeout=120):
+        t0 = time.time()
+        while time.time() - t0 < timeout and self.p.poll() is None:
+            m = re.search(r"on http://[0-9.]+:(\d+)", self.text())
+            if m:
+                self.port = int(m.group(1))
+                return True
+            time.sleep(0.1)
+        print("%s did not start:\n%s" % (self.name, self.text()), file=sys.stderr)
+        return False
+
+    def wait_exit(self, timeout):
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+def post(port, body, timeout=120):
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+    except (urllib.error.URLError, ConnectionError, socket.timeout) as e:
+        return 0, {"error": str(e)}
+
+
+def health(port):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, ConnectionError, socket.timeout):
+        return 0
+
+
+WORDS = ["the", "cat", "river", "seven", "quantum", "blue", "mountain", "code", "hello", "world", "apple",
+         "light", "music", "engine", "paper", "storm", "garden", "silver", "north", "window"]
+rng = random.Random(int(os.environ.get("DSV4_TEST_SEED", str(time.time_ns()))))
+PROMPTS = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(3)]
+N_TOK = 8
+print("prompts:", PROMPTS, flush=True)
+
+
+def completions(port):
+    out = []
+    for p in PROMPTS:
+        st, body = post(port, {"model": "tiny", "prompt": p, "max_tokens": N_TOK, "temperature": 0,
+                               "logprobs": 2, "ignore_eos": True})
+        check(st == 200, "completion status %s: %s" % (st, body))
+        if st != 200:
+            out.append(None)
+            continue
+        lp = body["choices"][0]["logprobs"]
+        out.append((body["choices"][0]["text"], lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]))
+    return out
+
+
+def serve_tiny(name, *extra):
+    s = Proc(name, "--model", "tiny", "--port", "0", *extra)
+    return s if s.wait_http() else None
+
+
+def stop(s, what, want_rc=0):
+    s.p.send_signal(signal.SIGTERM)
+    rc = s.wait_exit(60)
+    check(rc == want_rc, "%s: exit %s after SIGTERM (want %s)\n%s" % (what, rc, want_rc, s.text()[-3000:]))
+
+
+# ---- 1. TP=1 vs TP=2 threads ----
+s1 = serve_tiny("tp1", "--precision", "fp32")
+ref = completions(s1.port) if s1 else []
+if s1:
+    stop(s1, "TP=1")
+s2 = serve_tiny("tp2", "--tensor-parallel-size", "2", "--precision", "fp32")
+tp2_fp32 = completions(s2.port) if s2 else []
+if s2:
+    check("2 ranks as threads" in s2.text(), "TP=2 log does not mention the two rank threads")
+    stop(s2, "TP=2 threads")
+n_cmp = n_tot = 0
+for i, (a, b) in enumerate(zip(ref, tp2_fp32)):
+    if not a or not b:
+        continue
+    n_tot += len(a[1])
+    for k in range(len(a[1])):
+        if a[1][k] == b[1][k]:
+            check(abs(a[2][k] - b[2][k]) < LP_TOL,
+                  "prompt %d token %d: logprob TP=1 %.4f vs TP=2 %.4f" % (i, k, a[2][k], b[2][k]))
+            n_cmp += 1
+            continue
+        top = sorted(a[3][k].values(), reverse=True)
+        gap = top[0] - top[1] if len(top) > 1 else 99
+        check(gap < LP_TOL, "prompt %d token %d: TP=1 %r vs TP=2 %r but TP=1's top-2 gap is %.3f (not a near tie)"
+              % (i, k, a[1][k], b[1][k], gap))
+        print("prompt %d: near tie at token %d (gap %.3f): %r vs %r" % (i, k, gap, a[1][k], b[1][k]), flush=True)
+        break
+print("TP=1 vs TP=2: %d of %d tokens compared equal" % (n_cmp, n_tot), flush=True)
+check(n_tot > 0 and n_cmp * 2 >= n_tot, "only %d of %d tokens comparable between TP=1 and TP=2" % (n_cmp, n_tot))
+
+# the reference of the two-process run: TP=2 threads in the default (reference) precision
+s2 = serve_tiny("tp2-ref", "--tensor-parallel-size", "2")
+tp2 = completions(s2.port) if s2 else []
+if s2:
+    stop(s2, "TP=2 threads, reference precision")
+
+
+def pair(name, worker_model="tiny", timeout_s="30", start_worker=True):
+    mport = free_port()
+    m = Proc(name + "-rank0", "--model", "tiny", "--port", "0", "--nnodes", "2", "--node-rank", "0",
+             "--master-addr", "127.0.0.1", "--master-port", str(mport), "--tp-timeout", timeout_s)
+    w = None
+    if start_worker:
+        w = Proc(name + "-rank1", "--model", worker_model, "--nnodes", "2", "--node-rank", "1",
+                 "--master-addr", "127.0.0.1", "--master-port", str(mport), "--tp-timeout", timeout_s)
+    return m, w
+
+
+# ---- 2. two processes ----
+m, w = pair("pair")
+if m.wait_http():
+    got = completions(m.port)
+    for i, (a, b) in enumerate(zip(tp2, got)):
+        check(a is not None and b is not None and a[0] == b[0] and a[2] == b[2],
+              "prompt %d: two processes %r differ from TP=2 threads %r" % (i, b and b[0], a and a[0]))
+    check("worker rank 1 joined" in m.text(), "rank 0 log lacks the bootstrap join")
+    check("running rank 0's step plans" in w.text(), "worker log lacks its start")
+    check("on http://" not in w.text(), "the worker started an HTTP server")
+    stop(m, "two processes: rank 0")
+    rc = w.wait_exit(30)
+    check(rc == 0, "two processes: worker exit %s after rank 0's shutdown\n%s" % (rc, w.text()[-3000:]))
+    print("two processes: completions equal TP=2 threads; clean shutdown", flush=True)
+m.kill()
+w.kill()
+
+# ---- 3a. another checkpoint on the worker ----
+other = os.path.join(TMP, "tiny-other-seed")
+py = os.path.join(ROOT, ".venv", "bin", "python3")
+r = subprocess.run([py if os.path.exists(py) else sys.executable, os.path.join(ROOT, "scripts", "make_tiny_model"),
+                    "--variant", "bf16", "--seed", str(rng.randint(1000, 10**6)), "--out", other],
+                   capture_output=True, text=True)
+check(r.returncode == 0, "make_tiny_model --seed failed: %s" % r.stderr[-2000:])
+if r.returncode == 0:
+    m, w = pair("fingerprint", worker_model=other, timeout_s="20")
+    rcm, rcw = m.wait_exit(60), w.wait_exit(60)
+    check(rcm not in (0, None), "fingerprint mismatch: rank 0 exit %s" % rcm)
+    check(rcw not in (0, None), "fingerprint mismatch: worker exit %s" % rcw)
+    check("fingerprint differs" in m.text(), "rank 0 does not name the fingerprint:\n" + m.text()[-2000:])
+    check("fingerprint differs" in w.text(), "worker does not name the fingerprint:\n" + w.text()[-2000:])
+    print("fingerprint mismatch:", [l for l in w.text().splitlines() if "fingerprint" in l][-1:], flush=True)
+    m.kill()
+    w.kill()
+
+# ---- 3b. the worker never comes ----
+m, _ = pair("nobody", timeout_s="2", start_worker=False)
+t0 = time.time()
+rc = m.wait_exit(60)
+check(rc not in (0, None), "no worker: rank 0 exit %s" % rc)
+check("timed out" in m.text() and "waiting for worker" in m.text(), "no worker: message:\n" + m.text()[-2000:])
+print("no worker: rank 0 exit %s after %.1f s" % (rc, time.time() - t0), flush=True)
+m.kill()
+
+# ---- 3c. kill -9 the worker mid-request ----
+m, w = pair("kill")
+if m.wait_http():
+    res = {}
+
+    def long_request():
+        res["r"] = post(m.port, {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 2000, "temperature": 0,
+                                 "ignore_eos": True}, timeout=60)
+
+    th = threading.Thread(target=long_request)
+    th.start()
+    time.sleep(1.0)
+    w.p.kill()
+    saw503 = False
+    t0 = time.time()
+    while time.time() - t0 < 15 and m.p.poll() is None:
+        if health(m.port) == 503:
+            saw503 = True
+            break
+        time.sleep(0.05)
+    check(saw503, "kill -9 worker: rank 0 never answered /health 503")
+    rc = m.wait_exit(30)
+    check(rc not in (0, None), "kill -9 worker: rank 0 exit %s (want non-zero)" % rc)
+    th.join(30)
+    check(not th.is_alive(), "kill -9 worker: the in-flight request hangs")
+    st, body = res.get("r", (None, None))
+    finished = st == 200 and "choices" in body and body["choices"][0]["finish_reason"] == "length" and \
+        body["usage"]["completion_tokens"] == 2000
+    check(not finished, "kill -9 worker: the request finished normally after its worker died")
+    check("closed the connection" in m.text(), "rank 0 does not say the worker went away:\n" + m.text()[-2000:])
+    print("kill -9 worker: /health 503, rank 0 exit %s, request ended with %s %s" % (rc, st, json.dumps(body)[:200]),
+          flush=True)
+m.kill()
+w.kill()
+
+print("%d checks, %d failed" % (N_CHECKS[0], len(FAILS)))
+sys.exit(1 if FAILS else 0)
