@@ -434,6 +434,7 @@ int cmd_serve(int argc, char **argv)
 			.max_step_tokens = a.max_num_batched_tokens ? (uint32_t)a.max_num_batched_tokens : 512,
 			.max_step_seqs = a.max_num_seqs ? (uint32_t)a.max_num_seqs : 64,
 			.max_model_len = len,
+			.precision = tpa.precision, /* ---- tensor parallel ---- (--precision) */
 		};
 		struct tp_serve_options to = {.xo = &xo, .world_size = tp_world, .args = tpa, .on_fail = on_tp_fail};
 		if (tp_world > 1 ? tp_serve_create(&tp, &to, &e) /* ---- tensor parallel ---- */
