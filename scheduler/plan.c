@@ -118,8 +118,10 @@ static bool admit(struct sched *s, struct sched__seq *q, double now)
 		r->looked_up = true;
 		r->n_cached_tokens = q->n_computed < r->n_prompt ? q->n_computed : r->n_prompt;
 	}
-	if (r->timing.first_scheduled_s == 0.0)
+	if (r->timing.first_scheduled_s == 0.0) {
 		r->timing.first_scheduled_s = now;
+		s->n_unscheduled_reqs--;
+	}
 	memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof(*s->waiting));
 	s->n_waiting--;
 	if (!sched__running_append(s, q)) {

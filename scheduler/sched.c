@@ -496,6 +496,7 @@ void sched__req_maybe_free(struct sched *s, struct sched__req *r)
 	if (r->next)
 		r->next->prev = r->prev;
 	s->n_reqs--;
+	s->n_unscheduled_reqs -= r->timing.first_scheduled_s == 0.0;
 	req_free(r);
 }
 
@@ -506,9 +507,7 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 {
 	enum sched_refusal rf = sched_check(s, p, e);
 	if (rf == SCHED_ACCEPTED) {
-		uint32_t n_waiting_reqs = 0;
-		for (struct sched__req *r = s->reqs_head; r; r = r->next)
-			n_waiting_reqs += r->timing.first_scheduled_s == 0.0;
+		uint32_t n_waiting_reqs = s->n_unscheduled_reqs;
 		if (n_waiting_reqs >= s->opt.max_queued_requests) {
 			rf = SCHED_REFUSE_QUEUE_FULL;
 			err_set(e, ST_BUSY, "the queue is full (%u requests waiting)", n_waiting_reqs);
@@ -611,6 +610,9 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 		s->reqs_head->prev = r;
 	s->reqs_head = r;
 	s->n_reqs++;
+	s->n_unscheduled_reqs++;
+	if (r->deadline_s > 0 && (s->next_deadline_s == 0 || r->deadline_s < s->next_deadline_s))
+		s->next_deadline_s = r->deadline_s;
 	s->st.prompt_tokens += p->n_prompt;
 	if (id_out)
 		*id_out = r->id;
@@ -670,13 +672,21 @@ void sched_abort_all(struct sched *s, enum sched_finish_reason reason)
 /* Deadlines are checked once per step, before planning. */
 void sched__check_deadlines(struct sched *s, double now)
 {
+	/* next_deadline_s is a lower bound on the live deadlines (finished
+	 * requests may leave it early: the scan then just recomputes it) */
+	if (s->next_deadline_s == 0 || now < s->next_deadline_s)
+		return;
+	double next = 0;
 	struct sched__req *r = s->reqs_head;
 	while (r) {
-		struct sched__req *next = r->next;
+		struct sched__req *nx = r->next;
 		if (r->deadline_s > 0 && now >= r->deadline_s)
 			abort_req(s, r, SCHED_FINISH_TIMEOUT, now);
-		r = next;
+		else if (r->deadline_s > 0 && (next == 0 || r->deadline_s < next))
+			next = r->deadline_s;
+		r = nx;
 	}
+	s->next_deadline_s = next;
 }
 
 bool sched_has_work(const struct sched *s)
@@ -689,12 +699,15 @@ bool sched_has_work(const struct sched *s)
 void sched__publish_stats(struct sched *s)
 {
 	struct sched_stats *st = &s->st;
+	/* requests with a running sequence, counted once each: O(running) */
 	uint32_t run = 0;
-	for (struct sched__req *r = s->reqs_head; r; r = r->next) {
-		bool any = r->parent && r->parent->state == SEQ_RUNNING;
-		for (uint32_t i = 0; !any && i < r->n; i++)
-			any = r->seqs[i] && r->seqs[i]->state == SEQ_RUNNING;
-		run += any;
+	s->stats_epoch++;
+	for (uint32_t i = 0; i < s->n_running; i++) {
+		struct sched__req *r = s->running[i]->req;
+		if (r->stats_epoch != s->stats_epoch) {
+			r->stats_epoch = s->stats_epoch;
+			run++;
+		}
 	}
 	st->n_requests_running = run;
 	st->n_requests_waiting = s->n_reqs - run;
@@ -731,7 +744,7 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 	if (!ref)
 		return err_set(e, ST_NOMEM, "out of memory");
 	enum status st = ST_OK;
-	uint32_t n_run = 0, n_wait = 0;
+	uint32_t n_run = 0, n_wait = 0, n_unsched = 0, n_reqs = 0;
 	uint8_t *slot_used = calloc(s->n_slots ? s->n_slots : 1, 1);
 	if (!slot_used) {
 		free(ref);
@@ -740,6 +753,11 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 	for (uint32_t i = 0; i < s->n_free_slots; i++)
 		slot_used[s->free_slots[i]]++;
 	for (struct sched__req *r = s->reqs_head; r && !st; r = r->next) {
+		n_reqs++;
+		n_unsched += r->timing.first_scheduled_s == 0.0;
+		if (r->deadline_s > 0 && r->n_unfinished && (s->next_deadline_s == 0 || r->deadline_s < s->next_deadline_s))
+			st = err_set(e, ST_INVALID, "request %" PRIu64 ": deadline %.3f before the next checked %.3f", r->id,
+				     r->deadline_s, s->next_deadline_s);
 		for (uint32_t i = 0; i <= r->n && !st; i++) {
 			const struct sched__seq *q = i < r->n ? r->seqs[i] : r->parent;
 			if (!q)
@@ -762,6 +780,9 @@ enum status sched_check_invariants(struct sched *s, struct err *e)
 					     q->n_computed, q->n_target, q->n_tokens);
 		}
 	}
+	if (!st && (n_reqs != s->n_reqs || n_unsched != s->n_unscheduled_reqs))
+		st = err_set(e, ST_INVALID, "%u requests (%u never scheduled), counters %u (%u)", n_reqs, n_unsched,
+			     s->n_reqs, s->n_unscheduled_reqs);
 	if (!st && (n_run != s->n_running || n_wait != s->n_waiting))
 		st = err_set(e, ST_INVALID, "running/waiting %u/%u, lists %u/%u", n_run, n_wait, s->n_running,
 			     s->n_waiting);

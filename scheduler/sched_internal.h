@@ -84,6 +84,7 @@ struct sched__req {
 	struct sched_timing timing;
 	uint32_t n_cached_tokens;
 	bool looked_up;               /* first prefix lookup done (n_cached_tokens fixed) */
+	uint64_t stats_epoch;         /* counted as running by sched__publish_stats pass stats_epoch */
 	sched_event_fn on_event;
 	void *user;
 };
@@ -96,6 +97,9 @@ struct sched {
 
 	struct sched__req *reqs_head; /* every live request */
 	uint32_t n_reqs;
+	uint32_t n_unscheduled_reqs;  /* live requests never scheduled (first_scheduled_s == 0): the queue limit */
+	double next_deadline_s;       /* no live deadline before this (0 = none): deadline scans skip until then */
+	uint64_t stats_epoch;         /* per-step counters touch only running sequences, never the request list */
 	uint64_t next_req_id, next_seq_id, next_order;
 	uint64_t seed_state;          /* draws seeds for requests without one */
 

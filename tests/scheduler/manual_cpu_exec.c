@@ -15,6 +15,10 @@
  *
  * Result on 2026-12-02 (tiny-bf16, fp32 precision): all configurations
  * identical, including one with 2 preemptions and one with 256 prefix-hit tokens.
+ *
+ * The registered, faster subset (short prompts, logprobs compared too) is
+ * tests/scheduler/test_sched_cpu_exec.c (meson test sched_cpu_exec); this
+ * file additionally covers n = 2 and a 7-token step budget.
  */
 #include <stdio.h>
 #include <stdlib.h>
