@@ -263,7 +263,7 @@ static enum status plan_layer(struct planner *P, int layer, struct model_layer_p
 		if (mf == MODEL_FMT_NONE)
 			return err_set(e, ST_INVALID, "layer %d (%s): no storage format for group %s", layer, where,
 				       model_group_str(g));
-		enum kern_wfmt f;
+		enum kern_wfmt f = KERN_WFMT_NONE;
 		if ((st = kern_wfmt_of(cfg, mf, &f, e)))
 			return err_prefix(e, "layer %d (%s)", layer, where);
 		bool moe = s == MODEL_LIN_EXP_W13 || s == MODEL_LIN_EXP_W2;
