@@ -354,7 +354,7 @@ static enum status tp_send(struct model_exec_tp *t, enum tp_kind kind, uint64_t 
 	enum status st = comm_broadcast(t->comm, h, h, sizeof h, COMM_DTYPE_BYTES, 0, COMM_MEM_HOST, e);
 	if (!st && kind == TP_PLAN && arg)
 		st = comm_broadcast(t->comm, payload, (void *)payload, (size_t)arg, COMM_DTYPE_BYTES, 0, COMM_MEM_HOST, e);
-	if (st)
+	if (st && !t->shut_down)
 		tp_fail(t, e->msg);
 	return st;
 }
@@ -430,7 +430,7 @@ void model_exec_tp_shutdown(struct model_exec_tp *t)
 		return;
 	struct err e = {0};
 	if (tp_send(t, TP_SHUTDOWN, 0, NULL, &e))
-		log_msg(LOG_WARN, "tp", "shutdown message not delivered: %s", e.msg);
+		log_msg(LOG_INFO, "tp", "shutdown message not delivered (the group is already gone): %s", e.msg);
 }
 
 void model_exec_tp_destroy(struct model_exec_tp *t)
