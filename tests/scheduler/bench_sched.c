@@ -184,7 +184,7 @@ static int bench(enum scenario sc, uint32_t n_steps)
 	double sum = 0;
 	for (uint32_t k = 0; k < n_steps; k++)
 		sum += t[k];
-	printf("| %-11s | %5u | %7.1f | %6u | %6u | %6.1f | %6.1f | %6.1f | %6.1f | %7.1f |\n", scenario_name[sc],
+	printf("| %-11s | %5u | %8.1f | %7u | %7u | %6.1f | %6.1f | %6.1f | %6.1f | %9.1f |\n", scenario_name[sc],
 	       n_steps, (double)tok / n_steps, st.n_seqs_running, st.n_requests_waiting, t[n_steps / 2],
 	       t[(size_t)(n_steps * 0.99)], sum / n_steps, t[n_steps - 1], exec_total / n_steps);
 	fflush(stdout);
