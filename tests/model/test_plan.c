@@ -16,6 +16,9 @@
  *     (and reported); after that, any failure is a failure.
  *   - Simulated GPU, CPU-only binary (no images): the plan fails with one
  *     line naming the layer, the op and every variant's reason.
+ *   - Loading: model_weights_load on each device carries exactly the plan
+ *     model_plan_build makes (same rows, same variants per site) and every
+ *     prepared weight is in its variant's run format.
  *   - Formats: model_formats_from_config agrees with what the tiny fp8,
  *     nvfp4 and bf16 checkpoints hold, group by group.
  *   - Registry: on a 12.1 whose probe (wrongly) loaded every image, every
@@ -325,6 +328,67 @@ static void plan_everywhere(const struct source *src)
 	}
 }
 
+/* model_weights_load on every device: the weights carry exactly the plan
+ * model_plan_build makes from the checkpoint's formats (one selection path),
+ * and every chosen variant's prepare() accepts the stored weights. */
+static void load_everywhere(const struct model_checkpoint *ck, const char *name)
+{
+	static const int ccs[] = {0, 80, 89, 90, 100, 103, 120, 121};
+	const struct model_config *cfg = model_checkpoint_config(ck);
+	struct model_layer_formats *fmts = calloc((size_t)cfg->n_layers_total, sizeof *fmts);
+	T_CHECK(fmts != NULL);
+	if (!fmts)
+		return;
+	model_formats_from_checkpoint(ck, fmts);
+	for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
+		struct kern_device dev;
+		sim(&dev, ccs[i]);
+		char what[96];
+		snprintf(what, sizeof what, "%s load cc %d.%d", name, ccs[i] / 10, ccs[i] % 10);
+		struct model_weights w;
+		struct model_weights_options wo = {.ck = ck, .dev = &dev, .max_step_tokens = 64, .quant_sim = true,
+						   .load_mtp = true, .rank = 0, .world_size = 1};
+		struct err e = {0};
+		if (model_weights_load(&w, &wo, &e) != ST_OK) {
+			T_CHECKF(ccs[i] != 0, "%s: %s", what, e.msg);
+			check_gpu_failure(what, e.msg);
+			continue;
+		}
+		T_CHECKF(ccs[i] == 0 || has_cuda_images(), "%s: loaded for a GPU without CUDA images", what);
+		struct model_plan p;
+		struct model_plan_options po = {.dev = &dev, .max_step_tokens = 64, .quant_sim = true, .load_mtp = true,
+						.world_size = 1};
+		T_CHECKF(model_plan_build(cfg, fmts, &po, &p, &e) == ST_OK, "%s: %s", what, e.msg);
+		if (e.msg[0]) {
+			model_weights_free(&w);
+			continue;
+		}
+		T_CHECKF(w.plan.n == p.rows.n, "%s: %d rows loaded, %d planned", what, w.plan.n, p.rows.n);
+		for (int r = 0; r < w.plan.n && r < p.rows.n; r++)
+			T_CHECKF(w.plan.entries[r].layer == p.rows.entries[r].layer &&
+					 !strcmp(w.plan.entries[r].op, p.rows.entries[r].op) &&
+					 !strcmp(w.plan.entries[r].variant, p.rows.entries[r].variant),
+				 "%s: row %d differs", what, r);
+		for (int l = 0; l < w.n_layers + w.n_mtp; l++) {
+			const struct model_layer *ly = &w.layers[l];
+			const struct model_layer_plan *pl = &p.layers[l];
+			T_CHECK(ly->wq_a.v == pl->lin[MODEL_LIN_WQ_A].v && ly->wo_a[0].v == pl->lin[MODEL_LIN_WO_A].v &&
+				ly->sh_w2.v == pl->lin[MODEL_LIN_SH_W2].v && ly->gate.v == pl->lin[MODEL_LIN_GATE].v &&
+				ly->experts.v13 == pl->lin[MODEL_LIN_EXP_W13].v && ly->experts.v2 == pl->lin[MODEL_LIN_EXP_W2].v);
+			T_CHECK(ly->ops.rmsnorm == (kern_rmsnorm_fn)pl->op[MODEL_OP_RMSNORM]->run);
+			/* every prepared weight is in the format its variant runs on */
+			const struct kern_variant *v = ly->wq_a.v;
+			T_CHECKF(v->wfmt_run == KERN_WFMT_NONE || ly->wq_a.w.fmt == v->wfmt_run, "%s: layer %d wq_a is %s for %s",
+				 what, l, kern_wfmt_name(ly->wq_a.w.fmt), v->name);
+			if (ly->experts.v13->wfmt_run != KERN_WFMT_NONE)
+				T_CHECK(ly->experts.w1[0].fmt == ly->experts.v13->wfmt_run);
+		}
+		model_plan_free(&p);
+		model_weights_free(&w);
+	}
+	free(fmts);
+}
+
 /* ---- sources ---- */
 
 static bool source_from_config(struct source *s, const char *name, const char *path)
@@ -603,6 +667,7 @@ int main(void)
 				plan_everywhere(&s);
 			}
 			free(s.fmts);
+			load_everywhere(ck, name);
 		}
 		if (k == 0 && fv) {
 			widen_checkpoint(ck, fv);
