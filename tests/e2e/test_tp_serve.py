@@ -270,5 +270,12 @@ if m.wait_http():
 m.kill()
 w.kill()
 
+# every process, including those that exit 1 on purpose, must be sanitizer-clean
+for name in sorted(os.listdir(TMP)):
+    if name.endswith(".log"):
+        with open(os.path.join(TMP, name)) as f:
+            t = f.read()
+        check("Sanitizer" not in t and "runtime error:" not in t, "%s: sanitizer report:\n%s" % (name, t[-3000:]))
+
 print("%d checks, %d failed" % (N_CHECKS[0], len(FAILS)))
 sys.exit(1 if FAILS else 0)
