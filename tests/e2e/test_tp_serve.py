@@ -13,7 +13,8 @@
 3. Failures, each a non-zero exit with a clear message and no hang: a worker with another
    checkpoint (the tiny model with another seed) -> both name the fingerprint; a worker that never
    comes -> rank 0 gives up after --tp-timeout; kill -9 of the worker mid-request -> rank 0's
-   /health answers 503, the request ends, rank 0 exits non-zero.
+   /health answers 503, the request ends, rank 0 exits non-zero; kill -9 of rank 0 -> the worker
+   exits non-zero. Every log, the failing processes' too, must be sanitizer-clean.
 """
 import json
 import os
@@ -267,6 +268,17 @@ if m.wait_http():
     check("closed the connection" in m.text(), "rank 0 does not say the worker went away:\n" + m.text()[-2000:])
     print("kill -9 worker: /health 503, rank 0 exit %s, request ended with %s %s" % (rc, st, json.dumps(body)[:200]),
           flush=True)
+m.kill()
+w.kill()
+
+# ---- 3d. kill -9 rank 0: the worker exits non-zero ----
+m, w = pair("killmaster")
+if m.wait_http():
+    m.p.kill()
+    rc = w.wait_exit(30)
+    check(rc not in (0, None), "kill -9 rank 0: worker exit %s (want non-zero)" % rc)
+    check("closed the connection" in w.text(), "worker does not say rank 0 went away:\n" + w.text()[-2000:])
+    print("kill -9 rank 0: worker exit %s" % rc, flush=True)
 m.kill()
 w.kill()
 
