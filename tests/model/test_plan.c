@@ -11,9 +11,8 @@
  *     variant is a CUDA one; the 12.1 plan holds no variant whose target is
  *     sm_90a or sm_100a; with every arch-specific CUDA variant disabled
  *     (backend cuda, target other than sm_80) the plan still completes, with
- *     sm_80 variants only. Until every op the plan needs has a compiled CUDA
- *     variant, a failure naming the layer and an op without one is accepted
- *     (and reported); after that, any failure is a failure.
+ *     sm_80 variants only (generic-cuda-ops gave every op the plan needs a
+ *     generic variant, so a failure here is a failure).
  *   - Simulated GPU, CPU-only binary (no images): the plan fails with one
  *     line naming the layer, the op and every variant's reason.
  *   - Loading: model_weights_load on each device carries exactly the plan
@@ -248,21 +247,18 @@ static void sim(struct kern_device *d, int cc)
 		kern_device_simulate(d, cc / 10, cc % 10);
 }
 
-static int n_pending_reported;
-
-/* A plan on a simulated GPU that failed: right in a CPU-only build, and in a
- * CUDA build only while some op lacks a CUDA variant; the message must name
- * layer (or head), op and reasons either way. */
+/* A plan on a simulated GPU that failed: right only in a CPU-only build
+ * (no images), where the message must name layer (or head), op and the
+ * reasons. In a CUDA build every op the plan needs has a generic variant,
+ * so any failure is a bug (the message says which op lacks one, if any). */
 static void check_gpu_failure(const char *what, const char *msg)
 {
 	T_CHECKF(strstr(msg, "no variant fits") && strstr(msg, " op ") && (strstr(msg, "layer ") || strstr(msg, "head")),
 		 "%s: the failure names layer, op and reasons: %s", what, msg);
 	if (has_cuda_images()) {
 		const struct kern_op *missing = op_without_cuda();
-		T_CHECKF(missing != NULL, "%s: plan failed although every op has a CUDA variant: %s", what, msg);
-		if (missing && n_pending_reported++ < 1)
-			fprintf(stderr, "note: op %s has no compiled generic CUDA variant yet; GPU plans not checked: %s\n",
-				missing->name, msg);
+		T_CHECKF(false, "%s: the plan failed in a CUDA build (op without a compiled generic CUDA variant: %s): %s",
+			 what, missing ? missing->name : "none", msg);
 	}
 }
 
