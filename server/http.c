@@ -216,6 +216,29 @@ static enum MHD_Result queue_plain(struct MHD_Connection *c, struct http_conn *h
 static const char *too_large_body =
 	"{\"error\":{\"message\":\"request body too large\",\"type\":\"invalid_request_error\","
 	"\"param\":null,\"code\":\"request_too_large\"}}";
+static const char *bad_framing_body =
+	"{\"error\":{\"message\":\"bad request framing: several Content-Length headers, or a Transfer-Encoding "
+	"other than chunked\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"bad_request\"}}";
+
+static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	(void)kind;
+	(void)value;
+	if (!strcasecmp(key, "Content-Length"))
+		(*(int *)cls)++;
+	return MHD_YES;
+}
+
+/* libmicrohttpd takes the first of several Content-Length headers and waits
+ * forever for a body in a transfer coding it does not know; both are refused
+ * up front (RFC 9112 6.3: a request whose length is ambiguous is a 400). */
+static bool framing_ok(struct MHD_Connection *c)
+{
+	int n_cl = 0;
+	MHD_get_connection_values(c, MHD_HEADER_KIND, count_content_length, &n_cl);
+	const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+	return n_cl <= 1 && (!te || !strcasecmp(te, "chunked"));
+}
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 				 const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
@@ -231,6 +254,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		hc->status = 500;
 		*con_cls = hc;
 		atomic_fetch_add(&s->in_flight, 1);
+		if (!framing_ok(c)) {
+			hc->too_big = true; /* ignore whatever body follows */
+			return queue_plain(c, hc, 400, "application/json", bad_framing_body);
+		}
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 		if (cl) {
 			char *end = NULL;
