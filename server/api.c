@@ -223,6 +223,25 @@ static void route_models(struct api *a, const char *path, struct http_response *
 	http_reply(resp, 200, "application/json", body, n);
 }
 
+/* A POST body is JSON: no Content-Type (taken as JSON), application/json or
+ * application/...+json, with any parameters. Anything else is a 415, as a
+ * form post or text/plain is what a cross-site page can send without a CORS
+ * preflight. */
+static bool json_content_type(const char *ct)
+{
+	if (!ct)
+		return true;
+	while (*ct == ' ' || *ct == '\t')
+		ct++;
+	size_t n = strcspn(ct, ";");
+	while (n && (ct[n - 1] == ' ' || ct[n - 1] == '\t'))
+		n--;
+	if (n == 16 && !strncasecmp(ct, "application/json", 16))
+		return true;
+	return n > 17 && !strncasecmp(ct, "application/", 12) && !strncasecmp(ct + n - 5, "+json", 5) &&
+	       !memchr(ct + 12, '/', n - 12);
+}
+
 static void handler(void *app, const struct http_request *req, struct http_response *resp,
 		    struct http_stream **stream)
 {
@@ -262,7 +281,11 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 			if (!strcmp(a->routes[i].method, req->method))
 				hit = &a->routes[i];
 		}
-		if (hit) {
+		if (hit && !strcmp(req->method, "POST") && !json_content_type(http_request_header(req, "Content-Type"))) {
+			resp->route = hit->label;
+			api_error(resp, 415, "invalid_request_error", NULL, "unsupported_media_type",
+				  "Content-Type must be application/json");
+		} else if (hit) {
 			resp->route = hit->label;
 			hit->fn(hit->ctx, a, req, resp, *stream);
 		} else if (path_known) {
