@@ -14,15 +14,19 @@
  *   elementwise ops with the reference's operation order (_rn, no FMA):
  *     only expf / device double cos, sin last bits: rtol 2e-6;
  *   bf16-rounded outputs: a 1-ulp fp32 difference can cross a bf16 rounding
- *     boundary: one bf16 ulp, rtol 8e-3;
+ *     boundary: one bf16 ulp (<= 2^-7 of max|ref|), rtol 8e-3; where a bf16
+ *     value feeds a second bf16 rounding (rmsnorm bf16_stats: rsqrt then the
+ *     output; compressor: norm then rope) two ulps, rtol 1.6e-2; indexer
+ *     bf16 scores sum H such products (each dot, ω and product rounded):
+ *     rtol 3e-2 of max|score|;
  *   bit-reproducible paths (copies, Hadamard butterflies, index sets, the
  *     grouping, top-k from given scores): exact;
  *   FP8 / FP4 quantized compressor outputs: a bf16 flip before the qdq can
  *     move a value by one e4m3/e2m1 step, so at most 3% of the values may
- *     differ, each by at most one step (<= 0.35·max|ref|), the rest 8e-3;
+ *     differ, each by at most one step (<= 0.35·max|ref|), the rest 1.6e-2;
  *   top-k lists under bf16 scores (exact ties are common): the score the
- *     reference gives each chosen entry must equal the reference's score at
- *     that slot (within 1e-5); fp32 scores: ids exact.
+ *     reference gives each chosen entry must match the reference's score at
+ *     that slot (within the scores' 3e-2·max); fp32 scores: ids exact.
  * The seed is printed (DSV4_TEST_SEED repeats a run). Exits 77 without CUDA
  * or without a GPU.
  */
@@ -195,7 +199,7 @@ static void t_rmsnorm(int64_t R, int dim, int wmode, bool bin, bool bout, bool b
 		for (int64_t r = 0; r < R; r++)
 			for (int i = dim; i < ys; i++)
 				yg[r * ys + i] = yr[r * ys + i] = 0;
-	cmp_f(what, yr, yg, ny, 1e-7, bout || bst ? 8e-3 : 1e-5);
+	cmp_f(what, yr, yg, ny, 1e-7, bst ? 1.6e-2 : (bout ? 8e-3 : 1e-5));
 	/* the host wrapper too */
 	if (cuda_variant(&kern_op_rmsnorm)->run_host && !inplace) {
 		float *yh = fnan(ny);
@@ -205,7 +209,7 @@ static void t_rmsnorm(int64_t R, int dim, int wmode, bool bin, bool bout, bool b
 		for (int64_t r = 0; pad && r < R; r++)
 			for (int i = dim; i < ys; i++)
 				yh[r * ys + i] = 0;
-		cmp_f(what, yr, yh, ny, 1e-7, bout || bst ? 8e-3 : 1e-5);
+		cmp_f(what, yr, yh, ny, 1e-7, bst ? 1.6e-2 : (bout ? 8e-3 : 1e-5));
 		free(yh);
 	}
 	free(x), free(yr), free(yg), free(wf), free(wb);
@@ -581,21 +585,24 @@ static void t_indexer(const struct batch *b, int H, int D, int top_k, bool bf16,
 	char what[128];
 	snprintf(what, sizeof what, "indexer T%lld H%d D%d k%d bf%d work%d vis%lld", (long long)T, H, D, top_k, bf16,
 		 work_mode, (long long)max_vis);
-	cmp_f(what, sc_r, sc_g, nsc, 1e-7, bf16 ? 8e-3 : 1e-5);
+	cmp_f(what, sc_r, sc_g, nsc, 1e-7, bf16 ? 3e-2 : 1e-5);
 	cmp_i(what, len_r, len_g, T);
-	cmp_f(what, ts_r, ts_g, nk, 1e-7, bf16 ? 8e-3 : 1e-5);
+	cmp_f(what, ts_r, ts_g, nk, 1e-7, bf16 ? 3e-2 : 1e-5);
 	if (!bf16) {
 		cmp_i(what, tk_r, tk_g, nk);
 	} else {
 		/* ties: each chosen entry's reference score equals the reference's score at that slot */
 		size_t bad = 0;
+		float smax = 0;
+		for (size_t k = 0; k < nsc; k++)
+			smax = isfinite(sc_r[k]) && fabsf(sc_r[k]) > smax ? fabsf(sc_r[k]) : smax;
 		for (int s = 0; s < b->n_seqs; s++)
 			for (int64_t i = b->q_off[s]; i < b->q_off[s + 1]; i++)
 				for (int j = 0; j < top_k; j++) {
 					int32_t w = tk_g[i * top_k + j];
 					float want = ts_r[i * top_k + j];
 					float have = w < 0 ? -INFINITY : (w < S ? sc_r[i * S + w] : NAN);
-					bad += !(have == want || fabsf(have - want) <= 1e-5f * fabsf(want));
+					bad += !(have == want || fabsf(have - want) <= 3e-2f * smax);
 					bad += (w < 0) != (tk_r[i * top_k + j] < 0);
 				}
 		T_CHECKF(bad == 0, "%s: %zu chosen entries differ in reference score", what, bad);
@@ -703,9 +710,9 @@ static void t_compressor(bool overlap, int ratio, int dim, int rd, enum kern_cmp
 			out_r[i] = out_g[i] = pl_r[i] = pl_g[i] = 0; /* rows no entry went to */
 	cmp_f(what, pl_r, pl_g, (size_t)(n_out * dim), 1e-7, 1e-5);
 	if (post == KERN_CMP_POST_NONE)
-		cmp_f(what, out_r, out_g, (size_t)(n_out * dim), 1e-7, 8e-3);
+		cmp_f(what, out_r, out_g, (size_t)(n_out * dim), 1e-7, 1.6e-2);
 	else
-		cmp_q(what, out_r, out_g, (size_t)(n_out * dim), 8e-3, 0.03, 0.35);
+		cmp_q(what, out_r, out_g, (size_t)(n_out * dim), 1.6e-2, 0.03, 0.35);
 	free(kvs), free(scs), free(kvs_g), free(scs_g), free(ape), free(nwf), free(om), free(nw), free(out_r),
 		free(out_g), free(pl_r), free(pl_g);
 	dfree_all();
