@@ -223,10 +223,10 @@ static __device__ __forceinline__ bool before(float s, int64_t w, float bs, int6
 }
 
 __global__ void __launch_bounds__(IDX_NT) topk_kernel(idx_p p, const float *scores_in, int64_t score_stride,
-						       float *work, int64_t work_row, int32_t *topk, float *scores_out,
-						       int32_t *topk_len)
+						       float *work, int64_t work_row, int64_t cache_cap, int32_t *topk,
+						       float *scores_out, int32_t *topk_len)
 {
-	__shared__ float cache_sh[IDX_SMEM_SCORES];
+	extern __shared__ float cache_sh[]; /* [cache_cap] */
 	__shared__ float rs[IDX_NW];
 	__shared__ long long rw[IDX_NW];
 	__shared__ float prev_s_sh;
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(IDX_NT) topk_kernel(idx_p p, const float *scor
 	const float *sc = NULL;
 	if (scores_in) {
 		sc = scores_in + i * score_stride;
-	} else if (n_vis <= IDX_SMEM_SCORES || (work && n_vis <= work_row)) {
-		float *c = n_vis <= IDX_SMEM_SCORES ? cache_sh : work + i * work_row;
+	} else if (n_vis <= cache_cap || (work && n_vis <= work_row)) {
+		float *c = n_vis <= cache_cap ? cache_sh : work + i * work_row;
 		for (int64_t w = wid; w < n_vis; w += IDX_NW) {
 			float v = score_warp(p, i, s, w);
 			if (lane == 0)
@@ -319,7 +319,26 @@ extern "C" enum status kern_indexer_topk_cuda_generic(const struct kern_indexer_
 	if (st)
 		return st;
 	int64_t work_row = a->work ? a->work_len / a->n_tokens : 0;
-	topk_kernel<<<(unsigned)a->n_tokens, IDX_NT, 0, (cudaStream_t)a->stream>>>(
-		p, a->scores_in, a->score_stride, a->work, work_row, a->topk, a->scores, a->topk_len);
+	/* The shared-memory score cache: 8192 entries, or as many as work_len
+	 * promises (#visible <= work_len by the args contract) up to the
+	 * device's opt-in limit. */
+	int64_t cap = 0;
+	if (!a->scores_in) {
+		int dev = 0, optin = 48 * 1024;
+		if (cudaGetDevice(&dev) != cudaSuccess ||
+		    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+			optin = 48 * 1024;
+		int64_t lim = (optin - 1024) / (int64_t)sizeof(float);
+		cap = a->work && a->work_len > IDX_SMEM_SCORES ? a->work_len : IDX_SMEM_SCORES;
+		cap = cap < lim ? cap : lim;
+		size_t bytes = (size_t)cap * sizeof(float);
+		if (bytes > 48 * 1024 &&
+		    cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+			(void)cudaGetLastError();
+			cap = IDX_SMEM_SCORES;
+		}
+	}
+	topk_kernel<<<(unsigned)a->n_tokens, IDX_NT, (size_t)cap * sizeof(float), (cudaStream_t)a->stream>>>(
+		p, a->scores_in, a->score_stride, a->work, work_row, cap, a->topk, a->scores, a->topk_len);
 	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_INVALID;
 }

@@ -5,9 +5,12 @@
  *   indexer_rotate_cuda_generic (Hadamard + FP4 qdq),
  *   indexer_scores_cuda_generic, indexer_topk_cuda_generic.
  * work / work_len of kern_indexer_topk_args: the CUDA top-k caches each
- * token's scores in shared memory when #visible <= 8192, else in work seen
- * as [n_tokens, work_len / n_tokens] rows when #visible fits a row, else it
- * recomputes them in every selection round (same result, slower).
+ * token's scores in dynamic shared memory sized max(8192, work_len) floats
+ * (work_len >= #visible by the contract) up to the device's opt-in limit
+ * (about 56K entries on an H200: 224K tokens of context at ratio 4); past
+ * that, in work seen as [n_tokens, work_len / n_tokens] rows when #visible
+ * fits a row, else it recomputes the scores in every selection round (same
+ * result, much slower).
  * Present in CUDA builds only.
  */
 #ifndef DSV4_KERNELS_INDEXER_INDEXER_GENERIC_H

@@ -818,8 +818,11 @@ int main(void)
 		t_indexer(&b, 4, 32, 5, true, 0);
 		int l1[1] = {2}, s1[1] = {36000}; /* 9000 visible: past the shared-memory cache */
 		struct batch b1 = mk_batch(1, l1, s1);
-		t_indexer(&b1, 2, 32, 8, false, 0);
-		t_indexer(&b1, 2, 32, 8, false, 1);
+		t_indexer(&b1, 2, 32, 8, false, 0); /* recomputed in every round */
+		t_indexer(&b1, 2, 32, 8, false, 1); /* work_len: a larger opt-in shared cache */
+		int l2[1] = {2}, s2[1] = {240000};  /* 60000 visible: past any opt-in cache, work rows */
+		struct batch b2 = mk_batch(1, l2, s2);
+		t_indexer(&b2, 2, 32, 8, false, 1);
 	}
 	t_compressor(true, 4, 64, 16, KERN_CMP_POST_NONE, false);
 	t_compressor(true, 4, 64, 16, KERN_CMP_POST_FP8_NOPE, true);
