@@ -622,7 +622,7 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 	r->skip_special_tokens = true;
 	r->include_reasoning = true;
 	json_t *max_completion = NULL, *reasoning = NULL, *messages = NULL, *top_lp = NULL, *lp = NULL;
-	json_t *thinking_obj = NULL;
+	json_t *thinking_obj = NULL, *stream_opts = NULL;
 	bool thinking_set = false, add_gen = true;
 	const char *k;
 	json_t *v;
@@ -648,6 +648,7 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 			st = get_bool(v, "stream", &r->stream, why);
 			break;
 		case K_STREAM_OPTIONS: {
+			stream_opts = v;
 			if (!json_is_object(v)) {
 				st = fail(why, ST_INVALID, "stream_options", "'stream_options' must be an object");
 				break;
@@ -907,6 +908,10 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 				  "continue_final_message needs an assistant message last");
 			goto out;
 		}
+	}
+	if (stream_opts && !r->stream) {
+		st = fail(why, ST_INVALID, "stream_options", "'stream_options' is only allowed with \"stream\": true");
+		goto out;
 	}
 	if (r->max_tokens && r->min_tokens > r->max_tokens) {
 		st = fail(why, ST_INVALID, "min_tokens", "'min_tokens' (%u) must not exceed max_tokens (%u)", r->min_tokens,

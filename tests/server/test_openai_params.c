@@ -201,10 +201,11 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"include_stop_str_in_output\":1"), "include_stop_str_in_output");
 	expect_refused(OAI_CHAT, chat("\"skip_special_tokens\":false"), "skip_special_tokens");
 	expect_refused(OAI_CHAT, chat("\"modalities\":[\"text\",\"audio\"]"), "modalities");
-	expect_refused(OAI_CHAT, chat("\"stream_options\":{\"continuous_usage_stats\":true}"),
+	expect_refused(OAI_CHAT, chat("\"stream_options\":{\"include_usage\":true}"), "stream_options");
+	expect_refused(OAI_CHAT, chat("\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":true}"),
 		       "stream_options.continuous_usage_stats");
-	expect_refused(OAI_CHAT, chat("\"stream_options\":{\"x\":1}"), "stream_options");
-	expect_refused(OAI_CHAT, chat("\"stream_options\":3"), "stream_options");
+	expect_refused(OAI_CHAT, chat("\"stream\":true,\"stream_options\":{\"x\":1}"), "stream_options");
+	expect_refused(OAI_CHAT, chat("\"stream\":true,\"stream_options\":3"), "stream_options");
 	expect_refused(OAI_CHAT, chat("\"chat_template_kwargs\":{\"other\":1}"), "chat_template_kwargs");
 	expect_refused(OAI_CHAT, chat("\"chat_template_kwargs\":[]"), "chat_template_kwargs");
 	expect_refused(OAI_CHAT, chat("\"add_generation_prompt\":false"), "add_generation_prompt");
