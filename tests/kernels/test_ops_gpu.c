@@ -41,6 +41,10 @@
 #include "tests/test.h"
 
 #if DSV4_HAVE_CUDA
+#include "kernels/act/act_generic.h"
+#endif
+
+#if DSV4_HAVE_CUDA
 #include <cuda_runtime.h>
 
 static uint64_t rng;
@@ -248,6 +252,22 @@ static void t_swiglu(int64_t R, int I, bool fused, bool rw, float lim, bool bout
 		 inplace);
 	cmp_f(what, ref, got, no, 1e-7, bout ? 8e-3 : 2e-6);
 	free(g), free(u), free(w), free(ref), free(got);
+	dfree_all();
+}
+
+/* silu is no registry op (the swiglu op covers the experts); its CUDA helper
+ * kern_silu_cuda_generic is checked here too. */
+static void t_silu(int64_t n)
+{
+	float *x = frand((size_t)n, 20.0f), *xg = fcopy(x, (size_t)n);
+	kern_silu_ref(x, n);
+	float *d = dup_d(xg, (size_t)n * 4);
+	T_CHECK(kern_silu_cuda_generic(d, n, stream) == ST_OK);
+	down(xg, d, (size_t)n * 4);
+	char what[64];
+	snprintf(what, sizeof what, "silu n%lld", (long long)n);
+	cmp_f(what, x, xg, (size_t)n, 1e-7, 2e-6);
+	free(x), free(xg);
 	dfree_all();
 }
 
@@ -764,6 +784,9 @@ int main(void)
 	t_swiglu(64, 512, true, true, 10, true, false);
 	t_swiglu(13, 100, false, false, 0, false, false);
 	t_swiglu(5, 64, true, false, 10, false, true);
+	t_silu(1);
+	t_silu(1000);
+	t_silu(300001);
 	t_rope(0, 1, 64, 16, 0, 1, false, false, false);
 	t_rope(1, 1, 64, 64, 0, 1, false, false, true);
 	t_rope(5, 4, 64, 16, 3, 0, true, false, true);
