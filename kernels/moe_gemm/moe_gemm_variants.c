@@ -12,6 +12,11 @@
  *                          registers to bf16, mma.sync m16n8k16.
  *   moe_gemm_sm100a_fp4, moe_gemm_sm120a_fp4, moe_gemm_sm121a_fp4: guards
  *                          only (no run() yet), refused as "not compiled".
+ * Added by the moe gemv work:
+ *   moe_gemm_cuda_gemv     cc >= 8.0, sm_80 image; MXFP4/NVFP4; plans with
+ *                          max_rows <= 64 (decode): memory-bound GEMV
+ *                          (moe_gemv.h). Priority 25: above sm90_fp4 and the
+ *                          generic kernel, below the native FP4 MMA ones.
  */
 #include "kernels/moe_gemm/moe_gemm.h"
 
@@ -21,6 +26,7 @@
 
 #include "dsv4_config.h"
 #include "kernels/moe_gemm/moe_gemm_sm90.h"
+#include "kernels/moe_gemm/moe_gemv.h"
 
 /* ---- guards ---- */
 
@@ -81,6 +87,22 @@ static bool moe_fp4_mma_supports(const struct kern_problem *p, const struct kern
 		return false;
 	if (p->wfmt != KERN_WFMT_MXFP4 && p->wfmt != KERN_WFMT_NVFP4) {
 		snprintf(why, n, "FP4 experts only");
+		return false;
+	}
+	return true;
+}
+
+/* ---- moe gemv ---- */
+/* The decode GEMV: FP4 only, and only for plans whose largest batch is small
+ * (max_rows bounds every expert's rows; the kernel chunks an expert by 8 rows
+ * and falls back to the GEMM kernels above KERN_MOE_GEMV_MAX_ROWS). */
+static bool moe_gemv_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	if (!moe_fp4_mma_supports(p, dev, why, n))
+		return false;
+	const struct kern_moe_gemm_shape *s = p->shape;
+	if (s->max_rows > KERN_MOE_GEMV_MAX_ROWS) {
+		snprintf(why, n, "max_rows %lld above the GEMV's %d", (long long)s->max_rows, KERN_MOE_GEMV_MAX_ROWS);
 		return false;
 	}
 	return true;
@@ -219,6 +241,22 @@ static const struct kern_variant moe_gemm_variants[] = {
 		.run_host = KERN_FN(kern_moe_gemm_sm90_fp4_host),
 #endif
 		.desc = "Hopper W4A16 expert GEMM: e2m1 unpacked in registers to bf16, mma.sync m16n8k16",
+	},
+	/* ---- moe gemv ---- */
+	{
+		.name = "moe_gemm_cuda_gemv",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.priority = 25,
+		.supports = moe_gemv_supports,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_moe_gemv_cuda),
+		.run_host = KERN_FN(kern_moe_gemv_cuda_host),
+#endif
+		.desc = "decode expert GEMV, MXFP4/NVFP4 (warp per 2 outputs, 16-byte e2m1 loads, f32 FMA)",
 	},
 	/* Native block-scaled FP4 MMA variants of a later issue: real guards, no
 	 * run() in this build, refused as "not compiled into this binary". */

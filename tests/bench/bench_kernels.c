@@ -1,29 +1,37 @@
 /*
  * tests/bench/bench_kernels.c (suite bench, not run by default): GPU time of
  * each CUDA variant of linear, moe_gemm and hc_prenorm at DeepSeek-V4-Flash
- * shapes, against the H200 roofline, printed as markdown tables for
- * docs/perf.md.
+ * shapes, against ceilings measured in the same run, printed as markdown
+ * tables for docs/perf.md.
  *
+ *   ceilings (printed first): HBM bandwidth by cudaMemcpyAsync of 1 GiB
+ *     device to device and by a 16-byte vectorized copy kernel (read + write
+ *     bytes / time), and by a read-only kernel over 1 GiB (read bytes / time:
+ *     the ceiling the weight-streaming GEMMs and GEMVs are compared against,
+ *     since they read and barely write; the largest of the three is used);
+ *     cuBLASLt bf16 GEMM and FP8 e4m3 GEMM (SCALAR_32F scales, TN, bf16 out),
+ *     8192^3, TFLOP/s;
  *   linear (FP8 128x128 weights, act_quant 128, bf16 in/out):
  *     wq_a 4096 -> 1024, wq_b 1024 -> 32768, wo_b 8192 -> 4096,
- *     T = 1, 16, 128, 1024; linear_cuda_generic vs linear_cublaslt_sm90
- *     (the cuBLASLt row is also the library baseline of style.md rule 16);
+ *     T = 1, 16, 128, 1024; linear_cuda_generic vs linear_cublaslt_sm90;
  *   moe_gemm: one expert 4096 -> 2048, NVFP4 and MXFP4, rows 1 .. 256, and
  *     six experts with T = 1 .. 64 rows each (what one decode step of T
- *     tokens at top-6 reads; one expert alone leaves most SMs idle at small
- *     rows, so it is the worst case of the grid, not the common one);
- *     moe_gemm_cuda_generic vs moe_gemm_sm90_fp4;
- *   hc_prenorm: [T, 16384] x [24, 16384]ᵀ + Σx², T = 1, 16, 128, 1024.
+ *     tokens at top-6 reads); moe_gemm_cuda_generic, moe_gemm_sm90_fp4 and
+ *     moe_gemm_cuda_gemv (the decode GEMV; refused above 64 rows);
+ *   hc_prenorm: [T, 16384] x [24, 16384]^T + sum of squares, T = 1 .. 1024.
  *
  * Method: device buffers allocated once per case; 3 warm-up calls (they
- * also build the cuBLASLt plan); then `iters` timed calls, each preceded by
+ * also build the cuBLASLt plans); then `iters` timed calls, each preceded by
  * a 256 MiB cudaMemsetAsync that evicts L2 (50 MiB on H200), each timed
- * alone with CUDA events around the kernel only; the median is reported.
- * Bytes = weights + scales + x + y once (the compulsory traffic), FLOPs =
- * 2·M·N·K. Roofline time = max(FLOPs / peak, bytes / 4.8 TB/s) with the
- * brief's H200 peaks: 1580 TFLOP/s FP8 dense (linear), 790 TFLOP/s bf16
- * dense (the W4A16 expert GEMM runs bf16 MMAs), 67 TFLOP/s fp32 FMA
- * (hc_prenorm, and what the generic FMA kernels can at best reach).
+ * alone with CUDA events around the variant's run() only (no allocation,
+ * copy or synchronisation inside the timed region; the variants' run()s do
+ * none either); the median is reported. Bytes = weights + scales + x + y
+ * once (the compulsory traffic), FLOPs = 2·M·N·K. Roofline time =
+ * max(FLOPs / measured GEMM rate, bytes / measured read bandwidth), the GEMM
+ * rate being cuBLASLt FP8 for linear, cuBLASLt bf16 for the W4A16 expert
+ * GEMMs; hc_prenorm (f32 FMA) keeps the nominal 67 TFLOP/s. The nominal H200
+ * figures (4.8 TB/s, 1580 / 790 TFLOP/s dense FP8 / bf16) are printed for
+ * reference; a ceiling that cannot be measured falls back to its nominal.
  *
  * Usage: bench_kernels [iters]   (default 20). Exits 77 without a GPU.
  */
@@ -35,8 +43,10 @@
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
 #include "kernels/linear/linear_cublaslt.h"
+#include "kernels/moe_gemm/moe_gemv.h"
 
 #if DSV4_HAVE_CUDA
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #define HBM_BPS 4.8e12
@@ -47,6 +57,8 @@
 
 static void *flush_buf;
 static cudaEvent_t ev0, ev1;
+/* Ceilings measured at start-up (nominal values until then). */
+static double g_read_bps = HBM_BPS, g_bf16_flops = PEAK_BF16, g_fp8_flops = PEAK_FP8;
 
 static int cmp_f(const void *a, const void *b)
 {
@@ -89,14 +101,15 @@ static void row(const char *name, const char *shape, double us, double flops, do
 		printf("| %-24s | %-26s | %s | | | | |\n", name, shape, why ? why : status_str(st));
 		return;
 	}
-	double t = us * 1e-6, roof = fmax(flops / peak, bytes / HBM_BPS) * 1e6;
+	double t = us * 1e-6, roof = fmax(flops / peak, bytes / g_read_bps) * 1e6;
 	printf("| %-24s | %-26s | %9.2f | %8.1f | %7.0f | %8.2f | %5.1f%% |\n", name, shape, us, flops / t / 1e12,
 	       bytes / t / 1e9, roof, 100.0 * roof / us);
 }
 
-static void header(const char *title, double peak)
+static void header(const char *title, double peak, const char *peak_what)
 {
-	printf("\n### %s (roofline: %.0f TFLOP/s, %.1f TB/s)\n\n", title, peak / 1e12, HBM_BPS / 1e12);
+	printf("\n### %s (roofline: %.0f TFLOP/s %s, %.2f TB/s measured read)\n\n", title, peak / 1e12, peak_what,
+	       g_read_bps / 1e12);
 	printf("| variant | shape | us | TFLOP/s | GB/s | roofline us | of roofline |\n");
 	printf("|---|---|---|---|---|---|---|\n");
 }
@@ -132,7 +145,7 @@ static void bench_linear(const struct kern_device *dev, int iters)
 	} shapes[] = {{"wq_a", 4096, 1024}, {"wq_b", 1024, 32768}, {"wo_b", 8192, 4096}};
 	static const int64_t Ts[] = {1, 16, 128, 1024};
 	static const char *vnames[] = {"linear_cuda_generic", "linear_cublaslt_sm90"};
-	header("linear, FP8 128x128 block scales, act_quant 128, bf16 x/y", PEAK_FP8);
+	header("linear, FP8 128x128 block scales, act_quant 128, bf16 x/y", g_fp8_flops, "measured cuBLASLt fp8");
 	uint64_t rng = 12345;
 	for (int s = 0; s < 3; s++) {
 		struct kern_wmat w;
@@ -178,7 +191,7 @@ static void bench_linear(const struct kern_device *dev, int iters)
 				enum status st;
 				double us = time_us(lin_run, &c, iters, &st);
 				row(vnames[vi], shape, us, 2.0 * T * in * out, (double)(wb + sb) + 2.0 * T * (in + out),
-				    PEAK_FP8, st, NULL);
+				    g_fp8_flops, st, NULL);
 				cudaFree((void *)dw.data);
 				cudaFree((void *)dw.scale);
 				cudaFree(dx);
@@ -209,7 +222,7 @@ static enum status moe_run(void *c)
  * when every token picks the same 6 experts: T rows each). */
 static void bench_moe_set(const struct kern_device *dev, int iters, int E, const int64_t *rows, int n_rows_cases)
 {
-	static const char *vnames[] = {"moe_gemm_cuda_generic", "moe_gemm_sm90_fp4"};
+	static const char *vnames[] = {"moe_gemm_cuda_generic", "moe_gemm_sm90_fp4", "moe_gemm_cuda_gemv"};
 	const int64_t in = 4096, out = 2048;
 	int64_t max_r = 0;
 	for (int i = 0; i < n_rows_cases; i++)
@@ -243,7 +256,7 @@ static void bench_moe_set(const struct kern_device *dev, int iters, int E, const
 			cudaMemcpy(doff, off, sizeof(int32_t) * (size_t)(E + 1), cudaMemcpyHostToDevice);
 			char shape[64];
 			snprintf(shape, sizeof shape, "%s %dx rows=%lld", kern_wfmt_name(fmt), E, (long long)R);
-			for (int vi = 0; vi < 2; vi++) {
+			for (int vi = 0; vi < 3; vi++) {
 				const struct kern_variant *v = NULL;
 				for (int i = 0; i < kern_op_moe_gemm.n_variants; i++)
 					if (!strcmp(kern_op_moe_gemm.variants[i].name, vnames[vi]))
@@ -267,7 +280,7 @@ static void bench_moe_set(const struct kern_device *dev, int iters, int E, const
 				enum status st;
 				double us = time_us(moe_run, &c, iters, &st);
 				row(vnames[vi], shape, us, 2.0 * R * E * in * out,
-				    (double)E * (wb + sb) + 2.0 * R * E * (in + out), PEAK_BF16, st, NULL);
+				    (double)E * (wb + sb) + 2.0 * R * E * (in + out), g_bf16_flops, st, NULL);
 			}
 		}
 		for (int x = 0; x < E; x++) {
@@ -286,9 +299,10 @@ static void bench_moe(const struct kern_device *dev, int iters)
 {
 	static const int64_t one[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 	static const int64_t six[] = {1, 4, 16, 64};
-	header("moe_gemm, one expert 4096 -> 2048, act_quant 128, bf16 x/y", PEAK_BF16);
+	header("moe_gemm, one expert 4096 -> 2048, act_quant 128, bf16 x/y", g_bf16_flops, "measured cuBLASLt bf16");
 	bench_moe_set(dev, iters, 1, one, 9);
-	header("moe_gemm, 6 experts 4096 -> 2048 (a decode step of T tokens, top-6: T rows each)", PEAK_BF16);
+	header("moe_gemm, 6 experts 4096 -> 2048 (a decode step of T tokens, top-6: T rows each)", g_bf16_flops,
+	       "measured cuBLASLt bf16");
 	bench_moe_set(dev, iters, 6, six, 4);
 }
 
@@ -309,7 +323,7 @@ static void bench_hc(const struct kern_device *dev, int iters)
 {
 	static const int64_t Ts[] = {1, 16, 128, 1024};
 	const int k = 16384, n_out = 24;
-	header("hc_prenorm, [T, 16384] x [24, 16384]^T + sum of squares, fp32", PEAK_FP32);
+	header("hc_prenorm, [T, 16384] x [24, 16384]^T + sum of squares, fp32", PEAK_FP32, "nominal fp32 FMA");
 	const struct kern_variant *v = NULL;
 	for (int i = 0; i < kern_op_hc_prenorm.n_variants; i++)
 		if (!strcmp(kern_op_hc_prenorm.variants[i].name, "hc_prenorm_cuda_generic"))
@@ -342,6 +356,184 @@ static void bench_hc(const struct kern_device *dev, int iters)
 	cudaFree(dsq);
 }
 
+/* ---- ceilings measured in this run ---- */
+
+struct bw_ctx {
+	int kind; /* 0 cudaMemcpyAsync, 1 copy kernel, 2 read kernel */
+	void *dst, *src, *sink;
+	size_t bytes;
+};
+
+static enum status bw_run(void *c)
+{
+	struct bw_ctx *b = c;
+	if (b->kind == 0)
+		return cudaMemcpyAsync(b->dst, b->src, b->bytes, cudaMemcpyDeviceToDevice, 0) == cudaSuccess ? ST_OK
+													: ST_CUDA;
+	if (b->kind == 1)
+		return kern_moe_gemv_bench_copy(b->dst, b->src, b->bytes, NULL);
+	return kern_moe_gemv_bench_read(b->src, b->bytes, b->sink, NULL);
+}
+
+struct lt_ctx {
+	cublasLtHandle_t h;
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulHeuristicResult_t heur;
+	const void *A, *B;
+	void *C, *ws;
+	size_t ws_bytes;
+};
+
+static enum status lt_run(void *c)
+{
+	struct lt_ctx *l = c;
+	const float alpha = 1.0f, beta = 0.0f;
+	return cublasLtMatmul(l->h, l->op, &alpha, l->A, l->la, l->B, l->lb, &beta, l->C, l->lc, l->C, l->lc,
+			      &l->heur.algo, l->ws, l->ws_bytes, 0) == CUBLAS_STATUS_SUCCESS
+		       ? ST_OK
+		       : ST_CUDA;
+}
+
+/* cuBLASLt n^3 GEMM, D = A^T B (TN: A stored [m][k], B [n][k], both K-major),
+ * bf16 out, f32 compute; fp8: e4m3 A and B with SCALAR_32F scales (1.0).
+ * FLOP/s of the median call, or 0 when cuBLASLt refuses. */
+static double lt_gemm_flops(int fp8, int64_t n, int iters, char *why, size_t wn)
+{
+	struct lt_ctx l = {0};
+	double flops = 0;
+	const size_t eb = fp8 ? 1 : 2, ab = (size_t)(n * n) * eb;
+	const cudaDataType_t ab_t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+	void *A = NULL, *B = NULL, *C = NULL;
+	float *dscale = NULL;
+	const float one = 1.0f;
+	l.ws_bytes = (size_t)64 << 20;
+	snprintf(why, wn, "setup failed");
+	if (cudaMalloc(&A, ab) || cudaMalloc(&B, ab) || cudaMalloc(&C, (size_t)(n * n) * 2) ||
+	    cudaMalloc(&l.ws, l.ws_bytes) || cudaMalloc((void **)&dscale, sizeof(float)))
+		goto out;
+	/* finite, nonzero inputs: e4m3 0x38 = 1.0 (sums of 8192 stay finite in bf16), bf16 0x3c3c ~ 0.0115 */
+	cudaMemset(A, fp8 ? 0x38 : 0x3c, ab);
+	cudaMemset(B, fp8 ? 0x38 : 0x3c, ab);
+	cudaMemcpy(dscale, &one, sizeof one, cudaMemcpyHostToDevice);
+	l.A = A;
+	l.B = B;
+	l.C = C;
+	if (cublasLtCreate(&l.h) != CUBLAS_STATUS_SUCCESS)
+		goto out;
+	if (cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+		goto out;
+	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+	if (fp8) {
+		cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dscale, sizeof dscale);
+		cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dscale, sizeof dscale);
+	}
+	if (cublasLtMatrixLayoutCreate(&l.la, ab_t, (uint64_t)n, (uint64_t)n, n) != CUBLAS_STATUS_SUCCESS ||
+	    cublasLtMatrixLayoutCreate(&l.lb, ab_t, (uint64_t)n, (uint64_t)n, n) != CUBLAS_STATUS_SUCCESS ||
+	    cublasLtMatrixLayoutCreate(&l.lc, CUDA_R_16BF, (uint64_t)n, (uint64_t)n, n) != CUBLAS_STATUS_SUCCESS)
+		goto out;
+	cublasLtMatmulPreference_t pref = NULL;
+	int found = 0;
+	if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &l.ws_bytes,
+						     sizeof l.ws_bytes);
+		if (cublasLtMatmulAlgoGetHeuristic(l.h, l.op, l.la, l.lb, l.lc, l.lc, pref, 1, &l.heur, &found) !=
+		    CUBLAS_STATUS_SUCCESS)
+			found = 0;
+		cublasLtMatmulPreferenceDestroy(pref);
+	}
+	if (!found) {
+		snprintf(why, wn, "cuBLASLt found no algorithm");
+		goto out;
+	}
+	enum status st;
+	double us = time_us(lt_run, &l, iters, &st);
+	if (st == ST_OK && us > 0)
+		flops = 2.0 * (double)n * n * n / (us * 1e-6);
+	else
+		snprintf(why, wn, "cuBLASLt matmul failed");
+out:
+	if (l.la)
+		cublasLtMatrixLayoutDestroy(l.la);
+	if (l.lb)
+		cublasLtMatrixLayoutDestroy(l.lb);
+	if (l.lc)
+		cublasLtMatrixLayoutDestroy(l.lc);
+	if (l.op)
+		cublasLtMatmulDescDestroy(l.op);
+	if (l.h)
+		cublasLtDestroy(l.h);
+	cudaFree(A);
+	cudaFree(B);
+	cudaFree(C);
+	cudaFree(l.ws);
+	cudaFree(dscale);
+	cudaGetLastError();
+	return flops;
+}
+
+static void bench_ceilings(int iters)
+{
+	const size_t bytes = (size_t)1 << 30;
+	printf("\n### ceilings measured in this run (nominal H200: %.1f TB/s HBM, %.0f / %.0f TFLOP/s dense FP8 / "
+	       "bf16, %.0f TFLOP/s fp32)\n\n",
+	       HBM_BPS / 1e12, PEAK_FP8 / 1e12, PEAK_BF16 / 1e12, PEAK_FP32 / 1e12);
+	printf("| ceiling | what | us | bytes or FLOPs | rate |\n|---|---|---|---|---|\n");
+	void *a = NULL, *b = NULL, *sink = NULL;
+	double best = 0;
+	if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+	    cudaMalloc(&sink, 1 << 20) == cudaSuccess) {
+		cudaMemset(a, 0x5a, bytes);
+		static const char *names[] = {"cudaMemcpyAsync D2D", "copy kernel (16-byte vector)",
+					      "read-only kernel (16-byte vector)"};
+		for (int k = 0; k < 3; k++) {
+			struct bw_ctx c = {.kind = k, .dst = b, .src = a, .sink = sink, .bytes = bytes};
+			enum status st;
+			double us = time_us(bw_run, &c, iters, &st);
+			const double moved = k < 2 ? 2.0 * (double)bytes : (double)bytes;
+			if (st != ST_OK) {
+				printf("| %s | 1 GiB | %s | | |\n", names[k], status_str(st));
+				continue;
+			}
+			const double bps = moved / (us * 1e-6);
+			printf("| %s | %s of 1 GiB | %.1f | %.3g B | %.2f TB/s |\n", names[k],
+			       k < 2 ? "read + write" : "read", us, moved, bps / 1e12);
+			if (bps > best)
+				best = bps;
+		}
+	} else {
+		printf("| bandwidth | 1 GiB buffers | cannot allocate | | |\n");
+	}
+	cudaFree(a);
+	cudaFree(b);
+	cudaFree(sink);
+	cudaGetLastError();
+	if (best > 0)
+		g_read_bps = best;
+	char why[128];
+	const int64_t n = 8192;
+	for (int fp8 = 0; fp8 < 2; fp8++) {
+		double f = lt_gemm_flops(fp8, n, iters, why, sizeof why);
+		const char *nm = fp8 ? "cuBLASLt fp8 e4m3 GEMM" : "cuBLASLt bf16 GEMM";
+		if (f > 0) {
+			printf("| %s | 8192^3, TN, f32 accumulate, bf16 out%s | %.1f | %.3g FLOP | %.0f TFLOP/s |\n", nm,
+			       fp8 ? ", SCALAR_32F scales" : "", 2.0 * n * n * n / f * 1e6, 2.0 * n * n * n, f / 1e12);
+			if (fp8)
+				g_fp8_flops = f;
+			else
+				g_bf16_flops = f;
+		} else {
+			printf("| %s | 8192^3 | %s (nominal used) | | |\n", nm, why);
+		}
+	}
+	printf("\nRoofline columns below: bytes / %.2f TB/s (the largest measured bandwidth above: read + write "
+	       "bytes for the copies, read bytes for the read-only kernel; the GEMMs and GEMVs mostly read) and "
+	       "FLOPs / the measured cuBLASLt rate of their class.\n",
+	       g_read_bps / 1e12);
+}
+
 int main(int argc, char **argv)
 {
 	int iters = argc > 1 ? atoi(argv[1]) : 20;
@@ -365,6 +557,7 @@ int main(int argc, char **argv)
 	cudaEventCreate(&ev1);
 	printf("## kernel benchmark: %s (cc %d.%d, %d SMs), median of %d, L2 flushed\n", dev.name, dev.cc_major,
 	       dev.cc_minor, dev.sm_count, iters);
+	bench_ceilings(iters);
 	bench_linear(&dev, iters);
 	bench_moe(&dev, iters);
 	bench_hc(&dev, iters);
