@@ -53,9 +53,12 @@ struct http_conn {
 	struct http_stream *stream;
 };
 
+#define HTTP_DEFAULT_REQUEST_TIMEOUT_S 30u
+
 struct http_server {
 	struct MHD_Daemon *d;
 	struct http_options opt;
+	unsigned request_timeout_s; /* resolved opt.request_timeout_s */
 	int port;
 	atomic_int in_flight;
 	pthread_mutex_t mu;
@@ -299,6 +302,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	if (hc->too_big)
 		return queue_plain(c, hc, 413, "application/json", too_large_body);
 
+	/* The request is in: the response may take long (generation, suspended streams). */
+	if (s->request_timeout_s != s->opt.connection_timeout_s)
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->opt.connection_timeout_s);
 	char empty = '\0';
 	if (hc->body)
 		hc->body[hc->len] = '\0';
@@ -352,11 +358,24 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	return ret;
 }
 
+/* A new connection gets the short request-phase timeout until its request is in. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	(void)socket_context;
+	struct http_server *s = cls;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED && s->request_timeout_s != s->opt.connection_timeout_s)
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout_s);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-	(void)c;
 	struct http_server *s = cls;
 	struct http_conn *hc = *con_cls;
+	/* A kept-alive connection waits for its next request under the short timeout
+	 * (only after a normal end: the connection is live and in libmicrohttpd's lists). */
+	if (c && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && s->request_timeout_s != s->opt.connection_timeout_s)
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout_s);
 	if (!hc)
 		return;
 	*con_cls = NULL;
@@ -414,6 +433,9 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 		return err_set(e, ST_NOMEM, "http: out of memory");
 	}
 	s->opt = *opt;
+	s->request_timeout_s = opt->request_timeout_s ? opt->request_timeout_s : HTTP_DEFAULT_REQUEST_TIMEOUT_S;
+	if (opt->connection_timeout_s && s->request_timeout_s > opt->connection_timeout_s)
+		s->request_timeout_s = opt->connection_timeout_s;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->hk_cv, NULL);
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
@@ -423,6 +445,7 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opt->n_threads,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 				MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,

@@ -78,6 +78,11 @@ struct http_options {
 	int n_threads;             /* pool threads, >= 1 */
 	size_t max_body_bytes;     /* larger bodies get 413 */
 	unsigned connection_timeout_s; /* idle connection timeout, 0 = none */
+	/* Idle limit while a request's headers and body arrive and between
+	 * keep-alive requests (a stalled or silent client holds a connection
+	 * slot this long, not connection_timeout_s); 0 = 30 s, at most
+	 * connection_timeout_s. The response phase uses connection_timeout_s. */
+	unsigned request_timeout_s;
 	http_handler_fn handler;
 	void *app;
 	/* Called after every response with route-independent facts, for metrics. Optional. */
