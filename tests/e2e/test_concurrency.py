@@ -210,7 +210,7 @@ def main():
     rng = random.Random(seed)
     srv = Server("--shutdown-timeout", "1", "--http-threads", "4")
     before = greedy(srv)
-    for rnd in range(3):
+    for rnd in range(2):
         r = Round(srv, rng)
         t0 = time.time()
         errors = r.run(rng.getrandbits(64))

@@ -21,7 +21,10 @@ Kinds (seeded; the seed is printed, DSV4_TEST_SEED repeats a run):
            bad chunked encoding, bad request lines.
   slow     slowloris connections (headers that never end, bodies that stop
            early) held open while valid requests are served, plus a request
-           sent a few bytes at a time that must still be answered.
+           sent a few bytes at a time that must still be answered; four
+           stalled connections (silent, in the headers, in the body, idle
+           after a kept-alive answer) must be closed by the server's request
+           timeout (30 s), which is why the test takes about 35 s.
 Every 25th request is a valid one that must answer 200.
 """
 import json
@@ -497,6 +500,50 @@ class Fuzzer:
             self.must_valid()
 
 
+REQUEST_TIMEOUT_S = 30  # server/http.c HTTP_DEFAULT_REQUEST_TIMEOUT_S: idle limit before a request is in
+
+
+def open_stalled(port):
+    """Connections that stall before their request is in: silent, inside the headers, inside the
+    body, and idle after a kept-alive answer. The server's request timeout must close them."""
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 1}).encode()
+    out = []
+    for kind in ("silent", "headers", "body", "keepalive"):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if kind == "headers":
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+        elif kind == "body":
+            s.sendall(post("/v1/completions", body, {"Connection": None})[:-10])
+        elif kind == "keepalive":
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while not complete(got):
+                got += s.recv(4096)
+            check(got.startswith(b"HTTP/1.1 200"), "keep-alive /health answered: %r" % got[:80])
+        out.append((kind, s, time.time()))
+    return out
+
+
+def check_closed_by_server(stalled):
+    for kind, s, t_open in stalled:
+        s.settimeout(max(1.0, t_open + REQUEST_TIMEOUT_S + 20 - time.time()))
+        try:
+            got = s.recv(65536)
+            while got and not got.endswith(b"\r\n\r\n"):  # a 408 / 400 answer before the close is fine
+                got = s.recv(65536)
+            closed = got == b"" or got.startswith(b"HTTP/1.1 4")
+        except socket.timeout:
+            closed = False
+        except ConnectionResetError:
+            closed = True
+        waited = time.time() - t_open
+        check(closed and waited >= REQUEST_TIMEOUT_S - 2,
+              "a stalled connection (%s) is closed by the server's request timeout (%.1f s, closed=%s)" %
+              (kind, waited, closed))
+        s.close()
+        count("slow", None)
+
+
 def main():
     seed = int(os.environ.get("DSV4_TEST_SEED", random.SystemRandom().randrange(1 << 31)))
     print("seed", seed, "(DSV4_TEST_SEED to repeat)", flush=True)
@@ -504,6 +551,7 @@ def main():
     srv = Server("--http-threads", "4", name=MODEL)
     f = Fuzzer(srv, rng)
     t0 = time.time()
+    stalled = open_stalled(srv.port)
     f.must_valid()
     f.fixed()
     f.headers()
@@ -513,6 +561,8 @@ def main():
     holder.join()
     f.retype(300)
     f.run_mutations(max(0, N_TARGET + 50 - sum(v for k, v in COUNTS.items() if k != "valid")))
+    f.must_valid()
+    check_closed_by_server(stalled)
     f.must_valid()
     total = sum(v for k, v in COUNTS.items() if k != "valid")
     print("%d malformed requests (%s), %d valid; statuses %s; %.1f s" % (
