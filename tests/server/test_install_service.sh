@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# tests/server/test_install_service.sh: scripts/install-service into a staging
+# root installs the binary, unit and environment file, keeps an existing
+# environment file, and the unit's ExecStart names a binary that runs.
+set -u
+src=${DSV4_SOURCE_ROOT:?}
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail=0
+check() { if ! eval "$1"; then echo "FAIL: $2" >&2; fail=1; fi; }
+# The script uses build/server/dsv4 of the source tree; point a private copy at this build's binary.
+mkdir -p "$d/src/build/server" "$d/src/scripts" "$d/src/docs"
+cp "$src/scripts/install-service" "$src/scripts/dsv4.service" "$d/src/scripts/"
+cp "$src/README.md" "$d/src/"; cp "$src/docs/api.md" "$src/docs/two-gb10.md" "$d/src/docs/"
+cp "${DSV4_BIN:?}" "$d/src/build/server/dsv4"
+out=$("$d/src/scripts/install-service" --destdir "$d/root" --model /models/x 2>&1)
+check '[ $? -eq 0 ]' "install-service exits 0 ($out)"
+check '[ -x "$d/root/opt/dsv4/bin/dsv4" ]' "binary installed"
+check '"$d/root/opt/dsv4/bin/dsv4" version | grep -q "^dsv4 "' "installed binary runs"
+check 'grep -q "^Type=notify" "$d/root/etc/systemd/system/dsv4.service"' "unit is Type=notify"
+check 'grep -q "^WatchdogSec=" "$d/root/etc/systemd/system/dsv4.service"' "unit has a watchdog"
+check 'grep -q "^Restart=on-failure" "$d/root/etc/systemd/system/dsv4.service"' "unit restarts on failure"
+check 'grep -q "^ExecStart=/opt/dsv4/bin/dsv4 serve --model \${DSV4_MODEL} \$DSV4_ARGS" "$d/root/etc/systemd/system/dsv4.service"' "ExecStart uses the environment file"
+check 'grep -q "^DSV4_MODEL=/models/x" "$d/root/etc/dsv4/dsv4.env"' "environment file written with --model"
+echo "DSV4_MODEL=/keep/me" > "$d/root/etc/dsv4/dsv4.env"
+"$d/src/scripts/install-service" --destdir "$d/root" >/dev/null 2>&1
+check 'grep -q "^DSV4_MODEL=/keep/me" "$d/root/etc/dsv4/dsv4.env"' "an existing environment file is kept"
+"$d/src/scripts/install-service" --bogus >/dev/null 2>&1
+check '[ $? -eq 2 ]' "unknown option exits 2"
+[ $fail -eq 0 ] && echo "install-service: ok"
+exit $fail
