@@ -13,6 +13,12 @@
  * experts (128x128 E8M0 or f32 block scales: the Base model and FP8
  * conversions) are decoded the same way.
  * W4A16-style: the floor on every GPU, including sm_90 which has no FP4 MMA.
+ *
+ * Also here (same generic image): the decode expert GEMV, variant
+ * moe_gemm_cuda_gemv (moe_gemv.h): 128 blocks for one 4096 -> 2048 expert
+ * instead of the GEMM's 32, activations staged and act-quantized once per
+ * block (not once per K tile on the critical path), weight loads issued
+ * before the staging; and two bandwidth probes used by the benchmark.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -285,19 +291,43 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, cons
 	xt *gv_xs = (xt *)gv_smem; /* [RC][gv_xi<BF>(in)] */
 	__shared__ int sh_expert, sh_r0, sh_r1;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-	if (tid == 0) {
-		int64_t slot = blockIdx.y, cum = 0;
-		sh_expert = -1;
-		for (int64_t e = 0; e < n_experts; e++) {
-			const int32_t b = offsets[e], c = offsets[e + 1];
-			const int64_t tiles = (c - b + RC - 1) / RC;
-			if (slot < cum + tiles) {
-				sh_expert = (int)e;
-				sh_r0 = b + (int)(slot - cum) * RC;
-				sh_r1 = min(sh_r0 + RC, c);
+	/* Which expert and which RC-row chunk of it this block owns: warp 0 scans
+	 * the offsets 32 experts at a time (coalesced loads, shuffle prefix sum
+	 * of the chunk counts), so 256 held experts cost 8 steps, not 256
+	 * dependent loads. */
+	if (warp == 0) {
+		const int64_t slot = blockIdx.y;
+		int64_t cum = 0;
+		if (lane == 0)
+			sh_expert = -1;
+		__syncwarp();
+		for (int64_t base = 0; base < n_experts; base += 32) {
+			const int64_t ex = base + lane;
+			int32_t b = 0, c = 0;
+			int tiles = 0;
+			if (ex < n_experts) {
+				b = offsets[ex];
+				c = offsets[ex + 1];
+				tiles = (c - b + RC - 1) / RC;
+			}
+			int incl = tiles;
+#pragma unroll
+			for (int off = 1; off < 32; off <<= 1) {
+				const int t = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+				if (lane >= off)
+					incl += t;
+			}
+			const int64_t lo = cum + (incl - tiles), hi = cum + incl;
+			const unsigned hit = __ballot_sync(0xFFFFFFFFu, ex < n_experts && slot >= lo && slot < hi);
+			if (hit) {
+				if (lane == __ffs(hit) - 1) {
+					sh_expert = (int)ex;
+					sh_r0 = b + (int)(slot - lo) * RC;
+					sh_r1 = min(sh_r0 + RC, c);
+				}
 				break;
 			}
-			cum += tiles;
+			cum += __shfl_sync(0xFFFFFFFFu, incl, 31);
 		}
 	}
 	__syncthreads();
@@ -306,6 +336,38 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, cons
 		return;
 	const int r0 = sh_r0, nr = sh_r1 - sh_r0;
 	const int64_t ld = gv_xi<BF>(in);
+
+	const struct kern_wmat wm = w[e];
+	const bool nv = wm.fmt == KERN_WFMT_NVFP4;
+	const float gs = nv ? wm.global_scale : 1.0f;
+	const uint8_t *wd = (const uint8_t *)wm.data, *wsc = (const uint8_t *)wm.scale;
+	const int64_t rb = in / 2; /* bytes per weight row */
+	const int64_t o0 = (int64_t)blockIdx.x * GV_TN + warp * GV_ROWS_PER_WARP;
+	float acc[GV_ROWS_PER_WARP][RC];
+#pragma unroll
+	for (int j = 0; j < GV_ROWS_PER_WARP; j++)
+#pragma unroll
+		for (int r = 0; r < RC; r++)
+			acc[j][r] = 0.f;
+
+	/* Per step a lane owns 16 bytes (32 codes) at byte lane·16 + 512·it of each
+	 * of its rows; 4 steps of loads are in flight before any is used (the
+	 * first batch is issued before the activations are staged). */
+	uint4 q[GV_ROWS_PER_WARP][4];
+	uint32_t sc[GV_ROWS_PER_WARP][4];
+#define GV_LOAD(b0_)                                                                                                  \
+	_Pragma("unroll") for (int j = 0; j < GV_ROWS_PER_WARP; j++) _Pragma("unroll") for (int it = 0; it < 4; it++) \
+	{                                                                                                             \
+		const int64_t o_ = o0 + j, b_ = (b0_) + it * 512 + lane * 16;                                        \
+		q[j][it] = make_uint4(0u, 0u, 0u, 0u);                                                               \
+		sc[j][it] = 0u;                                                                                       \
+		if (o_ < out && b_ < rb) {                                                                            \
+			q[j][it] = __ldg((const uint4 *)(wd + o_ * rb + b_));                                         \
+			sc[j][it] = nv ? (uint32_t)__ldg((const unsigned short *)(wsc + o_ * (in / 16) + b_ / 8))     \
+				       : (uint32_t)__ldg(wsc + o_ * (in / 32) + b_ / 16);                            \
+		}                                                                                                     \
+	}
+	GV_LOAD(0)
 
 	/* Stage the block's rows: one warp per (row, 128-column block), 4 per lane. */
 	const int64_t nb = (in + 127) / 128;
@@ -333,38 +395,7 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, cons
 	}
 	__syncthreads();
 
-	const struct kern_wmat wm = w[e];
-	const bool nv = wm.fmt == KERN_WFMT_NVFP4;
-	const float gs = nv ? wm.global_scale : 1.0f;
-	const uint8_t *wd = (const uint8_t *)wm.data, *wsc = (const uint8_t *)wm.scale;
-	const int64_t rb = in / 2; /* bytes per weight row */
-	const int64_t o0 = (int64_t)blockIdx.x * GV_TN + warp * GV_ROWS_PER_WARP;
-	float acc[GV_ROWS_PER_WARP][RC];
-#pragma unroll
-	for (int j = 0; j < GV_ROWS_PER_WARP; j++)
-#pragma unroll
-		for (int r = 0; r < RC; r++)
-			acc[j][r] = 0.f;
-
-	/* Per step a lane owns 16 bytes (32 codes) at byte lane·16 + 512·it of each
-	 * of its rows; 4 steps of loads are issued before any is used. */
-	for (int64_t b0 = 0; b0 < rb; b0 += 4 * 512) {
-		uint4 q[GV_ROWS_PER_WARP][4];
-		uint32_t sc[GV_ROWS_PER_WARP][4];
-#pragma unroll
-		for (int j = 0; j < GV_ROWS_PER_WARP; j++)
-#pragma unroll
-			for (int it = 0; it < 4; it++) {
-				const int64_t o = o0 + j, b = b0 + it * 512 + lane * 16;
-				q[j][it] = make_uint4(0u, 0u, 0u, 0u);
-				sc[j][it] = 0u;
-				if (o < out && b < rb) {
-					q[j][it] = __ldg((const uint4 *)(wd + o * rb + b));
-					const int64_t k = 2 * b;
-					sc[j][it] = nv ? (uint32_t)__ldg((const unsigned short *)(wsc + o * (in / 16) + k / 16))
-						       : (uint32_t)__ldg(wsc + o * (in / 32) + k / 32);
-				}
-			}
+	for (int64_t b0 = 0;;) {
 #pragma unroll
 		for (int it = 0; it < 4; it++) {
 			const int64_t k = 2 * (b0 + it * 512 + lane * 16);
@@ -404,7 +435,12 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, cons
 				}
 			}
 		}
+		b0 += 4 * 512;
+		if (b0 >= rb)
+			break;
+		GV_LOAD(b0)
 	}
+#undef GV_LOAD
 #pragma unroll
 	for (int j = 0; j < GV_ROWS_PER_WARP; j++)
 #pragma unroll
