@@ -12,7 +12,9 @@ iteration. A thread scrapes /metrics throughout. After each round: running,
 waiting and KV usage back to 0 within a few seconds, /health 200, and a
 greedy request answers as before the storm. Last, 16 streams still running
 at SIGTERM with --shutdown-timeout 1: they end (finish_reason "abort" or
-complete) and the process exits 0. Seeded; the seed is printed.
+complete) and the process exits 0. Then a smaller round (24 clients, a few
+tokens) against the real CPU executor on the tiny checkpoint, whose
+per-sequence state must come back too. Seeded; the seed is printed.
 """
 import json
 import os
@@ -81,9 +83,12 @@ def sse_events(body):
 
 
 class Round:
-    def __init__(self, srv, rng):
+    def __init__(self, srv, rng, n_clients=N_CLIENTS, max_tokens=30, max_events=30):
         self.srv = srv
         self.rng = rng
+        self.n_clients = n_clients
+        self.max_tokens = max_tokens
+        self.max_events = max_events
         self.errors = []
         self.lock = threading.Lock()
         self.n_complete = 0
@@ -98,7 +103,7 @@ class Round:
         kind = rng.choice(["chat", "completions"])
         path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
         hang = rng.random() < 0.5
-        n_tok = rng.randint(2000, 8000) if hang else rng.randint(1, 30)
+        n_tok = rng.randint(2000, 8000) if hang else rng.randint(1, self.max_tokens)
         body = {"model": MODEL, "max_tokens": n_tok, "ignore_eos": True, "stream": True,
                 "stream_options": {"include_usage": True}, "temperature": rng.choice([0, 0.8])}
         if kind == "chat":
@@ -143,7 +148,7 @@ class Round:
             else:
                 st = c.completions.create(model=MODEL, prompt=body["prompt"], max_tokens=body["max_tokens"],
                                           stream=True, extra_body=extra)
-            k = rng.randint(1, 30)
+            k = rng.randint(1, self.max_events)
             for j, _ in enumerate(st):
                 if j >= k:
                     break
@@ -156,13 +161,13 @@ class Round:
         elif how == "after_headers":
             read_until(s, lambda g: b"\r\n\r\n" in g)
         elif how in ("after_events", "reset"):
-            k = rng.randint(1, 30)
+            k = rng.randint(1, self.max_events)
             read_until(s, lambda g: g.count(b"data: ") >= k)
             if how == "reset":
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif how == "half_close":
             s.shutdown(socket.SHUT_WR)
-            k = rng.randint(0, 20)
+            k = rng.randint(0, self.max_events)
             s.settimeout(10)
             try:
                 read_until(s, lambda g: g.count(b"data: ") >= k)
@@ -185,7 +190,7 @@ class Round:
                 time.sleep(0.05)
         sc = threading.Thread(target=scraper)
         sc.start()
-        ths = [threading.Thread(target=self.client, args=(i, rng.getrandbits(64))) for i in range(N_CLIENTS)]
+        ths = [threading.Thread(target=self.client, args=(i, rng.getrandbits(64))) for i in range(self.n_clients)]
         for t in ths:
             t.start()
         for t in ths:
@@ -248,6 +253,21 @@ def main():
         ends.append(b'"finish_reason":"abort"' in tail and b"data: [DONE]" in tail)
     check(all(ends), "every running stream ended with finish_reason abort and [DONE] at shutdown: %r" % ends)
     stop_and_check(srv, check)
+
+    # The same with the real CPU executor on the tiny checkpoint (its per-sequence state must
+    # be released on every kind of hang-up too): fewer clients and tokens, ASan is slow.
+    cpu = Server("--shutdown-timeout", "1", executor="cpu")
+    before = greedy(cpu)
+    r = Round(cpu, rng, n_clients=24, max_tokens=8, max_events=6)
+    t0 = time.time()
+    errors = r.run(rng.getrandbits(64))
+    print("cpu executor: %d complete, %d hang-ups, %.1f s" % (r.n_complete, r.n_hangups, time.time() - t0), flush=True)
+    check(not errors, "cpu executor: %d client errors: %s" % (len(errors), "\n".join(errors[:5])))
+    g = cpu.wait_idle(20.0)
+    check(g.get("num_requests_running") == 0 and g.get("num_requests_waiting") == 0 and
+          g.get("kv_cache_usage_perc") == 0, "cpu executor: idle after the storm: %r" % g)
+    check(greedy(cpu) == before, "cpu executor: greedy answer unchanged after the storm")
+    stop_and_check(cpu, check, "cpu-executor server")
     return check.finish()
 
 
