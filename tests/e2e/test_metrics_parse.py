@@ -232,8 +232,10 @@ def main():
     check(dp == prompt_tokens + aborted_prompt, "prompt_tokens_total +%d (got +%g)" % (prompt_tokens + aborted_prompt, dp))
     dg = delta(m0, m1, "dsv4:generation_tokens_total")
     dgh = delta(m0, m1, "dsv4:request_generation_tokens_sum")
-    check(dg >= gen_tokens + 2 and dg == dgh, "generation_tokens_total: the answers' %d plus the aborted stream's "
-          "(got +%g, request_generation_tokens_sum +%g)" % (gen_tokens, dg, dgh))
+    # The aborted stream: the scheduler may have made a few tokens after the last one the job saw.
+    check(dgh >= gen_tokens + 2 and dgh <= dg <= dgh + 16,
+          "generation_tokens_total: the answers' %d plus the aborted stream's (got +%g, "
+          "request_generation_tokens_sum +%g)" % (gen_tokens, dg, dgh))
     for h in ("request_prompt_tokens", "request_generation_tokens"):
         d = delta(m0, m1, "dsv4:%s_count" % h)
         check(d == n_requests, "%s_count +%d (got +%g)" % (h, n_requests, d))
