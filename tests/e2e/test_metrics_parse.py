@@ -101,7 +101,14 @@ def main():
     print("seed", seed, "(DSV4_TEST_SEED to repeat)", flush=True)
     rng = random.Random(seed)
     srv = Server("--api-key", KEY, name="tiny-metrics")
-    m0 = scrape(srv)
+    # The readiness probe's /health is counted once its connection completes, maybe after
+    # the client saw the answer: take the baseline once it is in.
+    t0 = time.time()
+    while True:
+        m0 = scrape(srv)
+        if val(m0, "dsv4:http_requests_total", route="/health", status="200") >= 1 or time.time() - t0 > 10:
+            break
+        time.sleep(0.05)
     check(val(m0, "dsv4:num_requests_running") == 0 and val(m0, "dsv4:kv_cache_usage_perc") == 0, "idle at start")
 
     http_seen = Counter()   # (route, status) -> n
