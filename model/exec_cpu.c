@@ -114,6 +114,7 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 		max_len = (uint64_t)nb * B;
 	bool ref = opt->precision == MODEL_PREC_REFERENCE;
 	struct model_weights_options wo = {.ck = opt->ck, .dev = opt->dev, .disabled = opt->disabled,
+					   .selfcheck = opt->kernel_selfcheck,
 					   .max_step_tokens = T, .quant_sim = ref, .load_mtp = opt->load_mtp,
 					   .rank = opt->rank, .world_size = world};
 	enum status st = model_weights_load(&x->w, &wo, e);

@@ -39,6 +39,7 @@ struct model_exec_cpu_options {
 	bool load_mtp;            /* load mtp.0.* (model_exec_cpu_mtp) */
 	const struct kern_device *dev;        /* NULL or the CPU (a GPU device is refused) */
 	const struct kern_disabled *disabled; /* NULL: none */
+	bool kernel_selfcheck;                /* --kernel-selfcheck (model_plan_options.selfcheck) */
 	/* Tensor parallelism (design.md; docs/forward.md): rank, world size (0
 	 * means 1) and the group's communicator (borrowed; required when the
 	 * world size is > 1). Every rank creates its executor and runs every step

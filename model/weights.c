@@ -134,8 +134,20 @@ struct planner {
 	const struct model_layer_formats *fmts;
 	const struct model_plan_options *opt;
 	struct kern_device dev;
+	struct kern_disabled dis; /* opt->disabled plus what the self-check dropped */
 	struct model_plan *p;
 };
+
+/* The one selection call of the planner: kern_select, or with --kernel-selfcheck
+ * kern_select_checked, which adds a variant that disagrees with the reference
+ * to P->dis so that later layers skip it too. */
+static enum status select_variant(struct planner *P, const struct kern_op *op, const struct kern_problem *pr,
+				  int layer, const struct kern_variant **v, struct err *e)
+{
+	if (P->opt->selfcheck)
+		return kern_select_checked(op, pr, &P->dev, &P->dis, layer, v, e);
+	return kern_select(op, pr, &P->dev, &P->dis, layer, v, e);
+}
 
 /* A row per distinct (layer, op, variant); the rows of one layer are contiguous. */
 static enum status row_add(struct model_plan *p, int layer, const struct kern_op *op, const struct kern_variant *v,
@@ -221,7 +233,7 @@ static enum status plan_lin(struct planner *P, int layer, const char *where, boo
 	struct kern_problem pr = {.wfmt = f, .tp_size = o->world_size, .shape = moe ? (const void *)&ms : (const void *)&ls};
 	const struct kern_op *op = moe ? &kern_op_moe_gemm : &kern_op_linear;
 	const struct kern_variant *v;
-	enum status st = kern_select(op, &pr, &P->dev, o->disabled, -1, &v, e);
+	enum status st = select_variant(P, op, &pr, -1, &v, e);
 	if (st) {
 		if (layer >= 0)
 			return err_prefix(e, "layer %d (%s)", layer, where);
@@ -247,7 +259,7 @@ static enum status plan_layer(struct planner *P, int layer, struct model_layer_p
 		if ((o == MODEL_OP_INDEXER_ROTATE || o == MODEL_OP_INDEXER_TOPK) && ly->kind != MODEL_ATTN_CSA)
 			continue;
 		struct kern_problem pr = {.wfmt = KERN_WFMT_NONE, .tp_size = P->opt->world_size, .shape = NULL};
-		if ((st = kern_select(layer_ops[o], &pr, &P->dev, P->opt->disabled, layer, &ly->op[o], e)) ||
+		if ((st = select_variant(P, layer_ops[o], &pr, layer, &ly->op[o], e)) ||
 		    (st = row_add(P->p, layer, layer_ops[o], ly->op[o], e)))
 			return st;
 	}
@@ -292,6 +304,8 @@ enum status model_plan_build(const struct model_config *cfg, const struct model_
 		return err_set(e, ST_UNSUPPORTED, "n_shared_experts %lld: the forward pass runs one shared expert",
 			       (long long)cfg->n_shared_experts);
 	struct planner P = {.cfg = cfg, .fmts = fmts, .opt = opt, .p = out};
+	if (opt->disabled)
+		P.dis = *opt->disabled;
 	if (opt->dev)
 		P.dev = *opt->dev;
 	else
@@ -901,7 +915,7 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	model_formats_from_checkpoint(opt->ck, fmts);
 	struct model_plan_options po = {.dev = opt->dev, .disabled = opt->disabled,
 					.max_step_tokens = opt->max_step_tokens, .quant_sim = opt->quant_sim,
-					.load_mtp = opt->load_mtp, .world_size = ws};
+					.load_mtp = opt->load_mtp, .world_size = ws, .selfcheck = opt->selfcheck};
 	enum status st = model_plan_build(cfg, fmts, &po, &w->kernels, e);
 	free(fmts);
 	if (st)

@@ -106,6 +106,9 @@ struct model_plan_options {
 	bool quant_sim;                       /* act_quant before FP8/FP4 GEMMs */
 	bool load_mtp;
 	int world_size;                       /* must divide heads, o_groups, experts, moe_intermediate_size, vocab */
+	bool selfcheck;                       /* --kernel-selfcheck: check each non-reference pick against
+					       * the CPU reference on a small random input; a variant that
+					       * disagrees is dropped and the next one chosen, loudly */
 };
 
 /* Formats of a validated checkpoint, fmts[cfg->n_layers_total]. */
@@ -256,6 +259,7 @@ struct model_weights_options {
 	bool load_mtp;
 	int rank, world_size;                   /* tensor parallel; world_size must divide heads,
 						 * o_groups, experts and the vocabulary */
+	bool selfcheck;                         /* model_plan_options.selfcheck */
 };
 
 enum status model_weights_load(struct model_weights *w, const struct model_weights_options *opt,

@@ -29,6 +29,7 @@
 #include "cli.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "kernels/registry/registry.h"
 #include "model/checkpoint.h"
 #include "model/exec_cpu.h"
 #include "server/engine.h"
@@ -51,6 +52,8 @@ struct serve_args {
 	long num_blocks;
 	bool priority;
 	long http_threads;
+	const char *disable_kernels; /* --disable-kernel a,b (with $DSV4_DISABLED_KERNELS) */
+	bool kernel_selfcheck;
 };
 
 static void usage(FILE *f)
@@ -80,6 +83,8 @@ static void usage(FILE *f)
 		"                               test executor (no weights read; for API tests)\n"
 		"  --num-gpu-blocks-override N  KV blocks to allocate (default: 4 sequences of max-model-len)\n"
 		"  --http-threads N             HTTP worker threads (default 8)\n"
+		"  --disable-kernel A,B         remove kernel variants from selection (also $DSV4_DISABLED_KERNELS)\n"
+		"  --kernel-selfcheck           check each chosen kernel against the CPU reference at load\n"
 		"  -h, --help                   this text\n");
 	fputs(tp_args_usage(), f); /* ---- tensor parallel ---- */
 }
@@ -116,7 +121,7 @@ static bool parse_double(const char *s, double lo, double hi, double *out)
 
 enum {
 	O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXLEN, O_SEQS, O_BATCHED, O_QUEUED, O_GPU, O_TP, O_SHUTDOWN,
-	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY,
+	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY, O_DISABLE_KERNEL, O_SELFCHECK,
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -138,6 +143,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"http-threads", required_argument, NULL, O_THREADS},
 		{"num-gpu-blocks-override", required_argument, NULL, O_BLOCKS},
 		{"scheduling-policy", required_argument, NULL, O_POLICY},
+		{"disable-kernel", required_argument, NULL, O_DISABLE_KERNEL},
+		{"kernel-selfcheck", no_argument, NULL, O_SELFCHECK},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -207,6 +214,12 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 			if (strcmp(v, "test") && strcmp(v, "cpu") && strcmp(v, "auto"))
 				return bad("--executor '%s': expected 'cpu' or 'test'", v);
 			a->executor = v;
+			break;
+		case O_DISABLE_KERNEL:
+			a->disable_kernels = v;
+			break;
+		case O_SELFCHECK:
+			a->kernel_selfcheck = true;
 			break;
 		case O_THREADS:
 			if (!parse_long(v, 1, 256, &a->http_threads))
@@ -374,6 +387,18 @@ int cmd_serve(int argc, char **argv)
 	if (tp_world < 0)
 		return CLI_EXIT_USAGE;
 	/* ---- end tensor parallel ---- */
+	/* Kernel overrides are checked before anything loads: a misspelt name is a usage error. */
+	struct kern_disabled disabled;
+	{
+		struct err de = {0};
+		int n_ops = 0;
+		const struct kern_op *const *ops = kern_registry_ops(&n_ops);
+		if (kern_disabled_init(&disabled, a.disable_kernels, true, &de) ||
+		    kern_disabled_check(&disabled, ops, n_ops, &de)) {
+			fprintf(stderr, "dsv4 serve: --disable-kernel / DSV4_DISABLED_KERNELS: %s\n", de.msg);
+			return CLI_EXIT_USAGE;
+		}
+	}
 	char dir[PATH_MAX];
 	bool tiny = !strcmp(a.model, "tiny");
 	if (tiny) {
@@ -435,6 +460,8 @@ int cmd_serve(int argc, char **argv)
 			.max_step_seqs = a.max_num_seqs ? (uint32_t)a.max_num_seqs : 64,
 			.max_model_len = len,
 			.precision = tpa.precision, /* ---- tensor parallel ---- (--precision) */
+			.disabled = &disabled,
+			.kernel_selfcheck = a.kernel_selfcheck,
 		};
 		struct tp_serve_options to = {.xo = &xo, .world_size = tp_world, .args = tpa, .on_fail = on_tp_fail};
 		if (tp_world > 1 ? tp_serve_create(&tp, &to, &e) /* ---- tensor parallel ---- */
@@ -444,6 +471,10 @@ int cmd_serve(int argc, char **argv)
 			return CLI_EXIT_FAIL;
 		}
 		ex = tp ? tp_serve_exec(tp) : model_exec_cpu_exec(cpu); /* ---- tensor parallel ---- */
+		/* The plan chosen at load, one line per distinct layer plan (design.md step 6). */
+		const struct kern_plan *plan = cpu ? model_exec_cpu_plan(cpu) : tp ? tp_serve_plan(tp) : NULL;
+		if (plan)
+			kern_plan_log(plan);
 	}
 	const char *delay = getenv("DSV4_TEST_EXEC_STEP_MS");
 	if (delay && delay[0] && test_ex)

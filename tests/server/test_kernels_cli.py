@@ -115,5 +115,40 @@ check(p.returncode == 1 and "does-not-exist" in p.stderr, "a missing model direc
 p = run()
 check(p.returncode == 2, "no MODEL_DIR: usage, exit 2")
 
+
+# ---- the same selection in `serve`: the plan in the start-up log, overrides ----
+def serve(*args, env=None, wait_for="serving", timeout=240):
+    import signal, time
+    e = dict(os.environ)
+    e.pop("DSV4_DISABLED_KERNELS", None)
+    e.update(env or {})
+    p = subprocess.Popen([BIN, "serve", "--port", "0", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         text=True, env=e)
+    lines, t0 = [], time.time()
+    while time.time() - t0 < timeout:
+        line = p.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if wait_for in line:
+            break
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        lines += p.stderr.read().splitlines(True)
+    p.wait(timeout=120)
+    return p.returncode, "".join(lines)
+
+
+m = os.path.join(d, "tiny-fp8")
+rc, log = serve("--model", m, "--kernel-selfcheck", "--max-num-batched-tokens", "64")
+check(rc == 0, f"serve --kernel-selfcheck starts and drains (rc {rc})")
+check("kernels: layers" in log and "moe_gemm=" in log, "the kernel plan is in the start-up log")
+check(log.find("kernels: layers") < log.find("serving"), "the plan is logged before the port opens")
+rc, log = serve("--model", m, "--disable-kernel", "no_such_kernel")
+check(rc == 2 and "no_such_kernel" in log, "serve --disable-kernel with an unknown name exits 2 naming it")
+rc, log = serve("--model", m, env={"DSV4_DISABLED_KERNELS": "moe_gemm_cpu_ref"})
+check(rc == 1 and "moe_gemm" in log and "no variant fits" in log,
+      "serve with the only CPU expert GEMM disabled fails at load naming the op and the reasons")
+
 print(f"{failures} failures", file=sys.stderr)
 sys.exit(1 if failures else 0)
