@@ -201,11 +201,8 @@ template <bool BF> static __host__ __device__ __forceinline__ int64_t gv_xi(int6
 	return k + (k >> 5) * (BF ? 8 : 4);
 }
 
-/* Staging store of 4 activations at element offset i. */
-static __device__ __forceinline__ void gv_put4(float *xs, int64_t i, const float *v)
-{
-	*(float4 *)&xs[i] = make_float4(v[0], v[1], v[2], v[3]);
-}
+/* Staging store of 4 activations at element offset i (bf16 staging only:
+ * one instantiation keeps the fat binary small). */
 static __device__ __forceinline__ void gv_put4(__nv_bfloat16 *xs, int64_t i, const float *v)
 {
 	/* exact: only used when every value is a bf16 (bf16 x, or FP8 act_quant values) */
@@ -217,14 +214,6 @@ static __device__ __forceinline__ void gv_put4(__nv_bfloat16 *xs, int64_t i, con
 }
 
 /* 16 staged activations from element offset i (16-byte aligned) as f32. */
-static __device__ __forceinline__ void gv_get16(const float *xs, int64_t i, float *t)
-{
-#pragma unroll
-	for (int c = 0; c < 4; c++) {
-		const float4 q = *(const float4 *)&xs[i + 4 * c];
-		t[4 * c] = q.x, t[4 * c + 1] = q.y, t[4 * c + 2] = q.z, t[4 * c + 3] = q.w;
-	}
-}
 static __device__ __forceinline__ void gv_get16(const __nv_bfloat16 *xs, int64_t i, float *t)
 {
 #pragma unroll
@@ -279,8 +268,11 @@ static __device__ __forceinline__ float gv_qdq(float x, float s, float inv_s)
 	return copysignf(q, v) * s;
 }
 
+/* RC = the most rows a block holds (accumulators); rc (1, 2, 4 or RC) = the
+ * rows per chunk of this launch (the shared memory is sized for rc). One
+ * instantiation per staging type keeps the fat binary small. */
 template <int RC, bool BF>
-__global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, const int32_t *__restrict__ offsets,
+__global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int rc, int64_t n_experts, const int32_t *__restrict__ offsets,
 							  const int32_t *__restrict__ row_src, int64_t in, int64_t out,
 							  const void *__restrict__ x, int x_dt, int64_t ldx,
 							  void *__restrict__ y, int y_dt, int64_t ldy,
@@ -308,7 +300,7 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, cons
 			if (ex < n_experts) {
 				b = offsets[ex];
 				c = offsets[ex + 1];
-				tiles = (c - b + RC - 1) / RC;
+				tiles = (c - b + rc - 1) / rc;
 			}
 			int incl = tiles;
 #pragma unroll
@@ -322,8 +314,8 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, cons
 			if (hit) {
 				if (lane == __ffs(hit) - 1) {
 					sh_expert = (int)ex;
-					sh_r0 = b + (int)(slot - lo) * RC;
-					sh_r1 = min(sh_r0 + RC, c);
+					sh_r0 = b + (int)(slot - lo) * rc;
+					sh_r1 = min(sh_r0 + rc, c);
 				}
 				break;
 			}
@@ -445,12 +437,14 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int64_t n_experts, cons
 	for (int j = 0; j < GV_ROWS_PER_WARP; j++)
 #pragma unroll
 		for (int r = 0; r < RC; r++) {
+			if (r >= nr)
+				break;
 			float v = acc[j][r];
 #pragma unroll
 			for (int off = 16; off > 0; off >>= 1)
 				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
 			const int64_t o = o0 + j;
-			if (lane == r && r < nr && o < out)
+			if (lane == r && o < out)
 				kq_store(y, y_dt, (int64_t)(r0 + r) * ldy + o, v);
 		}
 }
@@ -472,8 +466,8 @@ static int gv_smem_optin(void)
 }
 
 template <int RC, bool BF>
-static enum status gv_launch(const struct kern_moe_gemm_args *a, int64_t in, int64_t out, int64_t ldx, int64_t ldy,
-			     size_t smem)
+static enum status gv_launch(const struct kern_moe_gemm_args *a, int rc, int64_t in, int64_t out, int64_t ldx,
+			     int64_t ldy, size_t smem)
 {
 	static int attr_done[64]; /* per device: the kernel's shared-memory limit raised */
 	int dev = 0;
@@ -488,12 +482,12 @@ static enum status gv_launch(const struct kern_moe_gemm_args *a, int64_t in, int
 		if (dev < 64)
 			attr_done[dev] = (int)smem;
 	}
-	const int64_t slots = (a->n_rows + RC - 1) / RC + a->n_experts;
+	const int64_t slots = (a->n_rows + rc - 1) / rc + a->n_experts;
 	if (slots > 65535)
 		return ST_INVALID;
 	dim3 grid((unsigned)((out + GV_TN - 1) / GV_TN), (unsigned)slots);
 	moe_gemv_kernel<RC, BF><<<grid, GV_NT, smem, (cudaStream_t)a->stream>>>(
-		a->n_experts, a->expert_offsets, a->row_src, in, out, a->x, (int)a->x_dtype, ldx, a->y, (int)a->y_dtype,
+		rc, a->n_experts, a->expert_offsets, a->row_src, in, out, a->x, (int)a->x_dtype, ldx, a->y, (int)a->y_dtype,
 		ldy, a->w_dev, a->act_quant_block != 0);
 	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
 }
@@ -508,28 +502,20 @@ static enum status gv_run(const struct kern_moe_gemm_args *a)
 			return ST_UNSUPPORTED;
 	const int64_t R = a->n_rows;
 	const int rc = R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8;
-	/* bf16 staging is exact for bf16 x and for FP8 act_quant values (e4m3 x 2^k):
-	 * half the shared memory, so more blocks per SM. */
-	const bool bf = a->x_dtype == KERN_DT_BF16 || a->act_quant_block != 0;
+	/* bf16 staging is exact for bf16 x and for FP8 act_quant values (e4m3 x 2^k),
+	 * and takes half the shared memory of f32; f32 x without act_quant (not a
+	 * model path) goes to the GEMM kernels instead. */
+	if (a->x_dtype != KERN_DT_BF16 && a->act_quant_block == 0)
+		return ST_UNSUPPORTED;
 	const int64_t optin = gv_smem_optin() - 1024; /* room for the static shared words */
-	const int64_t xb = bf ? 2 : 4, ld = bf ? gv_xi<true>(in) : gv_xi<false>(in);
+	const int64_t ld = gv_xi<true>(in);
 	int use = rc;
-	while (use > 1 && (int64_t)use * ld * xb > optin)
+	while (use > 1 && (int64_t)use * ld * 2 > optin)
 		use /= 2;
-	const size_t smem = (size_t)(use * ld * xb);
+	const size_t smem = (size_t)(use * ld * 2);
 	if ((int64_t)smem > optin)
 		return ST_UNSUPPORTED;
-#define GV_CASE(n)                                                                                                    \
-	case n:                                                                                                       \
-		return bf ? gv_launch<n, true>(a, in, out, ldx, ldy, smem) : gv_launch<n, false>(a, in, out, ldx, ldy, smem)
-	switch (use) {
-		GV_CASE(1);
-		GV_CASE(2);
-		GV_CASE(4);
-	default:
-		return bf ? gv_launch<8, true>(a, in, out, ldx, ldy, smem) : gv_launch<8, false>(a, in, out, ldx, ldy, smem);
-	}
-#undef GV_CASE
+	return gv_launch<8, true>(a, use, in, out, ldx, ldy, smem);
 }
 
 static enum status gv_check(const struct kern_moe_gemm_args *a)

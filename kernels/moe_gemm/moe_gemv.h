@@ -12,13 +12,17 @@
  * loads of packed e2m1 (a warp reads 512 contiguous bytes of a row per load),
  * decodes them by PRMT table lookup, and accumulates in f32 against the
  * block's activations, staged (and act-quantized) once per block in shared
- * memory; warp-shuffle reduction at the end.
+ * memory as bf16 (exact: bf16 x, or FP8 act_quant values); warp-shuffle
+ * reduction at the end. The block's expert is found by a warp-parallel scan
+ * of the offsets, and its first weight loads are issued before the staging.
  *
  * Dispatch by rows (the host does not know the per-expert counts, which live
  * on the device): n_rows <= KERN_MOE_GEMV_MAX_ROWS takes the GEMV (an expert
  * with more than 8 rows is done in chunks of 8, its weights re-read from
- * L2); larger n_rows go to moe_gemm_sm90_fp4 on cc 9.0 when the build has the
- * sm_90a image, else to moe_gemm_cuda_generic. MXFP4 and NVFP4 only, in % 32.
+ * L2); larger n_rows, f32 x without act_quant, misaligned weights or too
+ * little shared memory go to moe_gemm_sm90_fp4 on cc 9.0 when the build has
+ * the sm_90a image, else to moe_gemm_cuda_generic. MXFP4 and NVFP4 only,
+ * in % 32.
  */
 #ifndef DSV4_KERNELS_MOE_GEMV_H
 #define DSV4_KERNELS_MOE_GEMV_H
