@@ -285,6 +285,13 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 			resp->route = hit->label;
 			api_error(resp, 415, "invalid_request_error", NULL, "unsupported_media_type",
 				  "Content-Type must be application/json");
+		} else if (hit && memchr(req->body, '\0', req->body_len)) {
+			/* JSON text never holds a raw NUL; jansson would stop at it and
+			 * parse a prefix ({"tokens": [68\0]} read as [68]). */
+			resp->route = hit->label;
+			api_error(resp, 400, "invalid_request_error", NULL, "invalid_json",
+				  "request body contains a NUL byte at offset %zu",
+				  (size_t)((const char *)memchr(req->body, '\0', req->body_len) - req->body));
 		} else if (hit) {
 			resp->route = hit->label;
 			hit->fn(hit->ctx, a, req, resp, *stream);

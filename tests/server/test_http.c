@@ -244,6 +244,17 @@ int main(void)
 	free(r);
 	free(bigreq);
 
+	/* A raw NUL inside a body is refused before any handler parses a prefix of it. */
+	static const char nulbody[] = "{\"a\": [1\0]}";
+	n = snprintf(req, sizeof req,
+		     "POST /v1/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n"
+		     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", sizeof nulbody - 1);
+	memcpy(req + n, nulbody, sizeof nulbody - 1);
+	r = roundtrip(req, (size_t)n + sizeof nulbody - 1, 1 << 20);
+	T_CHECK(status_of(r) == 400);
+	T_STR_CONTAINS(r, "NUL byte at offset 8");
+	free(r);
+
 	/* A stream fed by another thread arrives whole and in order. */
 	n = snprintf(req, sizeof req,
 		     "POST /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n"
