@@ -26,41 +26,8 @@
 #include "model/checkpoint.h"
 #include "model/weights.h"
 #include "tests/test.h"
+#include "tests/tiny_dir.h"
 
-static const char *tiny_dir(void)
-{
-	static char dir[1024];
-	const char *env = getenv("DSV4_TINY_DIR");
-	if (env && *env)
-		return env;
-	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
-	if (!src || !bld)
-		return NULL;
-	snprintf(dir, sizeof dir, "%s/tiny-models", bld);
-	char stamp[1200], lock[1200];
-	snprintf(stamp, sizeof stamp, "%s/tiny-nvfp4-deq/.make_tiny_model.stamp", dir);
-	struct stat sb;
-	if (stat(stamp, &sb) == 0)
-		return dir;
-	snprintf(lock, sizeof lock, "%s.lock", dir);
-	int fd = open(lock, O_CREAT | O_RDWR, 0644);
-	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	int rc = 0;
-	if (stat(stamp, &sb) != 0) {
-		char cmd[4096];
-		snprintf(cmd, sizeof cmd,
-			 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --variant all --out '%s' >/dev/null", src, src,
-			 dir);
-		rc = system(cmd);
-	}
-	flock(fd, LOCK_UN);
-	close(fd);
-	return rc == 0 && stat(stamp, &sb) == 0 ? dir : NULL;
-}
 
 #if DSV4_HAVE_CUDA
 static const struct kern_variant *variant_named(const char *op, const char *name)
@@ -135,7 +102,7 @@ static void one(const char *dir, const char *variant, int major, int minor)
 
 int main(void)
 {
-	const char *dir = tiny_dir();
+	const char *dir = fh_tiny_dir();
 	if (!dir)
 		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
 	const int cc[][2] = {{8, 0}, {9, 0}, {10, 0}, {12, 0}, {12, 1}};

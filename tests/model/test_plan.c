@@ -44,6 +44,7 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "tests/test.h"
+#include "tests/tiny_dir.h"
 
 /* T_STR_CONTAINS on a char array trips -Waddress; take a pointer. */
 static void contains(const char *hay, const char *needle)
@@ -51,41 +52,6 @@ static void contains(const char *hay, const char *needle)
 	T_STR_CONTAINS(hay, needle);
 }
 
-static const char *tiny_dir(void)
-{
-	static char dir[1024];
-	const char *env = getenv("DSV4_TINY_DIR");
-	if (env && *env)
-		return env;
-	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
-	if (!src || !bld)
-		return NULL;
-	snprintf(dir, sizeof dir, "%s/tiny-models", bld);
-	char stamp[1200], lock[1200];
-	snprintf(stamp, sizeof stamp, "%s/tiny-nvfp4-deq/.make_tiny_model.stamp", dir);
-	struct stat sb;
-	if (stat(stamp, &sb) == 0)
-		return dir;
-	/* the same lock as the forward tests and tests/server/test_kernels_cli.py */
-	snprintf(lock, sizeof lock, "%s.lock", dir);
-	int fd = open(lock, O_CREAT | O_RDWR, 0644);
-	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	int rc = 0;
-	if (stat(stamp, &sb) != 0) {
-		char cmd[4096];
-		snprintf(cmd, sizeof cmd,
-			 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --variant all --out '%s' >/dev/null", src, src,
-			 dir);
-		rc = system(cmd);
-	}
-	flock(fd, LOCK_UN);
-	close(fd);
-	return rc == 0 && stat(stamp, &sb) == 0 ? dir : NULL;
-}
 
 /* ---- what a complete plan is ---- */
 
@@ -637,7 +603,7 @@ int main(void)
 		widen_random(fv);
 	real_configs();
 
-	const char *dir = tiny_dir();
+	const char *dir = fh_tiny_dir();
 	if (!dir) {
 		fprintf(stderr, "no tiny checkpoints (scripts/make_tiny_model needs the venv): tiny cases skipped\n");
 		return test_exit();
