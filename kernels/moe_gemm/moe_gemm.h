@@ -76,5 +76,9 @@ extern const struct kern_op kern_op_moe_gemm;
 enum status kern_moe_gemm_cuda_generic(const struct kern_moe_gemm_args *a);
 /* The same on host buffers (copies everything in and out). */
 enum status kern_moe_gemm_cuda_generic_host(const struct kern_moe_gemm_args *a);
+/* Run any CUDA variant fn on host buffers: copies x, offsets, row_src and the
+ * experts to the device, runs, synchronises and copies y back (self-checks,
+ * tests). CUDA builds only. */
+enum status kern_moe_gemm_run_on_host_buffers(const struct kern_moe_gemm_args *a, kern_moe_gemm_fn fn);
 
 #endif

@@ -602,7 +602,7 @@ static void *dev_copy(struct dev_bufs *b, const void *src, size_t bytes)
 	return d;
 }
 
-static enum status host_run(const struct kern_moe_gemm_args *a, kern_moe_gemm_fn fn)
+extern "C" enum status kern_moe_gemm_run_on_host_buffers(const struct kern_moe_gemm_args *a, kern_moe_gemm_fn fn)
 {
 	enum status st = kern_moe_gemm_args_check(a, NULL);
 	if (st)
@@ -619,8 +619,9 @@ static enum status host_run(const struct kern_moe_gemm_args *a, kern_moe_gemm_fn
 	void *dy = dev_copy(&b, a->y, yb); /* keeps unwritten sentinels visible */
 	void *doff = dev_copy(&b, a->expert_offsets, (size_t)(E + 1) * sizeof(int32_t));
 	void *dsrc = a->row_src ? dev_copy(&b, a->row_src, (size_t)R * sizeof(int32_t)) : NULL;
-	/* Per expert: data, then scales at a 16-byte aligned offset (f32 scales). */
-	const size_t wb_al = (wb + 15) & ~(size_t)15, stride = wb_al + ((sb + 15) & ~(size_t)15);
+	/* Per expert: data, then scales, each 256-byte aligned (the sm_90a kernel's
+	 * 16-byte vector loads want it; the others need 16). */
+	const size_t wb_al = (wb + 255) & ~(size_t)255, stride = wb_al + ((sb + 255) & ~(size_t)255);
 	uint8_t *dw = (uint8_t *)dev_copy(&b, NULL, (size_t)E * stride);
 	struct kern_wmat *hw = (struct kern_wmat *)calloc((size_t)E, sizeof *hw);
 	if (!hw) {
@@ -669,12 +670,12 @@ static enum status host_run(const struct kern_moe_gemm_args *a, kern_moe_gemm_fn
 
 extern "C" enum status kern_moe_gemm_cuda_generic_host(const struct kern_moe_gemm_args *a)
 {
-	return host_run(a, kern_moe_gemm_cuda_generic);
+	return kern_moe_gemm_run_on_host_buffers(a, kern_moe_gemm_cuda_generic);
 }
 
 extern "C" enum status kern_moe_gemv_cuda_host(const struct kern_moe_gemm_args *a)
 {
-	return host_run(a, kern_moe_gemv_cuda);
+	return kern_moe_gemm_run_on_host_buffers(a, kern_moe_gemv_cuda);
 }
 
 /* ---- bandwidth probes for tests/bench/bench_kernels.c (moe_gemv.h) ---- */
