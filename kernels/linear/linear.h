@@ -71,5 +71,10 @@ extern const struct kern_op kern_op_linear;
 enum status kern_linear_cuda_generic(const struct kern_linear_args *a);
 /* The same on host buffers: allocates, copies in, runs, copies back, syncs. */
 enum status kern_linear_cuda_generic_host(const struct kern_linear_args *a);
+/* Run any CUDA variant fn on host buffers: copies x, y and the weight to the
+ * device (with a workspace of workspace_bytes when > 0), runs, synchronises and
+ * copies y back (self-checks, tests). CUDA builds only. */
+enum status kern_linear_run_on_host_buffers(const struct kern_linear_args *a, kern_linear_fn fn,
+					    size_t workspace_bytes);
 
 #endif

@@ -591,58 +591,8 @@ extern "C" int kern_linear_cublaslt__set_device(int device)
 
 extern "C" enum status kern_linear_cublaslt_host(const struct kern_linear_args *a)
 {
-	enum status st = kern_linear_args_check(a, NULL);
-	if (st)
-		return st;
-	if (a->w->fmt != KERN_WFMT_FP8_F32_R128 || a->act_quant_block != 128)
+	if (a->w && (a->w->fmt != KERN_WFMT_FP8_F32_R128 || a->act_quant_block != 128))
 		return ST_INVALID;
-	const int64_t in = a->w->cols, out = a->w->rows, T = a->n_tokens;
-	if (T == 0)
-		return ST_OK;
-	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
-	const size_t xb = (size_t)((T - 1) * ldx + in) * kern_dtype_bytes(a->x_dtype);
-	const size_t yb = (size_t)((T - 1) * ldy + out) * kern_dtype_bytes(a->y_dtype);
-	const size_t wb = kern_wmat_data_bytes(a->w), sb = kern_wmat_scale_bytes(a->w);
-	const size_t wsb = kern_linear_cublaslt_workspace_bytes(T, in);
-	void *dx = NULL, *dy = NULL, *dw = NULL, *ds = NULL, *dws = NULL;
-	cudaError_t ce = cudaMalloc(&dx, xb);
-	if (ce == cudaSuccess) ce = cudaMalloc(&dy, yb);
-	if (ce == cudaSuccess) ce = cudaMalloc(&dw, wb);
-	if (ce == cudaSuccess) ce = cudaMalloc(&ds, sb ? sb : 1);
-	if (ce == cudaSuccess) ce = cudaMalloc(&dws, wsb);
-	if (ce == cudaSuccess) ce = cudaMemcpy(dx, a->x, xb, cudaMemcpyHostToDevice);
-	if (ce == cudaSuccess) ce = cudaMemcpy(dy, a->y, yb, cudaMemcpyHostToDevice); /* keeps unwritten sentinels */
-	if (ce == cudaSuccess) ce = cudaMemcpy(dw, a->w->data, wb, cudaMemcpyHostToDevice);
-	if (ce == cudaSuccess && sb) ce = cudaMemcpy(ds, a->w->scale, sb, cudaMemcpyHostToDevice);
-	if (ce == cudaSuccess) {
-		struct kern_wmat dwm = *a->w;
-		dwm.data = dw;
-		dwm.scale = ds;
-		dwm.owned = NULL;
-		struct kern_linear_args da = *a;
-		da.x = dx;
-		da.y = dy;
-		da.w = &dwm;
-		da.stream = 0;
-		da.workspace = dws;
-		da.workspace_bytes = wsb;
-		st = kern_linear_cublaslt(&da);
-		if (st == ST_OK) {
-			ce = cudaDeviceSynchronize();
-			if (ce == cudaSuccess)
-				ce = cudaMemcpy(a->y, dy, yb, cudaMemcpyDeviceToHost);
-		}
-	}
-	cudaFree(dx);
-	cudaFree(dy);
-	cudaFree(dw);
-	cudaFree(ds);
-	cudaFree(dws);
-	if (st)
-		return st;
-	if (ce != cudaSuccess) {
-		cudaGetLastError();
-		return ST_CUDA;
-	}
-	return ST_OK;
+	return kern_linear_run_on_host_buffers(a, kern_linear_cublaslt,
+					       kern_linear_cublaslt_workspace_bytes(a->n_tokens, a->w ? a->w->cols : 0));
 }

@@ -136,13 +136,12 @@ extern "C" enum status kern_linear_cuda_generic(const struct kern_linear_args *a
 
 /* ---- host-buffer wrapper (self-checks, tests) ---- */
 
-extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_args *a)
+extern "C" enum status kern_linear_run_on_host_buffers(const struct kern_linear_args *a, kern_linear_fn fn,
+							size_t workspace_bytes)
 {
 	enum status st = kern_linear_args_check(a, NULL);
 	if (st)
 		return st;
-	if (a->w->fmt != KERN_WFMT_FP8_F32_B128 && a->w->fmt != KERN_WFMT_BF16 && a->w->fmt != KERN_WFMT_F32)
-		return ST_INVALID;
 	const int64_t in = a->w->cols, out = a->w->rows, T = a->n_tokens;
 	if (T == 0)
 		return ST_OK;
@@ -150,11 +149,12 @@ extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_ar
 	const size_t xb = (size_t)((T - 1) * ldx + in) * kern_dtype_bytes(a->x_dtype);
 	const size_t yb = (size_t)((T - 1) * ldy + out) * kern_dtype_bytes(a->y_dtype);
 	const size_t wb = kern_wmat_data_bytes(a->w), sb = kern_wmat_scale_bytes(a->w);
-	void *dx = NULL, *dy = NULL, *dw = NULL, *ds = NULL;
+	void *dx = NULL, *dy = NULL, *dw = NULL, *ds = NULL, *dws = NULL;
 	cudaError_t ce = cudaMalloc(&dx, xb);
 	if (ce == cudaSuccess) ce = cudaMalloc(&dy, yb);
 	if (ce == cudaSuccess) ce = cudaMalloc(&dw, wb);
 	if (ce == cudaSuccess) ce = cudaMalloc(&ds, sb ? sb : 1);
+	if (ce == cudaSuccess && workspace_bytes) ce = cudaMalloc(&dws, workspace_bytes); /* 256-byte aligned */
 	if (ce == cudaSuccess) ce = cudaMemcpy(dx, a->x, xb, cudaMemcpyHostToDevice);
 	if (ce == cudaSuccess) ce = cudaMemcpy(dy, a->y, yb, cudaMemcpyHostToDevice); /* keeps unwritten sentinels */
 	if (ce == cudaSuccess) ce = cudaMemcpy(dw, a->w->data, wb, cudaMemcpyHostToDevice);
@@ -169,7 +169,11 @@ extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_ar
 		da.y = dy;
 		da.w = &dwm;
 		da.stream = 0;
-		st = kern_linear_cuda_generic(&da);
+		if (workspace_bytes) {
+			da.workspace = dws;
+			da.workspace_bytes = workspace_bytes;
+		}
+		st = fn(&da);
 		if (st == ST_OK) {
 			ce = cudaDeviceSynchronize();
 			if (ce == cudaSuccess)
@@ -180,6 +184,7 @@ extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_ar
 	cudaFree(dy);
 	cudaFree(dw);
 	cudaFree(ds);
+	cudaFree(dws);
 	if (st)
 		return st;
 	if (ce != cudaSuccess) {
@@ -187,4 +192,11 @@ extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_ar
 		return ST_CUDA;
 	}
 	return ST_OK;
+}
+
+extern "C" enum status kern_linear_cuda_generic_host(const struct kern_linear_args *a)
+{
+	if (a->w && a->w->fmt != KERN_WFMT_FP8_F32_B128 && a->w->fmt != KERN_WFMT_BF16 && a->w->fmt != KERN_WFMT_F32)
+		return ST_INVALID;
+	return kern_linear_run_on_host_buffers(a, kern_linear_cuda_generic, 0);
 }

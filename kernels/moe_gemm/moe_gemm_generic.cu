@@ -32,6 +32,7 @@ extern "C" {
 #include "kernels/moe_gemm/moe_gemm_sm90.h"
 #include "kernels/moe_gemm/moe_gemv.h"
 }
+#include "kernels/moe_gemm/moe_tile.cuh"
 #include "kernels/quant/quant_cuda.cuh"
 
 #define TM 16
@@ -50,19 +51,7 @@ __global__ void __launch_bounds__(NT) moe_gemm_generic_kernel(
 	const int tid = threadIdx.x;
 	if (tid == 0) {
 		/* Which expert and which 16-row tile of it this block owns. */
-		int64_t slot = blockIdx.y, cum = 0;
-		sh_expert = -1;
-		for (int64_t e = 0; e < n_experts; e++) {
-			const int32_t b = offsets[e], c = offsets[e + 1];
-			const int64_t tiles = (c - b + TM - 1) / TM;
-			if (slot < cum + tiles) {
-				sh_expert = (int)e;
-				sh_r0 = b + (int)(slot - cum) * TM;
-				sh_r1 = min(sh_r0 + TM, c);
-				break;
-			}
-			cum += tiles;
-		}
+		sh_expert = moe_tile_of_slot(blockIdx.y, n_experts, offsets, TM, &sh_r0, &sh_r1);
 	}
 	__syncthreads();
 	const int e = sh_expert;

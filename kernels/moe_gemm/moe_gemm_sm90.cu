@@ -34,6 +34,7 @@
 extern "C" {
 #include "kernels/moe_gemm/moe_gemm_sm90.h"
 }
+#include "kernels/moe_gemm/moe_tile.cuh"
 #include "kernels/quant/quant_cuda.cuh"
 
 #define S9_TM 16  /* rows per block */
@@ -106,19 +107,7 @@ __global__ void __launch_bounds__(S9_NT) moe_gemm_sm90_kernel(
 	__shared__ int sh_expert, sh_r0, sh_r1;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	if (tid == 0) {
-		int64_t slot = blockIdx.y, cum = 0;
-		sh_expert = -1;
-		for (int64_t e = 0; e < n_experts; e++) {
-			const int32_t b = offsets[e], c = offsets[e + 1];
-			const int64_t tiles = (c - b + S9_TM - 1) / S9_TM;
-			if (slot < cum + tiles) {
-				sh_expert = (int)e;
-				sh_r0 = b + (int)(slot - cum) * S9_TM;
-				sh_r1 = min(sh_r0 + S9_TM, c);
-				break;
-			}
-			cum += tiles;
-		}
+		sh_expert = moe_tile_of_slot(blockIdx.y, n_experts, offsets, S9_TM, &sh_r0, &sh_r1);
 	}
 	__syncthreads();
 	const int e = sh_expert;
