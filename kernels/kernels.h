@@ -28,4 +28,7 @@
 #include "kernels/routing/routing.h"
 #include "kernels/act/act.h"
 
+/* ---- gpu-ops ---- */
+#include "kernels/movement/movement.h"
+
 #endif

@@ -27,6 +27,8 @@
 #include "kernels/indexer/indexer.h"
 #include "kernels/routing/routing.h"
 #include "kernels/act/act.h"
+/* ---- gpu-ops (includes) ---- */
+#include "kernels/movement/movement.h"
 /* ---- end includes ---- */
 
 static const struct kern_op *const all_ops[] = {
@@ -52,6 +54,15 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_route,
 	&kern_op_moe_group,
 	&kern_op_swiglu,
+	/* ---- gpu-ops ---- */
+	&kern_op_copy_rows,
+	&kern_op_embed,
+	&kern_op_block_copy,
+	&kern_op_block_fill,
+	&kern_op_round_bf16,
+	&kern_op_add,
+	&kern_op_act_quant_sim,
+	&kern_op_moe_row_weight,
 	/* ---- end ---- */
 };
 
