@@ -12,6 +12,12 @@
  * out) for tests and self-checks. Each reference returns ST_INVALID for NULL
  * pointers it would dereference and for negative or inconsistent sizes; a
  * count of 0 is valid and touches nothing.
+ *
+ * kern_<op>_check() is that size and pointer check alone, shared by every
+ * variant. It does not read index lists or counts: a CUDA variant cannot
+ * (they are in device memory), so the reference checks those itself and the
+ * CUDA variants skip what the reference would refuse (negative block ids,
+ * see each op) instead of faulting.
  */
 #ifndef DSV4_KERNELS_MOVEMENT_MOVEMENT_H
 #define DSV4_KERNELS_MOVEMENT_MOVEMENT_H
@@ -42,6 +48,7 @@ struct kern_copy_rows_args {
 	void *stream;
 };
 enum status kern_copy_rows_ref(const struct kern_copy_rows_args *a) DSV4_WUR;
+enum status kern_copy_rows_check(const struct kern_copy_rows_args *a) DSV4_WUR;
 typedef enum status (*kern_copy_rows_fn)(const struct kern_copy_rows_args *a);
 extern const struct kern_op kern_op_copy_rows;
 
@@ -62,6 +69,7 @@ struct kern_embed_args {
 	void *stream;
 };
 enum status kern_embed_ref(const struct kern_embed_args *a) DSV4_WUR;
+enum status kern_embed_check(const struct kern_embed_args *a) DSV4_WUR;
 typedef enum status (*kern_embed_fn)(const struct kern_embed_args *a);
 extern const struct kern_op kern_op_embed;
 
@@ -70,7 +78,8 @@ extern const struct kern_op kern_op_embed;
 /* For i < n: copy pool[src_ids[i]*region_stride + region_offset, + region_len)
  * to pool[dst_ids[i]*region_stride + region_offset, + region_len). The dst
  * ids of one call are distinct and no dst id equals any src id of the call
- * (copy-on-write forks), so the pairs run in any order. Ids must be >= 0;
+ * (copy-on-write forks), so the pairs run in any order. Ids must be >= 0
+ * (the reference refuses a negative one, CUDA variants skip its pair);
  * region_offset + region_len <= region_stride. */
 struct kern_block_copy_args {
 	float *pool;
@@ -82,11 +91,13 @@ struct kern_block_copy_args {
 	void *stream;
 };
 enum status kern_block_copy_ref(const struct kern_block_copy_args *a) DSV4_WUR;
+enum status kern_block_copy_check(const struct kern_block_copy_args *a) DSV4_WUR;
 typedef enum status (*kern_block_copy_fn)(const struct kern_block_copy_args *a);
 extern const struct kern_op kern_op_block_copy;
 
 /* For i < n: pool[ids[i]*region_stride + region_offset, + region_len) = value.
- * Ids must be >= 0 (repeats are harmless). */
+ * Ids must be >= 0 (reference: ST_INVALID; CUDA variants skip a negative
+ * one); repeats are harmless. */
 struct kern_block_fill_args {
 	float *pool;
 	int64_t region_stride, region_len, region_offset;
@@ -96,6 +107,7 @@ struct kern_block_fill_args {
 	void *stream;
 };
 enum status kern_block_fill_ref(const struct kern_block_fill_args *a) DSV4_WUR;
+enum status kern_block_fill_check(const struct kern_block_fill_args *a) DSV4_WUR;
 typedef enum status (*kern_block_fill_fn)(const struct kern_block_fill_args *a);
 extern const struct kern_op kern_op_block_fill;
 
@@ -109,6 +121,7 @@ struct kern_round_bf16_args {
 	void *stream;
 };
 enum status kern_round_bf16_ref(const struct kern_round_bf16_args *a) DSV4_WUR;
+enum status kern_round_bf16_check(const struct kern_round_bf16_args *a) DSV4_WUR;
 typedef enum status (*kern_round_bf16_fn)(const struct kern_round_bf16_args *a);
 extern const struct kern_op kern_op_round_bf16;
 
@@ -122,6 +135,7 @@ struct kern_add_args {
 	void *stream;
 };
 enum status kern_add_ref(const struct kern_add_args *a) DSV4_WUR;
+enum status kern_add_check(const struct kern_add_args *a) DSV4_WUR;
 typedef enum status (*kern_add_fn)(const struct kern_add_args *a);
 extern const struct kern_op kern_op_add;
 
@@ -140,6 +154,7 @@ struct kern_act_quant_sim_args {
 	void *stream;
 };
 enum status kern_act_quant_sim_ref(const struct kern_act_quant_sim_args *a) DSV4_WUR;
+enum status kern_act_quant_sim_check(const struct kern_act_quant_sim_args *a) DSV4_WUR;
 typedef enum status (*kern_act_quant_sim_fn)(const struct kern_act_quant_sim_args *a);
 extern const struct kern_op kern_op_act_quant_sim;
 
@@ -148,9 +163,10 @@ extern const struct kern_op kern_op_act_quant_sim;
 /* row_weight[r] = slot_weight[row_slot[r]] for r < *n_rows; rows >= *n_rows
  * are left untouched. n_rows points at ONE int64 in the same memory as the
  * data (device memory for CUDA variants: the grouping writes the row count on
- * the device and the host never waits for it), and the ops check
- * 0 <= *n_rows <= max_rows. row_slot entries index slot_weight
- * ([n_tokens*top_k]) and are trusted for r < *n_rows. */
+ * the device and the host never waits for it). The reference refuses
+ * *n_rows outside [0, max_rows]; CUDA variants clamp it to that range.
+ * row_slot entries index slot_weight ([n_tokens*top_k]) and are trusted for
+ * r < *n_rows. */
 struct kern_moe_row_weight_args {
 	const float *slot_weight;  /* [n_tokens*top_k] */
 	const int32_t *row_slot;   /* [max_rows] */
@@ -160,6 +176,7 @@ struct kern_moe_row_weight_args {
 	void *stream;
 };
 enum status kern_moe_row_weight_ref(const struct kern_moe_row_weight_args *a) DSV4_WUR;
+enum status kern_moe_row_weight_check(const struct kern_moe_row_weight_args *a) DSV4_WUR;
 typedef enum status (*kern_moe_row_weight_fn)(const struct kern_moe_row_weight_args *a);
 extern const struct kern_op kern_op_moe_row_weight;
 

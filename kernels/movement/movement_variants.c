@@ -6,8 +6,16 @@
  * Variants (priority order, highest first):
  *   <op>_cpu_ref   the CPU reference (movement_ref.c), every shape; the
  *                  oracle for GPU variants and for load-time self-checks.
+ *   <op>_cuda_generic  cc >= 8.0, sm_80 image (movement_generic.cu), priority
+ *                  10: the portable CUDA version, bit-identical to the
+ *                  reference, so selection never fails on a GPU.
  */
 #include "kernels/movement/movement.h"
+
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/movement/movement_generic.h"
+#endif
 
 static const struct kern_variant copy_rows_variants[] = {
 	{
@@ -17,6 +25,19 @@ static const struct kern_variant copy_rows_variants[] = {
 		.run = KERN_FN(kern_copy_rows_ref),
 		.run_host = KERN_FN(kern_copy_rows_ref),
 		.desc = "CPU reference: row gather / scatter / permutation (memcpy per row)",
+	},
+	{
+		.name = "copy_rows_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_copy_rows_cuda_generic),
+		.run_host = KERN_FN(kern_copy_rows_cuda_generic_host),
+#endif
+		.desc = "portable CUDA row gather / scatter: one CTA per row, 16-byte copies when aligned",
 	},
 };
 
@@ -35,6 +56,19 @@ static const struct kern_variant embed_variants[] = {
 		.run_host = KERN_FN(kern_embed_ref),
 		.desc = "CPU reference: bf16 embedding rows widened to f32, n_copies each, vocab-parallel",
 	},
+	{
+		.name = "embed_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_embed_cuda_generic),
+		.run_host = KERN_FN(kern_embed_cuda_generic_host),
+#endif
+		.desc = "portable CUDA embedding lookup: one CTA per token, bf16 widened by a shift",
+	},
 };
 
 const struct kern_op kern_op_embed = {
@@ -51,6 +85,19 @@ static const struct kern_variant block_copy_variants[] = {
 		.run = KERN_FN(kern_block_copy_ref),
 		.run_host = KERN_FN(kern_block_copy_ref),
 		.desc = "CPU reference: copy a region of pool blocks to other blocks",
+	},
+	{
+		.name = "block_copy_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_block_copy_cuda_generic),
+		.run_host = KERN_FN(kern_block_copy_cuda_generic_host),
+#endif
+		.desc = "portable CUDA pool region copy: CTAs over (pair, chunk), 16-byte copies when aligned",
 	},
 };
 
@@ -69,6 +116,19 @@ static const struct kern_variant block_fill_variants[] = {
 		.run_host = KERN_FN(kern_block_fill_ref),
 		.desc = "CPU reference: fill a region of pool blocks with a value",
 	},
+	{
+		.name = "block_fill_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_block_fill_cuda_generic),
+		.run_host = KERN_FN(kern_block_fill_cuda_generic_host),
+#endif
+		.desc = "portable CUDA pool region fill: CTAs over (block, chunk)",
+	},
 };
 
 const struct kern_op kern_op_block_fill = {
@@ -85,6 +145,19 @@ static const struct kern_variant round_bf16_variants[] = {
 		.run = KERN_FN(kern_round_bf16_ref),
 		.run_host = KERN_FN(kern_round_bf16_ref),
 		.desc = "CPU reference: round f32 values to bf16 values in place (RNE)",
+	},
+	{
+		.name = "round_bf16_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_round_bf16_cuda_generic),
+		.run_host = KERN_FN(kern_round_bf16_cuda_generic_host),
+#endif
+		.desc = "portable CUDA bf16 rounding (integer RNE), one thread per element",
 	},
 };
 
@@ -103,6 +176,19 @@ static const struct kern_variant add_variants[] = {
 		.run_host = KERN_FN(kern_add_ref),
 		.desc = "CPU reference: y += x, fp32",
 	},
+	{
+		.name = "add_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_add_cuda_generic),
+		.run_host = KERN_FN(kern_add_cuda_generic_host),
+#endif
+		.desc = "portable CUDA y += x, one thread per element",
+	},
 };
 
 const struct kern_op kern_op_add = {
@@ -120,6 +206,19 @@ static const struct kern_variant act_quant_sim_variants[] = {
 		.run_host = KERN_FN(kern_act_quant_sim_ref),
 		.desc = "CPU reference: FP8 / FP4 activation quantize-dequantize in place",
 	},
+	{
+		.name = "act_quant_sim_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_act_quant_sim_cuda_generic),
+		.run_host = KERN_FN(kern_act_quant_sim_cuda_generic_host),
+#endif
+		.desc = "portable CUDA FP8 / FP4 act quant simulation, one warp per block, bit-exact",
+	},
 };
 
 const struct kern_op kern_op_act_quant_sim = {
@@ -136,6 +235,19 @@ static const struct kern_variant moe_row_weight_variants[] = {
 		.run = KERN_FN(kern_moe_row_weight_ref),
 		.run_host = KERN_FN(kern_moe_row_weight_ref),
 		.desc = "CPU reference: routing weight of each grouped expert row",
+	},
+	{
+		.name = "moe_row_weight_cuda_generic",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 10,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_moe_row_weight_cuda_generic),
+		.run_host = KERN_FN(kern_moe_row_weight_cuda_generic_host),
+#endif
+		.desc = "portable CUDA expert-row weights, row count read on the device",
 	},
 };
 
