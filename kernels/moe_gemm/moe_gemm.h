@@ -5,15 +5,19 @@
  *
  * The layout is the one a grouped / varlen GPU kernel wants, so every variant
  * implements the same contract:
- *   rows r = 0 .. n_rows-1 are sorted by expert; expert e owns rows
- *     [expert_offsets[e], expert_offsets[e+1]) (int32, nondecreasing,
- *     offsets[0] = 0, offsets[n_experts] = n_rows; empty experts allowed);
+ *   rows r = 0 .. offsets[n_experts]-1 are sorted by expert; expert e owns
+ *     rows [expert_offsets[e], expert_offsets[e+1]) (int32, nondecreasing,
+ *     offsets[0] = 0, offsets[n_experts] <= n_rows; empty experts allowed).
+ *     n_rows is an upper bound (n_tokens * top_k when the grouping ran on
+ *     the device and the host does not know the count): rows at and past
+ *     offsets[n_experts] are neither read (x, row_src) nor written (y);
  *   input row of r is x[row_src[r]] when row_src is given (w1/w3: gather
  *     each token once per chosen expert without copying), else x[r] (w2);
  *   y[r, o] = Σ_k xq[src(r), k] · W_e[o, k], f32 accumulation, every row of y
- *     written, with W_e decoded from its stored format (wmat.h: MXFP4 e2m1 +
- *     E8M0 per 32, NVFP4 e2m1 + e4m3 per 16 + f32 global, FP8 128x128) and
- *     xq = x or the reference's FP8 act_quant(block 128) of x.
+ *     below offsets[n_experts] written, with W_e decoded from its stored
+ *     format (wmat.h: MXFP4 e2m1 + E8M0 per 32, NVFP4 e2m1 + e4m3 per 16 +
+ *     f32 global, FP8 128x128) and xq = x or the reference's FP8
+ *     act_quant(block 128) of x.
  * The routing weight and SwiGLU are not part of this op (the reference
  * applies the weight to the activation before w2, an elementwise op).
  */
@@ -37,7 +41,7 @@ struct kern_moe_gemm_shape {
 };
 
 struct kern_moe_gemm_args {
-	int64_t n_rows;                 /* (token, expert) pairs */
+	int64_t n_rows;                 /* (token, expert) pairs, or an upper bound on them */
 	int64_t n_experts;
 	const int32_t *expert_offsets;  /* [n_experts + 1] */
 	const int32_t *row_src;         /* optional [n_rows]: x row of each row */
@@ -60,8 +64,9 @@ typedef enum status (*kern_moe_gemm_fn)(const struct kern_moe_gemm_args *a);
 /* The CPU reference (reads offsets, row_src and weights on the host). */
 enum status kern_moe_gemm_ref(const struct kern_moe_gemm_args *a) DSV4_WUR;
 
-/* Validate a (offsets monotone and complete, row_src in range, experts
- * uniform and valid). Host-side arrays only. */
+/* Validate a (offsets start at 0, nondecreasing, end at most n_rows;
+ * row_src in range below offsets[n_experts]; x has rows when n_rows > 0;
+ * experts uniform and valid). Host-side arrays only. */
 enum status kern_moe_gemm_args_check(const struct kern_moe_gemm_args *a, struct err *e) DSV4_WUR;
 
 extern const struct kern_op kern_op_moe_gemm;

@@ -2,7 +2,8 @@
  * kernels/moe_gemm/moe_gemm_ref.c: the CPU reference of the grouped expert
  * GEMM. Per expert, each weight row is decoded once into an f32 buffer
  * (MXFP4/NVFP4/FP8 read in their stored form, no dequantized model copy)
- * and dotted with every row routed to that expert.
+ * and dotted with every row routed to that expert. Only the rows below
+ * offsets[n_experts] exist; n_rows is an upper bound (moe_gemm.h).
  */
 #include "kernels/moe_gemm/moe_gemm.h"
 
@@ -25,9 +26,9 @@ enum status kern_moe_gemm_args_check(const struct kern_moe_gemm_args *a, struct 
 				       kern_wfmt_name(a->w[0].fmt), (long long)a->w[0].rows, (long long)a->w[0].cols);
 	}
 	const int32_t *off = a->expert_offsets;
-	if (off[0] != 0 || off[a->n_experts] != a->n_rows)
-		return err_set(e, ST_INVALID, "moe_gemm: offsets run %d..%d, rows %lld", off[0], off[a->n_experts],
-			       (long long)a->n_rows);
+	if (off[0] != 0 || off[a->n_experts] > a->n_rows)
+		return err_set(e, ST_INVALID, "moe_gemm: offsets run %d..%d, rows at most %lld", off[0],
+			       off[a->n_experts], (long long)a->n_rows);
 	for (int64_t x = 0; x < a->n_experts; x++)
 		if (off[x + 1] < off[x])
 			return err_set(e, ST_INVALID, "moe_gemm: offsets decrease at expert %lld", (long long)x);
@@ -36,13 +37,16 @@ enum status kern_moe_gemm_args_check(const struct kern_moe_gemm_args *a, struct 
 		return err_set(e, ST_INVALID, "moe_gemm: x or y missing");
 	if ((a->ldx && a->ldx < in) || (a->ldy && a->ldy < out))
 		return err_set(e, ST_INVALID, "moe_gemm: row stride below row length");
+	const int64_t used = off[a->n_experts]; /* rows past it are neither read nor written */
+	if (a->n_rows && a->n_x_rows < 1)
+		return err_set(e, ST_INVALID, "moe_gemm: %lld rows but x has none", (long long)a->n_rows);
 	if (a->row_src) {
-		for (int64_t r = 0; r < a->n_rows; r++)
+		for (int64_t r = 0; r < used; r++)
 			if (a->row_src[r] < 0 || a->row_src[r] >= a->n_x_rows)
 				return err_set(e, ST_INVALID, "moe_gemm: row %lld reads x row %d of %lld", (long long)r,
 					       a->row_src[r], (long long)a->n_x_rows);
-	} else if (a->n_x_rows < a->n_rows) {
-		return err_set(e, ST_INVALID, "moe_gemm: %lld rows but x has %lld", (long long)a->n_rows,
+	} else if (a->n_x_rows < used) {
+		return err_set(e, ST_INVALID, "moe_gemm: %lld rows but x has %lld", (long long)used,
 			       (long long)a->n_x_rows);
 	}
 	if (a->act_quant_block != 0 && a->act_quant_block != 128)
@@ -55,7 +59,7 @@ enum status kern_moe_gemm_ref(const struct kern_moe_gemm_args *a)
 	enum status st = kern_moe_gemm_args_check(a, NULL);
 	if (st)
 		return st;
-	int64_t R = a->n_rows, in = a->w[0].cols, out = a->w[0].rows;
+	int64_t R = a->expert_offsets[a->n_experts], in = a->w[0].cols, out = a->w[0].rows;
 	int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
 	if (R == 0)
 		return ST_OK;

@@ -3,7 +3,7 @@
  * (kern_moe_gemm_ref) against a naive per-row dequantize-then-matmul in
  * double: MXFP4, NVFP4 and FP8 experts, random expert counts with empty
  * experts, rows gathered through row_src or taken in place, act_quant on and
- * off, and argument validation.
+ * off, n_rows as an upper bound on the rows, and argument validation.
  */
 #include <time.h>
 
@@ -122,6 +122,51 @@ static void test_mixed_experts(uint64_t *rng)
 	kern_wmat_release(&w[1]);
 }
 
+/* n_rows as an upper bound: rows at and past offsets[E] are neither read
+ * (row_src there is out of range, x has only the used rows: ASan catches a
+ * read) nor written (a sentinel stays), and rows below match the exact-count
+ * run bit for bit. */
+static void test_upper_bound(uint64_t *rng, int gather)
+{
+	struct err e = {0};
+	enum { E = 3, USED = 5, ROWS = 9, IN = 64, OUT = 7 };
+	struct kern_wmat w[E];
+	for (int x = 0; x < E; x++)
+		T_CHECK(kern_wmat_make_random(&w[x], KERN_WFMT_MXFP4, OUT, IN, rng, &e) == ST_OK);
+	int32_t off[E + 1] = {0, 2, 2, USED};
+	int32_t src[ROWS] = {0, 2, 1, 0, 2, 1000, -1, 1000, 1000};
+	int64_t X = gather ? 3 : USED;
+	float *x = malloc(sizeof(float) * (size_t)(X * IN));
+	for (int64_t i = 0; i < X * IN; i++)
+		x[i] = kern_rand_f32(rng);
+	float y[ROWS * OUT], y_exact[USED * OUT];
+	for (int i = 0; i < ROWS * OUT; i++)
+		y[i] = i < USED * OUT ? NAN : 12345.0f;
+	struct kern_moe_gemm_args a = {.n_rows = ROWS, .n_experts = E, .expert_offsets = off,
+				       .row_src = gather ? src : NULL, .n_x_rows = X, .x = x, .y = y, .w = w,
+				       .act_quant_block = 128};
+	T_CHECK(kern_moe_gemm_args_check(&a, &e) == ST_OK);
+	T_CHECK(kern_moe_gemm_ref(&a) == ST_OK);
+	struct kern_moe_gemm_args b = a;
+	b.n_rows = USED;
+	b.y = y_exact;
+	T_CHECK(kern_moe_gemm_ref(&b) == ST_OK);
+	T_CHECK(memcmp(y, y_exact, sizeof y_exact) == 0);
+	int touched = 0;
+	for (int i = USED * OUT; i < ROWS * OUT; i++)
+		touched += y[i] != 12345.0f;
+	T_CHECKF(touched == 0, "gather %d: %d values past offsets[E] written", gather, touched);
+	/* offsets ending past n_rows, and no x rows at all, are refused */
+	a.n_rows = USED - 1;
+	T_CHECK(kern_moe_gemm_args_check(&a, &e) == ST_INVALID);
+	a.n_rows = ROWS;
+	a.n_x_rows = 0;
+	T_CHECK(kern_moe_gemm_args_check(&a, &e) == ST_INVALID);
+	free(x);
+	for (int i = 0; i < E; i++)
+		kern_wmat_release(&w[i]);
+}
+
 int main(void)
 {
 	uint64_t rng = (uint64_t)time(NULL) * 0xD1B54A32D192ED03ull;
@@ -138,5 +183,7 @@ int main(void)
 			 (enum kern_dtype)(kern_rand_u64(&rng) & 1), (enum kern_dtype)(kern_rand_u64(&rng) & 1));
 	}
 	test_mixed_experts(&rng);
+	test_upper_bound(&rng, 0);
+	test_upper_bound(&rng, 1);
 	return test_exit();
 }
