@@ -16,13 +16,15 @@
 
 struct model_exec_cpu {
 	struct exec ex;
+	struct kern_mem mem;    /* host, or the device of opt->dev */
 	struct model_weights w;
 	struct model_state st;
 	struct model_fwd *fwd;
-	float *logits;   /* [max_step_seqs, vocab] */
-	uint32_t *rows;  /* [max_step_seqs] */
+	float *logits;          /* [max_step_seqs, vocab] in mem */
+	float *logits_host;     /* device executor: the sampled rows on the host */
+	uint32_t *rows;         /* [max_step_seqs] */
 	void *sample_work;
-	uint32_t vocab;
+	uint32_t vocab, max_seqs;
 	int rank;
 	bool weights_loaded;
 };
@@ -43,11 +45,18 @@ static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec
 	if (n != step->n_sample)
 		return err_set(e, ST_INVALID, "step says %u samples, %u sequences sample", step->n_sample, n);
 	if (!n)
-		return ST_OK;
+		return kern_mem_sync(&x->mem, e);
 	if ((st = model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), x->rows, n, x->logits, e)))
 		return st;
 	if (x->rank)
-		return ST_OK; /* rank 0 samples (design.md "Tensor parallelism") */
+		return kern_mem_sync(&x->mem, e); /* rank 0 samples (design.md "Tensor parallelism") */
+	const float *lg = x->logits;
+	if (x->mem.device) {
+		/* the sampled rows only; download synchronises the step */
+		if ((st = kern_mem_download(&x->mem, x->logits_host, x->logits, (size_t)n * x->vocab * sizeof(float), e)))
+			return st;
+		lg = x->logits_host;
+	}
 	uint32_t k = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
@@ -56,7 +65,7 @@ static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec
 		struct kern_sample_history h = {.prompt_ids = sq->prompt_ids, .n_prompt = sq->n_prompt,
 						.output_ids = sq->output_ids, .n_output = sq->n_output};
 		out[k].seq_index = s;
-		st = kern_sample_ref(x->logits + (size_t)k * x->vocab, x->vocab, sq->sampling, &h, sq->n_output,
+		st = kern_sample_ref(lg + (size_t)k * x->vocab, x->vocab, sq->sampling, &h, sq->n_output,
 				     x->sample_work, &out[k].out);
 		if (st)
 			return err_set(e, st, "sampling sequence %u", s);
@@ -89,19 +98,55 @@ static uint32_t default_block_tokens(const struct model_config *cfg, uint32_t wa
 	return B;
 }
 
+enum status model_exec_device(const char *want, struct kern_device *dev, struct err *e)
+{
+	kern_device_cpu(dev);
+	if (!want || !strcmp(want, "cpu"))
+		return ST_OK;
+	bool need = !strcmp(want, "cuda");
+	if (!need && strcmp(want, "auto"))
+		return err_set(e, ST_INVALID, "device '%s': expected auto, cuda or cpu", want);
+	struct err de = {0};
+	enum status st = ST_OK;
+	if (kern_device_count() < 1)
+		st = err_set(&de, ST_NOTFOUND, "no CUDA device is visible%s",
+			     kern_compiled_targets() ? "" : " (this binary was built without CUDA)");
+	else if (!(st = kern_device_detect(0, dev, &de)) && dev->cc_major < 8)
+		st = err_set(&de, ST_UNSUPPORTED, "GPU 0 (%s) has compute capability %d.%d; dsv4 needs 8.0 or later",
+			     dev->name, dev->cc_major, dev->cc_minor);
+	if (st) {
+		kern_device_cpu(dev);
+		if (need)
+			return err_set(e, st, "--device cuda: %s", de.msg);
+		log_msg(LOG_INFO, "model", "device: the CPU (%s)", de.msg);
+		return ST_OK;
+	}
+	log_msg(LOG_INFO, "model", "device: GPU 0, %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free)",
+		dev->name, dev->cc_major, dev->cc_minor, dev->sm_count, (double)dev->mem_bytes / (1u << 30),
+		(double)dev->free_bytes / (1u << 30));
+	return ST_OK;
+}
+
 enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct model_exec_cpu_options *opt,
 				  struct err *e)
 {
 	*out = NULL;
 	if (!opt || !opt->ck)
 		return err_set(e, ST_INVALID, "exec_cpu: no checkpoint");
-	if (opt->dev && (opt->dev->cc_major || opt->dev->cc_minor))
-		return err_set(e, ST_INVALID, "exec_cpu: device %s is a GPU; the CPU executor runs CPU variants only "
-					      "(model_weights_load plans for any device)", opt->dev->name);
+	bool gpu = opt->dev && (opt->dev->cc_major || opt->dev->cc_minor);
+	if (gpu && opt->dev->simulated)
+		return err_set(e, ST_INVALID, "executor: device %s is simulated: it plans, but runs nothing",
+			       opt->dev->name);
 	const struct model_config *cfg = model_checkpoint_config(opt->ck);
 	struct model_exec_cpu *x = calloc(1, sizeof *x);
 	if (!x)
-		return err_set(e, ST_NOMEM, "exec_cpu");
+		return err_set(e, ST_NOMEM, "executor");
+	x->mem.device = gpu;
+	enum status st;
+	if ((st = kern_mem_stream_create(&x->mem, e))) {
+		free(x);
+		return st;
+	}
 	int world = opt->world_size ? opt->world_size : 1;
 	uint32_t T = opt->max_step_tokens ? opt->max_step_tokens : 512;
 	uint32_t S = opt->max_step_seqs ? opt->max_step_seqs : 64;
@@ -117,13 +162,48 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 					   .selfcheck = opt->kernel_selfcheck,
 					   .max_step_tokens = T, .quant_sim = ref, .load_mtp = opt->load_mtp,
 					   .rank = opt->rank, .world_size = world};
-	enum status st = model_weights_load(&x->w, &wo, e);
-	if (st) {
+	if ((st = model_weights_load(&x->w, &wo, e))) {
+		kern_mem_stream_destroy(&x->mem);
 		free(x);
 		return st;
 	}
 	x->weights_loaded = true;
-	if ((st = model_state_create(&x->st, &x->w, nb, B, e)))
+	if ((st = model_weights_upload(&x->w, &x->mem, e)))
+		goto fail;
+	if (gpu && !opt->n_blocks) {
+		/* the KV pool: vLLM's --gpu-memory-utilization, a fraction of the
+		 * device's total memory for this process, after the weights and
+		 * the activations of a full step */
+		struct exec_layer_mix mix;
+		model_state_mix(&x->w, &mix);
+		uint64_t fr, tot;
+		kern_mem_info(&x->mem, &fr, &tot);
+		double util = opt->gpu_memory_utilization > 0 ? opt->gpu_memory_utilization : 0.9;
+		uint64_t ctx_max = opt->max_model_len ? opt->max_model_len : (uint64_t)cfg->max_position_embeddings;
+		uint64_t act = model_fwd_estimate_bytes(&x->w, T, S, (uint32_t)(ctx_max < UINT32_MAX ? ctx_max : UINT32_MAX));
+		double budget = util * (double)tot - (double)(tot - fr) - (double)act;
+		uint64_t per = exec_block_bytes(&mix, B, false);
+		uint32_t fit = budget > 0 ? (uint32_t)(budget / (double)per) : 0;
+		if (fit < 2) {
+			st = err_set(e, ST_NOMEM, "executor: %.2f GiB free of %.2f GiB after the weights leave no room "
+						 "for the KV cache at --gpu-memory-utilization %.2f (%.1f MiB per block "
+						 "of %u tokens, %.2f GiB of activations)", (double)fr / (1u << 30),
+				     (double)tot / (1u << 30), util, (double)per / (1u << 20), B,
+				     (double)act / (1u << 30));
+			goto fail;
+		}
+		nb = fit;
+		if (!opt->max_model_len || max_len > (uint64_t)nb * B)
+			max_len = (uint64_t)nb * B < (uint64_t)cfg->max_position_embeddings ? (uint64_t)nb * B
+										: (uint64_t)cfg->max_position_embeddings;
+		if (opt->max_model_len && opt->max_model_len < max_len)
+			max_len = opt->max_model_len;
+		log_msg(LOG_INFO, "model", "KV cache: %u blocks of %u tokens (%.2f GiB, %.1f MiB each): %llu tokens; "
+					   "maximum concurrency %.2fx at %llu tokens per request",
+			nb, B, (double)per * nb / (1u << 30), (double)per / (1u << 20), (unsigned long long)nb * B,
+			(double)nb * B / (double)max_len, (unsigned long long)max_len);
+	}
+	if ((st = model_state_create(&x->st, &x->w, nb, B, &x->mem, e)))
 		goto fail;
 	struct model_fwd_options fo = {.max_tokens = T, .max_seqs = S, .max_context = (uint32_t)max_len,
 				       .quant_sim = ref, .bf16_round = ref, .comm = world > 1 ? opt->comm : NULL};
@@ -131,11 +211,15 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 		goto fail;
 	x->vocab = (uint32_t)cfg->vocab_size;
 	x->rank = opt->rank;
-	x->logits = malloc((size_t)S * x->vocab * sizeof(float));
+	x->max_seqs = S;
+	if ((st = kern_mem_alloc(&x->mem, (size_t)S * x->vocab * sizeof(float), (void **)&x->logits, e)))
+		goto fail;
 	x->rows = malloc((size_t)S * sizeof(uint32_t));
 	x->sample_work = malloc(kern_sample_workspace_bytes(x->vocab));
-	if (!x->logits || !x->rows || !x->sample_work) {
-		st = err_set(e, ST_NOMEM, "exec_cpu: logits for %u sequences", S);
+	if (gpu)
+		x->logits_host = malloc((size_t)S * x->vocab * sizeof(float));
+	if (!x->rows || !x->sample_work || (gpu && !x->logits_host)) {
+		st = err_set(e, ST_NOMEM, "executor: logits for %u sequences", S);
 		goto fail;
 	}
 	x->ex.ops = &cpu_ops;
@@ -148,8 +232,13 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	x->ex.info.max_step_tokens = T;
 	x->ex.info.max_step_seqs = S;
 	x->ex.info.max_model_len = (uint32_t)max_len;
-	log_msg(LOG_INFO, "model", "cpu executor: %u blocks of %u tokens, %u tokens x %u sequences per step, %s",
-		nb, B, T, S, ref ? "reference precision" : "fp32 precision");
+	if (gpu)
+		log_msg(LOG_INFO, "model", "executor on GPU %d (%s, cc %d.%d): %u blocks of %u tokens, %u tokens x %u "
+					   "sequences per step, %s", opt->dev->index, opt->dev->name, opt->dev->cc_major,
+			opt->dev->cc_minor, nb, B, T, S, ref ? "reference precision" : "fp32 precision");
+	else
+		log_msg(LOG_INFO, "model", "executor on the CPU: %u blocks of %u tokens, %u tokens x %u sequences per "
+					   "step, %s", nb, B, T, S, ref ? "reference precision" : "fp32 precision");
 	*out = x;
 	return ST_OK;
 fail:
@@ -165,7 +254,9 @@ void model_exec_cpu_destroy(struct model_exec_cpu *x)
 	model_state_free(&x->st);
 	if (x->weights_loaded)
 		model_weights_free(&x->w);
-	free(x->logits);
+	kern_mem_free(&x->mem, x->logits);
+	kern_mem_stream_destroy(&x->mem);
+	free(x->logits_host);
 	free(x->rows);
 	free(x->sample_work);
 	free(x);
@@ -185,12 +276,33 @@ enum status model_exec_cpu_forward(struct model_exec_cpu *x, const struct exec_s
 	for (uint32_t i = 0; i < n_rows; i++)
 		if (rows[i] >= step->n_tokens)
 			return err_set(e, ST_INVALID, "logit row %u of a %u-token step", rows[i], step->n_tokens);
-	return model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), rows, n_rows, logits, e);
+	if (!x->mem.device)
+		return model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), rows, n_rows, logits, e);
+	/* on a device: in chunks of the executor's logits buffer, then to the host */
+	for (uint32_t i = 0; i < n_rows; i += x->max_seqs) {
+		uint32_t k = n_rows - i < x->max_seqs ? n_rows - i : x->max_seqs;
+		if ((st = model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), rows + i, k, x->logits, e)) ||
+		    (st = kern_mem_download(&x->mem, logits + (size_t)i * x->vocab, x->logits,
+					    (size_t)k * x->vocab * sizeof(float), e)))
+			return st;
+	}
+	return ST_OK;
 }
 
 const float *model_exec_cpu_streams(const struct model_exec_cpu *x)
 {
 	return model_fwd_streams(x->fwd);
+}
+
+enum status model_exec_cpu_read_streams(const struct model_exec_cpu *x, float *dst, uint32_t n_tokens,
+					struct err *e)
+{
+	const float *src = model_fwd_streams(x->fwd);
+	if (!src)
+		return err_set(e, ST_INVALID, "no forward pass has run");
+	const struct model_config *c = x->w.cfg;
+	size_t n = (size_t)n_tokens * (size_t)(c->hc_mult * c->hidden_size) * sizeof(float);
+	return kern_mem_download(&x->mem, dst, src, n, e);
 }
 
 enum status model_exec_cpu_mtp(struct model_exec_cpu *x, const struct exec_step *mtp_step, const float *streams,

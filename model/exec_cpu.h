@@ -1,8 +1,14 @@
 /*
- * model/exec_cpu.h: the CPU executor, the reference implementation of the
- * executor interface (model/exec.h) for DeepSeek-V4: weights as views into
- * the mapped checkpoint (model/weights.h), a paged fp32 block pool
- * (model/state.h), the forward pass (model/forward.h) and kern_sample_ref.
+ * model/exec_cpu.h: the model executor (model/exec.h) for DeepSeek-V4, on
+ * the CPU or on one CUDA GPU: the same forward pass (model/forward.h) with
+ * the plan's variants for the device. On the CPU the weights are views into
+ * the mapped checkpoint and every variant is the reference; on a GPU the
+ * weights are uploaded once in the layouts their variants consume
+ * (model_weights_upload), the paged fp32 block pool (model/state.h) and
+ * every activation live on the device, and the pool is sized from
+ * --gpu-memory-utilization. Sampling is kern_sample_ref on the rows of the
+ * sampled sequences (on a GPU those rows are copied to the host first).
+ * The name is historical: "the CPU executor" is this executor on the CPU.
  *
  * Besides the vtable it exposes what tests and speculative decoding need:
  * the logits of any rows of a step, the pre-head streams, and the MTP
@@ -37,7 +43,10 @@ struct model_exec_cpu_options {
 	uint32_t max_model_len;   /* 0 = min(max_position_embeddings, n_blocks * B) */
 	enum model_precision precision;
 	bool load_mtp;            /* load mtp.0.* (model_exec_cpu_mtp) */
-	const struct kern_device *dev;        /* NULL or the CPU (a GPU device is refused) */
+	const struct kern_device *dev;        /* NULL or the CPU: the host; a detected GPU (kern_device_detect,
+					       * the current device): run there; a simulated one is refused */
+	double gpu_memory_utilization;        /* GPU with n_blocks 0: fraction of the device's memory this
+					       * process may use (vLLM's meaning); 0 = 0.9 */
 	const struct kern_disabled *disabled; /* NULL: none */
 	bool kernel_selfcheck;                /* --kernel-selfcheck (model_plan_options.selfcheck) */
 	/* Tensor parallelism (design.md; docs/forward.md): rank, world size (0
@@ -49,6 +58,13 @@ struct model_exec_cpu_options {
 	int rank, world_size;
 	struct comm *comm;
 };
+
+/* --device: "auto" (the first GPU when one is present and usable, else the
+ * CPU; the log says which and why), "cuda" (the first GPU; an error naming
+ * the reason without one) or "cpu". dev is the CPU (kern_device_cpu) or the
+ * detected GPU, which becomes the calling thread's current device.
+ * ST_INVALID for another word. */
+enum status model_exec_device(const char *want, struct kern_device *dev, struct err *e) DSV4_WUR;
 
 enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct model_exec_cpu_options *opt,
 				  struct err *e) DSV4_WUR;
@@ -64,9 +80,13 @@ enum status model_exec_cpu_forward(struct model_exec_cpu *x, const struct exec_s
 				   uint32_t n_rows, float *logits, struct err *e) DSV4_WUR;
 
 /* Pre-head hyper-connection streams [n_tokens, hc_mult, hidden] of the last
- * forward (step or model_exec_cpu_forward); valid until the next call. NULL
- * before the first. */
+ * forward (step or model_exec_cpu_forward), in the executor's memory (device
+ * memory on a GPU); valid until the next call. NULL before the first. */
 const float *model_exec_cpu_streams(const struct model_exec_cpu *x);
+
+/* Copy the first n_tokens rows of those streams to dst (host). */
+enum status model_exec_cpu_read_streams(const struct model_exec_cpu *x, float *dst, uint32_t n_tokens,
+					struct err *e) DSV4_WUR;
 
 /* MTP logits [n_tokens, vocab] from pre-head streams [n_tokens, hc_mult,
  * hidden] and the next token ids: mtp_step has the same sequences, positions

@@ -1,20 +1,27 @@
 /*
  * model/forward.c: the forward pass of DeepSeek-V4 over a flat batch
- * (model/forward.h). One function per stage of dsv4.md §3: embedding, the
- * mHC sites, attention (q path, shared K=V, compressors, indexer, sparse
- * attention over [compressed | fresh | ring] rows, grouped output
- * projection), MoE (routing, grouped expert GEMMs, SwiGLU, shared expert),
- * the head and the MTP layer. Every numeric op is the variant selected in the
- * layer plan; what is left here is data movement: the embedding gather, the
- * block-state copies of model/exec.h rule 2, the ring writes, the MoE
- * scatter-add, and the bf16 rounding of tensors the reference stores in bf16.
+ * (model/forward.h), one code path for every backend. Every numeric op and
+ * every data movement is the variant of the plan (model/weights.h): the CPU
+ * references on the host, the CUDA variants on a GPU, over buffers of the
+ * same struct kern_mem (kernels/device/mem.h) as the weights and the block
+ * pool. What stays on the host is the step's planning: segments, waves,
+ * index lists and offsets, computed from the step plan in batch_prepare
+ * into a small metadata arena that is uploaded once per step (plus, in the
+ * fp32 golden-comparison mode only, one small list per compressed layer).
  *
  * Block rule 2 inside a step: a sequence's chunk is cut into segments at
- * block boundaries. The ring is updated segment by segment after attention.
- * The compressors run in waves: wave j holds the j-th segment of every
- * sequence (gathered contiguously), and before it runs, each segment that
- * starts a block copies the previous block's compressor state into its own,
- * so a completed block ends holding its boundary snapshot.
+ * block boundaries. Wave j holds the j-th segment of every sequence. Before
+ * wave j is compressed, each of its segments that starts a block copies the
+ * previous block's compressor state into its own (or initialises it at
+ * position 0), so a completed block ends holding its boundary snapshot; the
+ * ring is written wave by wave after attention the same way. When every
+ * sequence has a single segment (decodes, chunks inside one block) the one
+ * wave is the flat batch itself and nothing is gathered.
+ *
+ * MoE rows: the grouped layout has at most n_tokens * top_k rows (all of
+ * them when this rank holds every expert); the expert ops run on that bound
+ * and the dispatch's row count, which stays where it was computed, decides
+ * which rows exist, so no value travels back to the host inside a step.
  */
 #include "model/forward.h"
 
@@ -25,53 +32,124 @@
 #include "comm/comm.h"
 #include "kernels/quant/quant.h"
 
+/* One segment: the tokens of one sequence inside one block. */
 struct seg {
-	int s;           /* sequence */
-	uint32_t i0, i1; /* flat tokens */
-	int32_t pos0;    /* position of i0 */
-	int32_t blk;     /* block id */
+	int s;            /* sequence */
+	uint32_t i0, i1;  /* flat tokens */
+	int32_t pos0;     /* position of i0 */
+	int32_t blk;      /* block id */
 	int32_t prev_blk; /* block id of the previous table entry when pos0 % B == 0 and pos0 > 0, else -1 */
 };
+
+/* Wave j of the step: host counts and metadata-arena arrays (see DEV). */
+struct wave {
+	int ns;             /* segments */
+	uint32_t nt;        /* tokens */
+	int32_t *q_off;     /* [ns + 1] offsets into the wave's gathered tokens */
+	int32_t *start;     /* [ns] position of each segment's first token */
+	int32_t *slot;      /* [ns] block of each segment (compressor state slot) */
+	int32_t *bt;        /* [ns, bt_stride] block table of each segment's sequence */
+	int64_t *ring_row0; /* [ns] ring pool row of slot 0 of each segment's block */
+	int32_t *gather;    /* [nt] flat token of each wave token; NULL: the flat batch itself */
+	int32_t *init_ids;  /* [n_init] blocks whose compressor state starts at position 0 */
+	int n_init;
+	int32_t *cp_dst, *cp_src; /* [n_cp] block-state copies of rule 2 */
+	int n_cp;
+};
+
+#define MAX_KINDS 4 /* distinct compressed-row pool sizes (SWA 0, CSA, HCA, spare) */
 
 struct model_fwd {
 	const struct model_weights *w;
 	struct model_state *st;
 	struct model_fwd_options opt;
 	const struct model_config *cfg;
+	struct kern_mem mem;
+	const struct model_global_ops *g;
 	int64_t D, n, H, d, r, G, R, QL, I, E, K, NHI, ID, V;
 	int64_t EL, EB, VL, VB; /* local experts / vocabulary rows (tensor parallel) */
 	int rank, ws;
-	float *lg_local, *lg_all; /* TP head: this rank's vocabulary shard, the gathered shards */
+	bool comm_staged;          /* the communicator takes host buffers only: stage device buffers */
+	float *comm_host;          /* [T * n * D] host staging for comm_staged */
+	float *lg_local, *lg_all;  /* TP head: this rank's vocabulary shard, the gathered shards */
 	int idx_stride;
+	void *lt_ws;               /* linear workspace (cuBLASLt), lt_ws_bytes */
+	size_t lt_ws_bytes;
 
-	/* the current batch */
+	/* the metadata arena: host staging and its device mirror (the same
+	 * buffer on the host backend); reset every step */
+	char *meta_h, *meta_d;
+	size_t meta_cap, meta_used, meta_flushed;
+
+	/* the current batch (host values) */
 	uint32_t T;
 	int S;
-	const int32_t *ids, *pos;
-	int32_t *q_off, *start_pos, *bt, bt_stride;
-	int64_t *ring_row0;
-	int32_t *entry_blk;
 	struct seg *segs;
 	int n_segs, max_wave;
-	int *seg_first; /* [S + 1] first segment of each sequence */
+	int *seg_first;             /* [S + 1] first segment of each sequence */
+	int32_t *bt_h;              /* [S, bt_stride] host block tables */
+	int32_t *entry_blk;         /* [S] */
+	int32_t bt_stride;
+	struct wave *waves;         /* [max waves] */
+	/* the current batch (arena arrays) */
+	int32_t *ids, *pos, *q_off, *start_pos, *bt;
+	int n_kinds;
+	int kind_rows[MAX_KINDS];   /* compressed-row pool size of each kind */
+	int64_t *ring_row0[MAX_KINDS]; /* [S] per kind: index-space row of ring slot 0 of each sequence */
 
-	/* activations */
+	/* activations (mem) */
 	float *x, *x2, *u, *xn, *fo, *mix, *sqr, *pre, *post, *comb;
 	float *qr, *q, *kv, *o, *z, *kvp, *gp, *ikvp, *igp, *wa, *wb, *qi, *hw, *topk_work;
 	int32_t *topk, *idx, *idx_len;
 	float *glog, *ew, *rw, *h1, *h3, *y2, *sh1, *sh3, *shy, *hh, *m1, *m2;
-	int32_t *eids, *offsets, *ptok, *pslot;
-	int32_t *w_q_off, *w_start, *w_slot, *w_bt;
+	int32_t *eids, *offsets, *row_src, *row_slot, *slot_row;
+	int64_t *n_rows;
 	float *pooled;        /* FP32 mode: the compressors' pre-norm entries (largest row pool) */
-	int32_t *ent_pos;     /* [T] positions w of the entries one wave emitted */
 	float *x_final;
 };
 
-#define ALLOC(p, n)                                                                                \
+/* ---- memory ---- */
+
+static enum status mem_alloc(struct model_fwd *f, void *pp, size_t bytes, struct err *e)
+{
+	void *p = NULL;
+	enum status st = kern_mem_alloc(&f->mem, bytes, &p, e);
+	memcpy(pp, &p, sizeof p);
+	return st;
+}
+
+/* The device address of a host pointer into the metadata arena. */
+#define DEV(f, hp) ((__typeof__(hp))(void *)((hp) ? (f)->meta_d + ((const char *)(hp) - (f)->meta_h) : NULL))
+
+/* n bytes of the arena (16-byte aligned), NULL when the arena is full (a
+ * sizing bug, reported by the caller). */
+static void *meta_take(struct model_fwd *f, size_t n)
+{
+	size_t off = (f->meta_used + 15) & ~(size_t)15;
+	if (off + n > f->meta_cap)
+		return NULL;
+	f->meta_used = off + n;
+	return f->meta_h + off;
+}
+
+/* Upload what was taken since the last flush. */
+static enum status meta_flush(struct model_fwd *f, struct err *e)
+{
+	if (f->meta_d == f->meta_h || f->meta_used == f->meta_flushed) {
+		f->meta_flushed = f->meta_used;
+		return ST_OK;
+	}
+	enum status st = kern_mem_upload(&f->mem, f->meta_d + f->meta_flushed, f->meta_h + f->meta_flushed,
+					 f->meta_used - f->meta_flushed, e);
+	f->meta_flushed = f->meta_used;
+	return st;
+}
+
+#define TAKE(f, p, count)                                                                          \
 	do {                                                                                       \
-		(p) = calloc((size_t)(n) + 1, sizeof *(p));                                        \
+		(p) = meta_take((f), (size_t)(count) * sizeof *(p));                               \
 		if (!(p))                                                                          \
-			goto nomem;                                                                \
+			return err_set(e, ST_INVALID, "forward: step metadata over %zu bytes", (f)->meta_cap); \
 	} while (0)
 
 enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,
@@ -86,6 +164,8 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	f->st = s;
 	f->opt = *opt;
 	f->cfg = c;
+	f->mem = s->mem;
+	f->g = &w->gops;
 	f->D = c->hidden_size;
 	f->n = c->hc_mult;
 	f->H = w->n_heads_local;
@@ -103,6 +183,12 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 		return err_set(e, ST_INVALID, "forward: world size %d needs a communicator of that size with rank %d",
 			       w->world_size, w->rank);
 	}
+	if (w->on_device != s->mem.device) {
+		free(f);
+		return err_set(e, ST_INVALID, "forward: weights on the %s, block pool on the %s",
+			       w->on_device ? "device" : "host", s->mem.device ? "device" : "host");
+	}
+	f->comm_staged = f->ws > 1 && f->mem.device && strcmp(comm_backend_name(opt->comm), "nccl") != 0;
 	f->R = c->o_lora_rank;
 	f->QL = c->q_lora_rank;
 	f->I = c->moe_intermediate_size;
@@ -126,17 +212,47 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 		return err_set(e, ST_INVALID, "forward: index set of %lld rows per token", (long long)stride);
 	}
 	f->idx_stride = (int)stride;
+	/* the distinct compressed-row pool sizes, for the per-kind ring rows */
+	f->kind_rows[f->n_kinds++] = 0;
+	for (int l = 0; l < s->n_layers; l++) {
+		int rows = s->ls[l].ratio ? s->ls[l].per_block * (int)s->n_blocks : 0;
+		bool seen = false;
+		for (int k = 0; k < f->n_kinds; k++)
+			seen |= f->kind_rows[k] == rows;
+		if (!seen && f->n_kinds < MAX_KINDS)
+			f->kind_rows[f->n_kinds++] = rows;
+	}
 	int64_t T = opt->max_tokens, S = opt->max_seqs, n = f->n, D = f->D;
 	int64_t P = T * f->K, B = s->block_tokens;
 	f->bt_stride = (int32_t)((opt->max_context + B - 1) / B + 1);
 	int64_t max_segs = S + T / B + S; /* each sequence: ceil(len/B) + 1 at most */
-	ALLOC(f->q_off, S + 1);
-	ALLOC(f->start_pos, S);
-	ALLOC(f->bt, S * f->bt_stride);
-	ALLOC(f->ring_row0, S);
-	ALLOC(f->entry_blk, S);
-	ALLOC(f->segs, max_segs);
-	ALLOC(f->seg_first, S + 1);
+	f->segs = calloc((size_t)max_segs + 1, sizeof *f->segs);
+	f->seg_first = calloc((size_t)S + 2, sizeof *f->seg_first);
+	f->bt_h = calloc((size_t)(S * f->bt_stride) + 1, sizeof *f->bt_h);
+	f->entry_blk = calloc((size_t)S + 1, sizeof *f->entry_blk);
+	f->waves = calloc((size_t)max_segs + 1, sizeof *f->waves);
+	if (!f->segs || !f->seg_first || !f->bt_h || !f->entry_blk || !f->waves)
+		goto nomem;
+	/* arena bound: step arrays, per-kind ring rows, every wave's arrays, the
+	 * fp32 lists of every compressed layer, the head's rows */
+	size_t ints = (size_t)(4 * T + 4 * S + S * f->bt_stride + 2 * MAX_KINDS * S) +
+		      (size_t)(max_segs * (8 + f->bt_stride) + T) + (size_t)(2 * T + 8) * (size_t)(s->n_layers + 1) * 2 +
+		      (size_t)(2 * T * f->ws + 64);
+	f->meta_cap = ints * 4 + 16 * (size_t)(64 + 4 * max_segs + 4 * s->n_layers);
+	enum status st;
+	if ((st = kern_mem_host_alloc(&f->mem, f->meta_cap, (void **)&f->meta_h, e)))
+		goto fail;
+	if (f->mem.device) {
+		if ((st = mem_alloc(f, &f->meta_d, f->meta_cap, e)))
+			goto fail;
+	} else {
+		f->meta_d = f->meta_h;
+	}
+#define ALLOC(p, count)                                                                            \
+	do {                                                                                       \
+		if ((st = mem_alloc(f, &(p), ((size_t)(count) + 1) * sizeof *(p), e)))             \
+			goto fail;                                                                 \
+	} while (0)
 	ALLOC(f->x, T * n * D);
 	ALLOC(f->x2, T * n * D);
 	ALLOC(f->u, T * D);
@@ -170,12 +286,19 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	ALLOC(f->rw, P);
 	ALLOC(f->eids, P);
 	ALLOC(f->offsets, f->EL + 1);
+	ALLOC(f->row_src, P);
+	ALLOC(f->row_slot, P);
+	ALLOC(f->slot_row, P);
+	ALLOC(f->n_rows, 1);
 	if (f->ws > 1) {
 		ALLOC(f->lg_local, T * f->VL);
 		ALLOC(f->lg_all, T * f->V);
 	}
-	ALLOC(f->ptok, P);
-	ALLOC(f->pslot, P);
+	if (f->comm_staged) {
+		f->comm_host = malloc((size_t)(T * (n * D > f->V ? n * D : f->V)) * sizeof(float) + 4);
+		if (!f->comm_host)
+			goto nomem;
+	}
 	ALLOC(f->h1, P * f->I);
 	ALLOC(f->h3, P * f->I);
 	ALLOC(f->y2, P * D);
@@ -185,11 +308,6 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	ALLOC(f->hh, T * n * D);
 	ALLOC(f->m1, T * n * D);
 	ALLOC(f->m2, T * n * D);
-	ALLOC(f->w_q_off, S + 1);
-	ALLOC(f->w_start, S);
-	ALLOC(f->w_slot, S);
-	ALLOC(f->w_bt, S * f->bt_stride);
-	ALLOC(f->ent_pos, T);
 	if (!opt->bf16_round) {
 		int64_t mx = 0;
 		for (int l = 0; l < s->n_layers; l++) {
@@ -200,24 +318,59 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 		}
 		ALLOC(f->pooled, mx);
 	}
+	/* one linear workspace for the largest linear the plan runs */
+	f->lt_ws_bytes = model_weights_linear_workspace_bytes(w, T);
+	if (f->lt_ws_bytes)
+		ALLOC(f->lt_ws, f->lt_ws_bytes);
+#undef ALLOC
 	*out = f;
 	return ST_OK;
 nomem:
+	st = err_set(e, ST_NOMEM, "forward buffers for %u tokens", opt->max_tokens);
+fail:
 	model_fwd_destroy(f);
-	return err_set(e, ST_NOMEM, "forward buffers for %u tokens", opt->max_tokens);
+	return st;
+}
+
+uint64_t model_fwd_estimate_bytes(const struct model_weights *w, uint32_t max_tokens, uint32_t max_seqs,
+				  uint32_t max_context)
+{
+	const struct model_config *c = w->cfg;
+	uint64_t T = max_tokens, n = (uint64_t)c->hc_mult, D = (uint64_t)c->hidden_size, d = (uint64_t)c->head_dim;
+	uint64_t ID = (uint64_t)c->index_head_dim, H = (uint64_t)w->n_heads_local, K = (uint64_t)c->num_experts_per_tok;
+	uint64_t I = (uint64_t)c->moe_intermediate_size, E = (uint64_t)c->n_routed_experts;
+	uint64_t wide = d > ID ? d : ID;
+	uint64_t idx = (uint64_t)c->sliding_window + (uint64_t)c->index_topk + max_context / 4 + 1;
+	uint64_t floats = T * (8 * n * D + 4 * D + 2 * H * d + (uint64_t)c->q_lora_rank + 6 * wide + 4 * ID +
+			       (uint64_t)(c->index_n_heads * c->index_head_dim) + E + 3 * I + 2 * K * I + K * D +
+			       (uint64_t)c->o_lora_rank * (uint64_t)w->n_groups_local + 2 * idx +
+			       (uint64_t)c->index_topk + 8 * K) +
+			  max_context / 4 + (w->world_size > 1 ? 2 * T * (uint64_t)c->vocab_size : 0);
+	(void)max_seqs;
+	/* + the linear workspace, the metadata arena and allocator slack */
+	return floats * 4 + model_weights_linear_workspace_bytes(w, T) + ((uint64_t)64 << 20);
 }
 
 void model_fwd_destroy(struct model_fwd *f)
 {
 	if (!f)
 		return;
-	void *ps[] = {f->q_off, f->start_pos, f->bt, f->ring_row0, f->entry_blk, f->segs, f->seg_first, f->x, f->x2,
-		      f->u, f->xn, f->fo, f->mix, f->sqr, f->pre, f->post, f->comb, f->qr, f->q, f->kv, f->o, f->z,
-		      f->kvp, f->gp, f->ikvp, f->igp, f->wa, f->wb, f->qi, f->hw, f->topk_work, f->topk, f->idx,
-		      f->idx_len, f->glog, f->ew, f->rw, f->eids, f->offsets, f->ptok, f->pslot, f->h1, f->h3, f->y2,
-		      f->sh1, f->sh3, f->shy, f->hh, f->m1, f->m2, f->w_q_off, f->w_start, f->w_slot, f->w_bt, f->pooled, f->ent_pos, f->lg_local, f->lg_all};
+	void *ps[] = {f->x, f->x2, f->u, f->xn, f->fo, f->mix, f->sqr, f->pre, f->post, f->comb, f->qr, f->q, f->kv,
+		      f->o, f->z, f->kvp, f->gp, f->ikvp, f->igp, f->wa, f->wb, f->qi, f->hw, f->topk_work, f->topk,
+		      f->idx, f->idx_len, f->glog, f->ew, f->rw, f->eids, f->offsets, f->row_src, f->row_slot,
+		      f->slot_row, f->n_rows, f->lg_local, f->lg_all, f->h1, f->h3, f->y2, f->sh1, f->sh3, f->shy,
+		      f->hh, f->m1, f->m2, f->pooled, f->lt_ws};
 	for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
-		free(ps[i]);
+		kern_mem_free(&f->mem, ps[i]);
+	if (f->meta_d != f->meta_h)
+		kern_mem_free(&f->mem, f->meta_d);
+	kern_mem_host_free(&f->mem, f->meta_h);
+	free(f->comm_host);
+	free(f->segs);
+	free(f->seg_first);
+	free(f->bt_h);
+	free(f->entry_blk);
+	free(f->waves);
 	free(f);
 }
 
@@ -228,28 +381,61 @@ const float *model_fwd_streams(const struct model_fwd *f)
 
 /* ---- helpers ---- */
 
-static void round_bf16(const struct model_fwd *f, float *x, int64_t n)
-{
-	if (!f->opt.bf16_round)
-		return;
-	for (int64_t i = 0; i < n; i++)
-		x[i] = kern_bf16_to_f32(kern_f32_to_bf16(x[i]));
-}
-
-/* Sum x[n] over the tensor-parallel ranks (no-op at world size 1). */
-static enum status all_reduce(struct model_fwd *f, float *x, int64_t n, struct err *e)
-{
-	if (f->ws == 1)
-		return ST_OK;
-	return comm_all_reduce_sum(f->opt.comm, x, x, (size_t)n, COMM_DTYPE_F32, COMM_MEM_HOST, e);
-}
-
 #define OK(call)                                                                                   \
 	do {                                                                                       \
 		enum status st_ = (call);                                                          \
 		if (st_)                                                                           \
 			return err_set(e, st_, "layer %d: %s failed", layer, #call);               \
 	} while (0)
+
+static enum status round_bf16(const struct model_fwd *f, float *x, int64_t n, struct err *e)
+{
+	if (!f->opt.bf16_round || n <= 0)
+		return ST_OK;
+	int layer = -1;
+	struct kern_round_bf16_args a = {.x = x, .n = n, .stream = f->mem.stream};
+	OK(f->g->round_bf16(&a));
+	return ST_OK;
+}
+
+/* A collective on x (n floats) in place; device buffers go through host
+ * staging when the communicator takes host memory only (two ranks sharing a
+ * GPU over the CPU or TCP backend). gather: all-gather into out (n per rank). */
+static enum status collective(struct model_fwd *f, float *x, float *out, int64_t n, bool gather, struct err *e)
+{
+	if (f->ws == 1)
+		return ST_OK;
+	enum status st;
+	if (!f->mem.device || !f->comm_staged) {
+		enum comm_mem m = f->mem.device ? COMM_MEM_DEVICE : COMM_MEM_HOST;
+		return gather ? comm_all_gather(f->opt.comm, x, out, (size_t)n, COMM_DTYPE_F32, m, e)
+			      : comm_all_reduce_sum(f->opt.comm, x, x, (size_t)n, COMM_DTYPE_F32, m, e);
+	}
+	size_t b = (size_t)n * sizeof(float);
+	if ((st = kern_mem_download(&f->mem, f->comm_host, x, b, e)))
+		return st;
+	if (!gather) {
+		if ((st = comm_all_reduce_sum(f->opt.comm, f->comm_host, f->comm_host, (size_t)n, COMM_DTYPE_F32,
+					      COMM_MEM_HOST, e)))
+			return st;
+		return kern_mem_upload(&f->mem, x, f->comm_host, b, e);
+	}
+	float *all = malloc(b * (size_t)f->ws);
+	if (!all)
+		return err_set(e, ST_NOMEM, "all-gather staging");
+	st = comm_all_gather(f->opt.comm, f->comm_host, all, (size_t)n, COMM_DTYPE_F32, COMM_MEM_HOST, e);
+	if (!st)
+		st = kern_mem_upload(&f->mem, out, all, b * (size_t)f->ws, e);
+	if (!st)
+		st = kern_mem_sync(&f->mem, e); /* all is freed right after */
+	free(all);
+	return st;
+}
+
+static enum status all_reduce(struct model_fwd *f, float *x, int64_t n, struct err *e)
+{
+	return collective(f, x, NULL, n, false, e);
+}
 
 /* y[T, out] = x[T, in]·Wᵀ through the layer plan's variant; round: the
  * reference keeps this output in bf16. */
@@ -258,12 +444,18 @@ static enum status lin(const struct model_fwd *f, const struct model_lin *l, con
 {
 	struct kern_linear_args a = {.n_tokens = T, .x = x, .x_dtype = KERN_DT_F32, .ldx = ldx, .y = y,
 				     .y_dtype = KERN_DT_F32, .ldy = ldy, .w = &l->w,
-				     .act_quant_block = l->act_quant_block};
+				     .act_quant_block = l->act_quant_block, .stream = f->mem.stream,
+				     .workspace = f->lt_ws, .workspace_bytes = f->lt_ws_bytes};
 	OK(l->run(&a));
 	if (round && f->opt.bf16_round) {
 		int64_t ly = ldy ? ldy : l->w.rows;
-		for (int64_t t = 0; t < T; t++)
-			round_bf16(f, y + t * ly, l->w.rows);
+		if (ly == l->w.rows)
+			return round_bf16(f, y, T * ly, e);
+		for (int64_t t = 0; t < T; t++) {
+			enum status st = round_bf16(f, y + t * ly, l->w.rows, e);
+			if (st)
+				return st;
+		}
 	}
 	return ST_OK;
 }
@@ -272,28 +464,50 @@ static enum status norm(const struct model_fwd *f, const struct model_layer *ly,
 			int dim, const uint16_t *w, bool round, int layer, struct err *e)
 {
 	struct kern_rmsnorm_args a = {.x = x, .y = y, .w_bf16 = w, .n_rows = rows, .dim = dim,
-				      .eps = (float)f->cfg->rms_norm_eps, .bf16_out = round && f->opt.bf16_round};
+				      .eps = (float)f->cfg->rms_norm_eps, .bf16_out = round && f->opt.bf16_round,
+				      .stream = f->mem.stream};
 	OK(ly->ops.rmsnorm(&a));
+	return ST_OK;
+}
+
+static enum status copy_rows(const struct model_fwd *f, float *dst, int64_t dst_stride, const int32_t *dst_idx,
+			     const float *src, int64_t src_stride, const int32_t *src_idx, int64_t n_rows, int64_t dim,
+			     struct err *e)
+{
+	int layer = -1;
+	struct kern_copy_rows_args a = {.dst = dst, .dst_stride = dst_stride, .dst_idx = dst_idx, .src = src,
+					.src_stride = src_stride, .src_idx = src_idx, .n_rows = n_rows, .dim = dim,
+					.stream = f->mem.stream};
+	OK(f->g->copy_rows(&a));
 	return ST_OK;
 }
 
 /* ---- the batch ---- */
 
+/* Check the step, cut it into segments and waves, and write every index
+ * array the ops read into the metadata arena; one upload. */
 static enum status batch_prepare(struct model_fwd *f, const struct exec_step *step, struct err *e)
 {
 	uint32_t B = f->st->block_tokens;
+	int64_t W = f->cfg->sliding_window;
 	if (step->n_tokens > f->opt.max_tokens || step->n_seqs > f->opt.max_seqs)
 		return err_set(e, ST_INVALID, "step of %u tokens / %u sequences exceeds %u / %u", step->n_tokens,
 			       step->n_seqs, f->opt.max_tokens, f->opt.max_seqs);
+	f->meta_used = f->meta_flushed = 0;
 	f->T = step->n_tokens;
 	f->S = (int)step->n_seqs;
-	f->ids = step->token_ids;
-	f->pos = step->positions;
 	f->n_segs = 0;
 	f->max_wave = 0;
 	for (uint32_t i = 0; i < step->n_tokens; i++)
 		if (step->token_ids[i] < 0 || step->token_ids[i] >= f->V)
 			return err_set(e, ST_INVALID, "token id %d outside the vocabulary", step->token_ids[i]);
+	TAKE(f, f->ids, f->T);
+	TAKE(f, f->pos, f->T);
+	TAKE(f, f->q_off, f->S + 1);
+	TAKE(f, f->start_pos, f->S);
+	TAKE(f, f->bt, (int64_t)f->S * f->bt_stride);
+	memcpy(f->ids, step->token_ids, (size_t)f->T * sizeof(int32_t));
+	memcpy(f->pos, step->positions, (size_t)f->T * sizeof(int32_t));
 	for (int s = 0; s < f->S; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		uint32_t i0 = step->query_start[s], i1 = step->query_start[s + 1];
@@ -312,6 +526,7 @@ static enum status batch_prepare(struct model_fwd *f, const struct exec_step *st
 					       step->positions[i], p + (i - i0));
 		f->q_off[s] = (int32_t)i0;
 		f->start_pos[s] = (int32_t)p;
+		int32_t *bt = f->bt_h + (size_t)s * f->bt_stride;
 		for (int32_t k = 0; k < f->bt_stride; k++) {
 			int32_t b = -1;
 			if ((uint32_t)k < sq->n_blocks) {
@@ -320,9 +535,9 @@ static enum status batch_prepare(struct model_fwd *f, const struct exec_step *st
 					return err_set(e, ST_INVALID, "sequence %d: block id %u of %u", s, id, f->st->n_blocks);
 				b = (int32_t)id;
 			}
-			f->bt[s * f->bt_stride + k] = b;
+			bt[k] = b;
 		}
-		f->entry_blk[s] = p ? f->bt[s * f->bt_stride + (p - 1) / B] : f->bt[s * f->bt_stride];
+		f->entry_blk[s] = p ? bt[(p - 1) / B] : bt[0];
 		/* segments at block boundaries */
 		f->seg_first[s] = f->n_segs;
 		uint32_t i = i0;
@@ -337,8 +552,8 @@ static enum status batch_prepare(struct model_fwd *f, const struct exec_step *st
 			g->i0 = i;
 			g->i1 = end;
 			g->pos0 = (int32_t)pos;
-			g->blk = f->bt[s * f->bt_stride + k];
-			g->prev_blk = pos % B == 0 && pos > 0 ? f->bt[s * f->bt_stride + k - 1] : -1;
+			g->blk = bt[k];
+			g->prev_blk = pos % B == 0 && pos > 0 ? bt[k - 1] : -1;
 			i = end;
 		}
 		int nw = f->n_segs - f->seg_first[s];
@@ -347,7 +562,66 @@ static enum status batch_prepare(struct model_fwd *f, const struct exec_step *st
 	}
 	f->q_off[f->S] = (int32_t)step->n_tokens;
 	f->seg_first[f->S] = f->n_segs;
-	return ST_OK;
+	memcpy(f->bt, f->bt_h, (size_t)f->S * f->bt_stride * sizeof(int32_t));
+	/* per kind of layer: the index-space row of each sequence's ring slot 0
+	 * (attention's index sets run over [compressed pool | fresh kv | rings]) */
+	for (int k = 0; k < f->n_kinds; k++) {
+		TAKE(f, f->ring_row0[k], f->S);
+		for (int s = 0; s < f->S; s++)
+			f->ring_row0[k][s] = f->kind_rows[k] + (int64_t)f->T + (int64_t)f->entry_blk[s] * W;
+	}
+	/* the waves */
+	for (int j = 0; j < f->max_wave; j++) {
+		struct wave *wv = &f->waves[j];
+		memset(wv, 0, sizeof *wv);
+		int ns = 0;
+		for (int s = 0; s < f->S; s++)
+			ns += f->seg_first[s] + j < f->seg_first[s + 1];
+		wv->ns = ns;
+		TAKE(f, wv->q_off, ns + 1);
+		TAKE(f, wv->start, ns);
+		TAKE(f, wv->slot, ns);
+		TAKE(f, wv->bt, (int64_t)ns * f->bt_stride);
+		TAKE(f, wv->ring_row0, ns);
+		TAKE(f, wv->init_ids, ns);
+		TAKE(f, wv->cp_dst, ns);
+		TAKE(f, wv->cp_src, ns);
+		uint32_t nt = 0;
+		int k = 0;
+		wv->q_off[0] = 0;
+		for (int s = 0; s < f->S; s++) {
+			int gi = f->seg_first[s] + j;
+			if (gi >= f->seg_first[s + 1])
+				continue;
+			const struct seg *g = &f->segs[gi];
+			if (g->pos0 == 0)
+				wv->init_ids[wv->n_init++] = g->blk;
+			else if (g->prev_blk >= 0) {
+				wv->cp_dst[wv->n_cp] = g->blk;
+				wv->cp_src[wv->n_cp++] = g->prev_blk;
+			}
+			wv->start[k] = g->pos0;
+			wv->slot[k] = g->blk;
+			wv->ring_row0[k] = (int64_t)g->blk * W;
+			memcpy(wv->bt + (size_t)k * f->bt_stride, f->bt_h + (size_t)s * f->bt_stride,
+			       (size_t)f->bt_stride * sizeof(int32_t));
+			nt += g->i1 - g->i0;
+			wv->q_off[++k] = (int32_t)nt;
+		}
+		wv->nt = nt;
+		if (f->max_wave > 1) {
+			TAKE(f, wv->gather, nt);
+			uint32_t t = 0;
+			for (int s = 0; s < f->S; s++) {
+				int gi = f->seg_first[s] + j;
+				if (gi >= f->seg_first[s + 1])
+					continue;
+				for (uint32_t i = f->segs[gi].i0; i < f->segs[gi].i1; i++)
+					wv->gather[t++] = (int32_t)i;
+			}
+		}
+	}
+	return meta_flush(f, e);
 }
 
 /* ---- mHC ---- */
@@ -357,16 +631,18 @@ static enum status hc_pre(struct model_fwd *f, const struct model_layer *ly, con
 			  const float *x, float *u, int layer, struct err *e)
 {
 	int n = (int)f->n, k = (int)(f->n * f->D);
+	void *sm = f->mem.stream;
 	struct kern_hc_prenorm_args pa = {.x = x, .fn = hc->fn, .mix = f->mix, .sqr_sum = f->sqr, .n_tokens = f->T,
-					  .k = k, .n_out = (2 + n) * n};
+					  .k = k, .n_out = (2 + n) * n, .stream = sm};
 	OK(ly->ops.hc_prenorm(&pa));
 	struct kern_hc_split_args sa = {.mix = f->mix, .sqr_sum = f->sqr, .n_tokens = f->T, .n_streams = n, .k = k,
 					.norm_eps = (float)f->cfg->rms_norm_eps, .scale = hc->scale, .base = hc->base,
 					.sinkhorn_iters = (int)f->cfg->hc_sinkhorn_iters,
-					.hc_eps = (float)f->cfg->hc_eps, .pre = f->pre, .post = f->post, .comb = f->comb};
+					.hc_eps = (float)f->cfg->hc_eps, .pre = f->pre, .post = f->post, .comb = f->comb,
+					.stream = sm};
 	OK(ly->ops.hc_split(&sa));
 	struct kern_hc_pre_combine_args ca = {.x = x, .pre = f->pre, .u = u, .n_tokens = f->T, .n_streams = n,
-					      .dim = (int)f->D, .bf16_out = f->opt.bf16_round};
+					      .dim = (int)f->D, .bf16_out = f->opt.bf16_round, .stream = sm};
 	OK(ly->ops.hc_pre_combine(&ca));
 	return ST_OK;
 }
@@ -376,8 +652,51 @@ static enum status hc_post(struct model_fwd *f, const struct model_layer *ly, co
 {
 	struct kern_hc_post_args a = {.f = fo, .x = x, .post = f->post, .comb = f->comb, .x_out = x_out,
 				      .n_tokens = f->T, .n_streams = (int)f->n, .dim = (int)f->D,
-				      .bf16_out = f->opt.bf16_round};
+				      .bf16_out = f->opt.bf16_round, .stream = f->mem.stream};
 	OK(ly->ops.hc_post(&a));
+	return ST_OK;
+}
+
+/* ---- block state (rule 2) ---- */
+
+/* Copy (cp) or initialise (init) the regions of the blocks of wave wv in one
+ * state array of layer l: region_floats per block, value for init. */
+static enum status state_regions(struct model_fwd *f, const struct wave *wv, float *pool, int64_t region_floats,
+				 bool init, float value, struct err *e)
+{
+	int layer = -1;
+	if (init && wv->n_init) {
+		struct kern_block_fill_args a = {.pool = pool, .region_stride = region_floats,
+						 .region_len = region_floats, .ids = DEV(f, wv->init_ids),
+						 .n = wv->n_init, .value = value, .stream = f->mem.stream};
+		OK(f->g->block_fill(&a));
+	}
+	if (!init && wv->n_cp) {
+		struct kern_block_copy_args a = {.pool = pool, .region_stride = region_floats,
+						 .region_len = region_floats, .dst_ids = DEV(f, wv->cp_dst),
+						 .src_ids = DEV(f, wv->cp_src), .n = wv->n_cp, .stream = f->mem.stream};
+		OK(f->g->block_copy(&a));
+	}
+	return ST_OK;
+}
+
+/* Rule 2 for the compressor state of layer l before wave wv runs. */
+static enum status compressor_state(struct model_fwd *f, const struct model_layer_state *q, const struct wave *wv,
+				    struct err *e)
+{
+	enum status st;
+	if ((st = state_regions(f, wv, q->cmp_kv, q->cmp_state_floats, true, 0.0f, e)) ||
+	    (st = state_regions(f, wv, q->cmp_score, q->cmp_state_floats, true, -INFINITY, e)) ||
+	    (st = state_regions(f, wv, q->cmp_kv, q->cmp_state_floats, false, 0, e)) ||
+	    (st = state_regions(f, wv, q->cmp_score, q->cmp_state_floats, false, 0, e)))
+		return st;
+	if (!q->indexer)
+		return ST_OK;
+	if ((st = state_regions(f, wv, q->icmp_kv, q->icmp_state_floats, true, 0.0f, e)) ||
+	    (st = state_regions(f, wv, q->icmp_score, q->icmp_state_floats, true, -INFINITY, e)) ||
+	    (st = state_regions(f, wv, q->icmp_kv, q->icmp_state_floats, false, 0, e)) ||
+	    (st = state_regions(f, wv, q->icmp_score, q->icmp_state_floats, false, 0, e)))
+		return st;
 	return ST_OK;
 }
 
@@ -386,33 +705,51 @@ static enum status hc_post(struct model_fwd *f, const struct model_layer *ly, co
 /* FP32 mode: the compressor op rounds its entries to bf16 around the norm
  * and rope, as the reference does; transformers in float32 does not. Redo
  * the norm and rope of the entries wave j emitted from their pooled
- * (pre-norm) values in fp32, with the same ops. */
+ * (pre-norm) values in fp32, with the same ops: gather the pooled rows, norm
+ * and rope them, scatter them back over the entries. */
 static enum status cmp_fp32_post(struct model_fwd *f, const struct model_layer *ly, int l, int j, float *out,
 				 int dim, const uint16_t *norm_w, struct err *e)
 {
 	int layer = l;
 	struct model_layer_state *q = &f->st->ls[l];
 	int m = ly->ratio;
+	int64_t n = 0;
+	for (int s = 0; s < f->S; s++) {
+		int gi = f->seg_first[s] + j;
+		if (gi < f->seg_first[s + 1])
+			n += kern_compressor_n_emitted(f->segs[gi].pos0, f->segs[gi].i1 - f->segs[gi].i0, m);
+	}
+	if (!n)
+		return ST_OK;
+	int32_t *rows, *wpos;
+	TAKE(f, rows, n);
+	TAKE(f, wpos, n);
+	int64_t k = 0;
 	for (int s = 0; s < f->S; s++) {
 		int gi = f->seg_first[s] + j;
 		if (gi >= f->seg_first[s + 1])
 			continue;
 		const struct seg *g = &f->segs[gi];
 		int64_t w0 = g->pos0 / m, nw = kern_compressor_n_emitted(g->pos0, g->i1 - g->i0, m);
-		for (int64_t w = w0; w < w0 + nw; w++) {
-			int64_t row = (int64_t)f->bt[s * f->bt_stride + w / q->per_block] * q->per_block + w % q->per_block;
-			float *o = out + row * dim;
-			memcpy(o, f->pooled + row * dim, (size_t)dim * sizeof(float));
-			struct kern_rmsnorm_args na = {.x = o, .y = o, .w_bf16 = norm_w, .n_rows = 1, .dim = dim,
-						       .eps = (float)f->cfg->rms_norm_eps};
-			OK(ly->ops.rmsnorm(&na));
-			int32_t wp = (int32_t)w;
-			struct kern_rope_args ra = {.x = o, .pos = &wp, .omega = ly->omega, .n_rows = 1, .n_heads = 1,
-						    .head_dim = dim, .rope_dim = (int)f->r, .pos_mul = m};
-			OK(ly->ops.rope(&ra));
+		for (int64_t w = w0; w < w0 + nw; w++, k++) {
+			rows[k] = (int32_t)((int64_t)f->bt_h[s * f->bt_stride + w / q->per_block] * q->per_block +
+					    w % q->per_block);
+			wpos[k] = (int32_t)w;
 		}
 	}
-	return ST_OK;
+	enum status st = meta_flush(f, e);
+	if (st)
+		return st;
+	float *tmp = f->wa; /* free until the indexer's gathers */
+	if ((st = copy_rows(f, tmp, dim, NULL, f->pooled, dim, DEV(f, rows), n, dim, e)))
+		return st;
+	struct kern_rmsnorm_args na = {.x = tmp, .y = tmp, .w_bf16 = norm_w, .n_rows = n, .dim = dim,
+				       .eps = (float)f->cfg->rms_norm_eps, .stream = f->mem.stream};
+	OK(ly->ops.rmsnorm(&na));
+	struct kern_rope_args ra = {.x = tmp, .pos = DEV(f, wpos), .omega = ly->omega, .n_rows = n, .n_heads = 1,
+				    .head_dim = dim, .rope_dim = (int)f->r, .pos_mul = m, .stream = f->mem.stream};
+	OK(ly->ops.rope(&ra));
+	return copy_rows(f, out, dim, DEV(f, rows), tmp, dim, NULL, n, dim, e);
 }
 
 static enum status compress_waves(struct model_fwd *f, const struct model_layer *ly, int l, struct err *e)
@@ -421,58 +758,48 @@ static enum status compress_waves(struct model_fwd *f, const struct model_layer 
 	struct model_layer_state *q = &f->st->ls[l];
 	int m = ly->ratio, d = (int)f->d, id = (int)f->ID, r = (int)f->r;
 	int c = q->overlap ? 2 : 1;
+	enum status st;
 	for (int j = 0; j < f->max_wave; j++) {
-		int ns = 0;
-		uint32_t nt = 0;
-		f->w_q_off[0] = 0;
-		for (int s = 0; s < f->S; s++) {
-			int gi = f->seg_first[s] + j;
-			if (gi >= f->seg_first[s + 1])
-				continue;
-			const struct seg *g = &f->segs[gi];
-			if (g->pos0 == 0)
-				model_state_block_init(f->st, l, (uint32_t)g->blk);
-			else if (g->prev_blk >= 0)
-				model_state_copy_cmp(f->st, l, (uint32_t)g->blk, (uint32_t)g->prev_blk);
-			uint32_t len = g->i1 - g->i0;
-			memcpy(f->wa + (size_t)nt * c * d, f->kvp + (size_t)g->i0 * c * d, (size_t)len * c * d * 4);
-			memcpy(f->wb + (size_t)nt * c * d, f->gp + (size_t)g->i0 * c * d, (size_t)len * c * d * 4);
-			f->w_start[ns] = g->pos0;
-			f->w_slot[ns] = g->blk;
-			memcpy(f->w_bt + (size_t)ns * f->bt_stride, f->bt + (size_t)s * f->bt_stride,
-			       (size_t)f->bt_stride * sizeof(int32_t));
-			nt += len;
-			f->w_q_off[++ns] = (int32_t)nt;
-		}
-		if (!ns)
+		const struct wave *wv = &f->waves[j];
+		if (!wv->ns)
 			continue;
+		if ((st = compressor_state(f, q, wv, e)))
+			return st;
+		const float *kv = f->kvp, *gate = f->gp;
+		if (wv->gather) {
+			if ((st = copy_rows(f, f->wa, 0, NULL, f->kvp, 0, DEV(f, wv->gather), wv->nt, c * d, e)) ||
+			    (st = copy_rows(f, f->wb, 0, NULL, f->gp, 0, DEV(f, wv->gather), wv->nt, c * d, e)))
+				return st;
+			kv = f->wa;
+			gate = f->wb;
+		}
 		struct kern_compressor_args a = {
-			.kv_proj = f->wa, .gate_proj = f->wb, .ape = ly->cmp_ape, .n_tokens = nt, .n_seqs = ns,
-			.q_off = f->w_q_off, .start_pos = f->w_start, .kv_state = q->cmp_kv, .score_state = q->cmp_score,
-			.state_slot = f->w_slot, .n_state_slots = f->st->n_blocks, .ratio = m, .overlap = q->overlap,
-			.head_dim = d, .rope_dim = r, .norm_w = ly->cmp_norm, .norm_eps = (float)f->cfg->rms_norm_eps,
-			.omega = ly->omega, .post = f->opt.quant_sim ? KERN_CMP_POST_FP8_NOPE : KERN_CMP_POST_NONE,
-			.out = q->cmp,
-			.out_paged = {.block_table = f->w_bt, .bt_stride = f->bt_stride, .per_block = q->per_block},
-			.n_out_rows = (int64_t)f->st->n_blocks * q->per_block, .pooled = f->pooled};
+			.kv_proj = kv, .gate_proj = gate, .ape = ly->cmp_ape, .n_tokens = wv->nt, .n_seqs = wv->ns,
+			.q_off = DEV(f, wv->q_off), .start_pos = DEV(f, wv->start), .kv_state = q->cmp_kv,
+			.score_state = q->cmp_score, .state_slot = DEV(f, wv->slot), .n_state_slots = f->st->n_blocks,
+			.ratio = m, .overlap = q->overlap, .head_dim = d, .rope_dim = r, .norm_w = ly->cmp_norm,
+			.norm_eps = (float)f->cfg->rms_norm_eps, .omega = ly->omega,
+			.post = f->opt.quant_sim ? KERN_CMP_POST_FP8_NOPE : KERN_CMP_POST_NONE, .out = q->cmp,
+			.out_paged = {.block_table = DEV(f, wv->bt), .bt_stride = f->bt_stride, .per_block = q->per_block},
+			.n_out_rows = (int64_t)f->st->n_blocks * q->per_block, .pooled = f->pooled,
+			.stream = f->mem.stream};
 		OK(ly->ops.compressor(&a));
-		enum status st;
 		if (f->pooled && (st = cmp_fp32_post(f, ly, l, j, q->cmp, d, ly->cmp_norm, e)))
 			return st;
 		if (!q->indexer)
 			continue;
 		/* the indexer's private compressor, same segments */
-		nt = 0;
-		for (int s = 0; s < f->S; s++) {
-			int gi = f->seg_first[s] + j;
-			if (gi >= f->seg_first[s + 1])
-				continue;
-			const struct seg *g = &f->segs[gi];
-			uint32_t len = g->i1 - g->i0;
-			memcpy(f->wa + (size_t)nt * 2 * id, f->ikvp + (size_t)g->i0 * 2 * id, (size_t)len * 2 * id * 4);
-			memcpy(f->wb + (size_t)nt * 2 * id, f->igp + (size_t)g->i0 * 2 * id, (size_t)len * 2 * id * 4);
-			nt += len;
+		kv = f->ikvp;
+		gate = f->igp;
+		if (wv->gather) {
+			if ((st = copy_rows(f, f->wa, 0, NULL, f->ikvp, 0, DEV(f, wv->gather), wv->nt, 2 * id, e)) ||
+			    (st = copy_rows(f, f->wb, 0, NULL, f->igp, 0, DEV(f, wv->gather), wv->nt, 2 * id, e)))
+				return st;
+			kv = f->wa;
+			gate = f->wb;
 		}
+		a.kv_proj = kv;
+		a.gate_proj = gate;
 		a.ape = ly->idx_cmp_ape;
 		a.kv_state = q->icmp_kv;
 		a.score_state = q->icmp_score;
@@ -489,12 +816,51 @@ static enum status compress_waves(struct model_fwd *f, const struct model_layer 
 
 /* ---- attention ---- */
 
+static int kind_of(const struct model_fwd *f, int64_t cmp_rows)
+{
+	for (int k = 0; k < f->n_kinds; k++)
+		if (f->kind_rows[k] == cmp_rows)
+			return k;
+	return -1;
+}
+
+/* After attention: this step's raw KV rows into the rings, wave by wave
+ * (rule 2 for the ring part of the state). */
+static enum status ring_waves(struct model_fwd *f, int l, struct err *e)
+{
+	int layer = l;
+	struct model_layer_state *q = &f->st->ls[l];
+	int64_t W = f->cfg->sliding_window, d = f->d;
+	enum status st;
+	for (int j = 0; j < f->max_wave; j++) {
+		const struct wave *wv = &f->waves[j];
+		if (!wv->ns)
+			continue;
+		if ((st = state_regions(f, wv, q->ring, W * d, false, 0, e)))
+			return st;
+		const float *src = f->kv;
+		if (wv->gather) {
+			if ((st = copy_rows(f, f->wa, 0, NULL, f->kv, 0, DEV(f, wv->gather), wv->nt, d, e)))
+				return st;
+			src = f->wa;
+		}
+		struct kern_ring_write_args a = {.src = src, .ring = q->ring, .ring_row0 = DEV(f, wv->ring_row0),
+						 .n_ring_rows = (int64_t)f->st->n_blocks * W, .n_tokens = wv->nt,
+						 .n_seqs = wv->ns, .q_off = DEV(f, wv->q_off), .start_pos = DEV(f, wv->start),
+						 .window = (int)W, .dim = (int)d, .stream = f->mem.stream};
+		OK(f->g->ring_write(&a));
+	}
+	return ST_OK;
+}
+
 static enum status attention(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn, float *out,
 			     struct err *e)
 {
 	int layer = l;
 	struct model_layer_state *q = &f->st->ls[l];
 	int64_t T = f->T, H = f->H, d = f->d, r = f->r, W = f->cfg->sliding_window;
+	void *sm = f->mem.stream;
+	const int32_t *pos = DEV(f, f->pos);
 	enum status st;
 	/* q path */
 	if ((st = lin(f, &ly->wq_a, xn, 0, T, f->qr, 0, true, l, e)))
@@ -505,8 +871,8 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		return st;
 	if ((st = norm(f, ly, f->q, f->q, T * H, (int)d, NULL, true, l, e)))
 		return st;
-	struct kern_rope_args ra = {.x = f->q, .pos = f->pos, .omega = ly->omega, .n_rows = T, .n_heads = (int)H,
-				    .head_dim = (int)d, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round};
+	struct kern_rope_args ra = {.x = f->q, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = (int)H,
+				    .head_dim = (int)d, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round, .stream = sm};
 	OK(ly->ops.rope(&ra));
 	/* shared K = V */
 	if ((st = lin(f, &ly->wkv, xn, 0, T, f->kv, 0, true, l, e)))
@@ -516,13 +882,14 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 	ra.x = f->kv;
 	ra.n_heads = 1;
 	OK(ly->ops.rope(&ra));
-	if (f->opt.quant_sim)
-		kern_act_quant_fp8_sim(f->kv, T, d - r, d, 64);
+	if (f->opt.quant_sim) {
+		struct kern_act_quant_sim_args qa = {.x = f->kv, .n_rows = T, .n_cols = d - r, .ld = d, .block = 64,
+						     .stream = sm};
+		OK(f->g->act_quant_sim(&qa));
+	}
 
 	/* compressed rows of this step (they may serve this step's own queries) */
 	if (ly->ratio) {
-		int c = q->overlap ? 2 : 1;
-		(void)c;
 		if ((st = lin(f, &ly->cmp_wkv, xn, 0, T, f->kvp, 0, false, l, e)) ||
 		    (st = lin(f, &ly->cmp_wgate, xn, 0, T, f->gp, 0, false, l, e)))
 			return st;
@@ -532,16 +899,19 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		if ((st = compress_waves(f, ly, l, e)))
 			return st;
 	}
-	struct kern_rowmap_paged paged = {.block_table = f->bt, .bt_stride = f->bt_stride, .per_block = q->per_block};
+	struct kern_rowmap_paged paged = {.block_table = DEV(f, f->bt), .bt_stride = f->bt_stride,
+					  .per_block = q->per_block};
 	if (q->indexer) {
 		int NHI = (int)f->NHI, ID = (int)f->ID;
 		if ((st = lin(f, &ly->idx_wq_b, f->qr, 0, T, f->qi, 0, true, l, e)))
 			return st;
-		struct kern_rope_args ia = {.x = f->qi, .pos = f->pos, .omega = ly->omega, .n_rows = T, .n_heads = NHI,
-					    .head_dim = ID, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round};
+		struct kern_rope_args ia = {.x = f->qi, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = NHI,
+					    .head_dim = ID, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round,
+					    .stream = sm};
 		OK(ly->ops.rope(&ia));
 		if (f->opt.quant_sim) {
-			struct kern_indexer_rotate_args qa = {.x = f->qi, .n_rows = T * NHI, .dim = ID, .fp4_block = 32};
+			struct kern_indexer_rotate_args qa = {.x = f->qi, .n_rows = T * NHI, .dim = ID, .fp4_block = 32,
+							      .stream = sm};
 			OK(ly->ops.indexer_rotate(&qa));
 		}
 		if ((st = lin(f, &ly->idx_wproj, xn, 0, T, f->hw, 0, false, l, e)))
@@ -549,9 +919,10 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		struct kern_indexer_topk_args ta = {
 			.q = f->qi, .head_w = f->hw, .weight_scale = (float)(1.0 / sqrt((double)ID * NHI)),
 			.keys = q->ikeys, .n_key_rows = (int64_t)f->st->n_blocks * q->per_block, .n_tokens = T,
-			.n_seqs = f->S, .q_off = f->q_off, .start_pos = f->start_pos, .key_paged = paged,
-			.ratio = ly->ratio, .n_heads = NHI, .head_dim = ID, .top_k = (int)f->cfg->index_topk,
-			.topk = f->topk, .work = f->topk_work, .work_len = f->opt.max_context / 4 + 1};
+			.n_seqs = f->S, .q_off = DEV(f, f->q_off), .start_pos = DEV(f, f->start_pos),
+			.key_paged = paged, .ratio = ly->ratio, .n_heads = NHI, .head_dim = ID,
+			.top_k = (int)f->cfg->index_topk, .topk = f->topk, .work = f->topk_work,
+			.work_len = f->opt.max_context / 4 + 1, .stream = sm};
 		OK(ly->ops.indexer_topk(&ta));
 	}
 
@@ -559,22 +930,22 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 	 * first: their paged rows carry no base offset) */
 	int64_t cmp_rows = ly->ratio ? (int64_t)f->st->n_blocks * q->per_block : 0;
 	int64_t ring_rows = (int64_t)f->st->n_blocks * W;
-	for (int s = 0; s < f->S; s++)
-		f->ring_row0[s] = cmp_rows + T + (int64_t)f->entry_blk[s] * W;
+	int kind = kind_of(f, cmp_rows);
+	if (kind < 0)
+		return err_set(e, ST_INVALID, "layer %d: compressed pool of %lld rows was not planned", l,
+			       (long long)cmp_rows);
 	struct kern_attn_index_args xa = {
-		.n_tokens = T, .n_seqs = f->S, .q_off = f->q_off, .start_pos = f->start_pos, .window = (int)W,
-		.cur_row0 = cmp_rows, .ring_row0 = f->ring_row0, .ratio = ly->ratio,
+		.n_tokens = T, .n_seqs = f->S, .q_off = DEV(f, f->q_off), .start_pos = DEV(f, f->start_pos),
+		.window = (int)W, .cur_row0 = cmp_rows, .ring_row0 = DEV(f, f->ring_row0[kind]), .ratio = ly->ratio,
 		.cmp_paged = ly->ratio ? paged : (struct kern_rowmap_paged){0},
 		.topk = q->indexer ? f->topk : NULL, .topk_stride = (int)f->cfg->index_topk, .idx = f->idx,
-		.idx_len = f->idx_len, .idx_stride = f->idx_stride};
-	int64_t zero_row0[1] = {0};
-	(void)zero_row0;
+		.idx_len = f->idx_len, .idx_stride = f->idx_stride, .stream = sm};
 	OK(ly->ops.attn_index(&xa));
 	struct kern_sparse_attn_args aa = {.q = f->q, .out = f->o, .kv_stride = d, .idx = f->idx,
 					   .idx_len = f->idx_len, .idx_stride = f->idx_stride, .sink = ly->attn_sink,
-					   .softmax_scale = (float)(1.0 / sqrt((double)d)), .pos = f->pos,
+					   .softmax_scale = (float)(1.0 / sqrt((double)d)), .pos = pos,
 					   .omega = ly->omega, .rope_dim = (int)r, .n_tokens = T, .n_heads = (int)H,
-					   .head_dim = (int)d, .bf16_out = f->opt.bf16_round};
+					   .head_dim = (int)d, .bf16_out = f->opt.bf16_round, .stream = sm};
 	int ns = 0;
 	if (ly->ratio) {
 		aa.kv[ns] = q->cmp;
@@ -589,27 +960,12 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 	/* grouped low-rank output projection */
 	int64_t hpg = H / f->G;
 	for (int64_t g = 0; g < f->G; g++)
-		if ((st = lin(f, &ly->wo_a[g], f->o + g * hpg * d, H * d, T, f->z + g * f->R, f->G * f->R, true, l, e)))
+		if ((st = lin(f, &ly->wo_a[g], f->o + g * hpg * d, H * d, T, f->z + g * f->R, f->G * f->R, false, l, e)))
 			return st;
-	if ((st = lin(f, &ly->wo_b, f->z, 0, T, out, 0, false, l, e)) || (st = all_reduce(f, out, T * f->D, e)))
+	if ((st = round_bf16(f, f->z, T * f->G * f->R, e)) || (st = lin(f, &ly->wo_b, f->z, 0, T, out, 0, false, l, e)) || (st = all_reduce(f, out, T * f->D, e)) ||
+	    (st = round_bf16(f, out, T * f->D, e)))
 		return st;
-	round_bf16(f, out, T * f->D);
-
-	/* the ring, segment by segment (rule 2 for the ring part of the state) */
-	uint32_t B = f->st->block_tokens;
-	(void)B;
-	for (int gi = 0; gi < f->n_segs; gi++) {
-		const struct seg *g = &f->segs[gi];
-		if (g->prev_blk >= 0)
-			model_state_copy_ring(f->st, l, (uint32_t)g->blk, (uint32_t)g->prev_blk);
-		uint32_t len = g->i1 - g->i0, skip = len > (uint32_t)W ? len - (uint32_t)W : 0;
-		float *ring = q->ring + (size_t)g->blk * W * d;
-		for (uint32_t i = g->i0 + skip; i < g->i1; i++) {
-			int64_t p = g->pos0 + (i - g->i0);
-			memcpy(ring + (p % W) * d, f->kv + (size_t)i * d, (size_t)d * 4);
-		}
-	}
-	return ST_OK;
+	return ring_waves(f, l, e);
 }
 
 /* ---- MoE ---- */
@@ -619,48 +975,52 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 {
 	int layer = l;
 	int64_t T = f->T, D = f->D, I = f->I, E = f->E, K = f->K, EL = f->EL;
+	int64_t P = T * K; /* rows of the grouped layout at most; n_rows holds how many exist */
+	void *sm = f->mem.stream;
 	enum status st;
 	if ((st = lin(f, &ly->gate, xn, 0, T, f->glog, 0, false, l, e)))
 		return st;
 	struct kern_route_args ra = {.logits = f->glog, .bias = ly->hash ? NULL : ly->gate_bias,
-				     .tid2eid = ly->hash ? ly->tid2eid : NULL, .token_ids = f->ids, .vocab = f->V,
-				     .n_tokens = T, .n_experts = (int)E, .top_k = (int)K,
+				     .tid2eid = ly->hash ? ly->tid2eid : NULL, .token_ids = DEV(f, f->ids),
+				     .vocab = f->V, .n_tokens = T, .n_experts = (int)E, .top_k = (int)K,
 				     .route_scale = (float)f->cfg->routed_scaling_factor, .expert_ids = f->eids,
-				     .weights = f->ew};
+				     .weights = f->ew, .stream = sm};
 	OK(ly->ops.route(&ra));
-	struct kern_moe_group_args ga = {.expert_ids = f->eids, .n_tokens = T, .top_k = (int)K,
-					 .expert_begin = (int)f->EB, .n_local = (int)EL, .offsets = f->offsets, .pair_token = f->ptok,
-					 .pair_slot = f->pslot};
-	OK(ly->ops.moe_group(&ga));
-	int64_t P = f->offsets[EL];
-	for (int64_t p = 0; p < P; p++)
-		f->rw[p] = f->ew[f->ptok[p] * K + f->pslot[p]];
+	struct kern_moe_dispatch_args da = {.n_tokens = T, .top_k = (int)K, .topk_ids = f->eids,
+					    .expert_base = (int32_t)f->EB, .n_experts = EL, .expert_offsets = f->offsets,
+					    .row_src = f->row_src, .row_slot = f->row_slot, .slot_row = f->slot_row,
+					    .n_rows = f->n_rows, .stream = sm};
+	OK(f->g->moe_dispatch(&da));
+	struct kern_moe_row_weight_args wa = {.slot_weight = f->ew, .row_slot = f->row_slot, .n_rows = f->n_rows,
+					      .max_rows = P, .row_weight = f->rw, .stream = sm};
+	OK(f->g->moe_row_weight(&wa));
 	const struct model_experts *x = &ly->experts;
-	struct kern_moe_gemm_args ma = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets, .row_src = f->ptok,
-					.n_x_rows = T, .x = xn, .x_dtype = KERN_DT_F32, .y = f->h1,
-					.y_dtype = KERN_DT_F32, .w = x->w1, .act_quant_block = x->act_quant_block};
+	struct kern_moe_gemm_args ma = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets,
+					.row_src = f->row_src, .n_x_rows = T, .x = xn, .x_dtype = KERN_DT_F32,
+					.y = f->h1, .y_dtype = KERN_DT_F32, .w = x->w1, .w_dev = x->w1_dev,
+					.act_quant_block = x->act_quant_block, .stream = sm};
 	OK(x->run13(&ma));
 	ma.y = f->h3;
 	ma.w = x->w3;
+	ma.w_dev = x->w3_dev;
 	OK(x->run13(&ma));
-	round_bf16(f, f->h1, P * I);
-	round_bf16(f, f->h3, P * I);
+	if ((st = round_bf16(f, f->h1, P * I, e)) || (st = round_bf16(f, f->h3, P * I, e)))
+		return st;
 	float limit = (float)f->cfg->swiglu_limit;
 	struct kern_swiglu_args sa = {.gate = f->h1, .up = f->h3, .out = f->h1, .row_weight = f->rw, .n_rows = P,
-				      .dim = (int)I, .limit = limit, .bf16_out = f->opt.bf16_round};
+				      .dim = (int)I, .limit = limit, .bf16_out = f->opt.bf16_round, .stream = sm};
 	OK(ly->ops.swiglu(&sa));
 	struct kern_moe_gemm_args m2 = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets, .n_x_rows = P,
 					.x = f->h1, .x_dtype = KERN_DT_F32, .y = f->y2, .y_dtype = KERN_DT_F32,
-					.w = x->w2, .act_quant_block = x->act_quant_block};
+					.w = x->w2, .w_dev = x->w2_dev, .act_quant_block = x->act_quant_block,
+					.stream = sm};
 	OK(x->run2(&m2));
-	round_bf16(f, f->y2, P * D);
-	memset(out, 0, (size_t)(T * D) * sizeof(float));
-	for (int64_t p = 0; p < P; p++) {
-		float *o = out + (int64_t)f->ptok[p] * D;
-		const float *y = f->y2 + p * D;
-		for (int64_t i = 0; i < D; i++)
-			o[i] += y[i];
-	}
+	if ((st = round_bf16(f, f->y2, P * D, e)))
+		return st;
+	struct kern_moe_combine_args ca = {.n_tokens = T, .top_k = (int)K, .dim = D, .slot_row = f->slot_row,
+					   .y = f->y2, .y_dtype = KERN_DT_F32, .out = out, .out_dtype = KERN_DT_F32,
+					   .stream = sm};
+	OK(f->g->moe_combine(&ca));
 	/* shared expert (same clamp, weight 1); under TP each rank holds a slice
 	 * of its intermediate dim and the all-reduce sums the partial outputs */
 	int64_t IL = ly->sh_w1.w.rows;
@@ -668,16 +1028,15 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 	    (st = lin(f, &ly->sh_w3, xn, 0, T, f->sh3, 0, true, l, e)))
 		return st;
 	struct kern_swiglu_args ss = {.gate = f->sh1, .up = f->sh3, .out = f->sh1, .n_rows = T, .dim = (int)IL,
-				      .limit = limit, .bf16_out = f->opt.bf16_round};
+				      .limit = limit, .bf16_out = f->opt.bf16_round, .stream = sm};
 	OK(ly->ops.swiglu(&ss));
 	if ((st = lin(f, &ly->sh_w2, f->sh1, 0, T, f->shy, 0, f->ws == 1, l, e)))
 		return st;
-	for (int64_t i = 0; i < T * D; i++)
-		out[i] += f->shy[i];
+	struct kern_add_args aa = {.y = out, .x = f->shy, .n = T * D, .stream = sm};
+	OK(f->g->add(&aa));
 	if ((st = all_reduce(f, out, T * D, e)))
 		return st;
-	round_bf16(f, out, T * D);
-	return ST_OK;
+	return round_bf16(f, out, T * D, e);
 }
 
 /* ---- one block ---- */
@@ -704,37 +1063,18 @@ static enum status block(struct model_fwd *f, int l, struct err *e)
 	return ST_OK;
 }
 
-/* The embedding rows of ids, copied n_copies times per token (the mHC
- * streams). Vocab-parallel: a rank holds rows [VB, VB+VL) and contributes
- * zeros for other ids; the sum over ranks is exact (one nonzero term). */
-static enum status embed(struct model_fwd *f, const int32_t *ids, float *out, int64_t n_copies, struct err *e)
+/* The embedding rows of the step's ids, copied n_copies times per token (the
+ * mHC streams). Vocab-parallel: a rank holds rows [VB, VB+VL) and
+ * contributes zeros for other ids; the sum over ranks is exact (one nonzero
+ * term). */
+static enum status embed(struct model_fwd *f, float *out, int64_t n_copies, struct err *e)
 {
-	int64_t D = f->D;
-	float *tmp = f->ws > 1 ? f->u : NULL;
-	for (uint32_t t = 0; t < f->T; t++) {
-		float *o = tmp ? tmp + (int64_t)t * D : out + (int64_t)t * n_copies * D;
-		int64_t id = ids[t];
-		if (id < f->VB || id >= f->VB + f->VL) {
-			memset(o, 0, (size_t)D * sizeof(float));
-			continue;
-		}
-		const uint16_t *row = f->w->embed + id * D;
-		for (int64_t i = 0; i < D; i++)
-			o[i] = kern_bf16_to_f32(row[i]);
-	}
-	if (tmp) {
-		enum status st = all_reduce(f, tmp, f->T * D, e);
-		if (st)
-			return st;
-		for (uint32_t t = 0; t < f->T; t++)
-			memmove(out + (int64_t)t * n_copies * D, tmp + (int64_t)t * D, (size_t)D * sizeof(float));
-	}
-	for (uint32_t t = 0; t < f->T; t++) {
-		float *o = out + (int64_t)t * n_copies * D;
-		for (int64_t j = 1; j < n_copies; j++)
-			memcpy(o + j * D, o, (size_t)D * sizeof(float));
-	}
-	return ST_OK;
+	int layer = -1;
+	struct kern_embed_args a = {.table = f->w->embed, .vocab_begin = f->VB, .vocab_rows = f->VL,
+				    .ids = DEV(f, f->ids), .n_tokens = f->T, .dim = f->D, .n_copies = (int)n_copies,
+				    .out = out, .stream = f->mem.stream};
+	OK(f->g->embed(&a));
+	return all_reduce(f, out, f->T * n_copies * f->D, e);
 }
 
 enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, struct err *e)
@@ -743,7 +1083,7 @@ enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, str
 	if (st)
 		return st;
 	f->x_final = NULL;
-	if ((st = embed(f, f->ids, f->x, f->n, e)))
+	if ((st = embed(f, f->x, f->n, e)))
 		return st;
 	for (int l = 0; l < f->w->n_layers; l++)
 		if ((st = block(f, l, e)))
@@ -759,37 +1099,44 @@ static enum status head(struct model_fwd *f, const struct model_layer *ly0, cons
 	int layer = -1;
 	int n = (int)f->n, k = (int)(f->n * f->D);
 	int64_t D = f->D;
+	void *sm = f->mem.stream;
 	if (n_rows > f->opt.max_tokens)
 		return err_set(e, ST_INVALID, "head: %u rows > %u", n_rows, f->opt.max_tokens);
+	int32_t *idx;
+	TAKE(f, idx, n_rows);
 	for (uint32_t i = 0; i < n_rows; i++)
-		memcpy(f->hh + (size_t)i * k, streams + (size_t)rows[i] * k, (size_t)k * sizeof(float));
+		idx[i] = (int32_t)rows[i];
+	int32_t *perm = NULL;
+	if (f->ws > 1) {
+		/* vocab-parallel: rank rk's rows for row i land at [i, rk*VL ..) */
+		TAKE(f, perm, (int64_t)n_rows * f->ws);
+		for (uint32_t i = 0; i < n_rows; i++)
+			for (int rk = 0; rk < f->ws; rk++)
+				perm[(size_t)i * f->ws + rk] = (int32_t)((uint32_t)rk * n_rows + i);
+	}
+	enum status st = meta_flush(f, e);
+	if (st || (st = copy_rows(f, f->hh, k, NULL, streams, k, DEV(f, idx), n_rows, k, e)))
+		return st;
 	struct kern_hc_prenorm_args pa = {.x = f->hh, .fn = hc->fn, .mix = f->mix, .sqr_sum = f->sqr,
-					  .n_tokens = n_rows, .k = k, .n_out = n};
+					  .n_tokens = n_rows, .k = k, .n_out = n, .stream = sm};
 	OK(ly0->ops.hc_prenorm(&pa));
 	struct kern_hc_split_args sa = {.mix = f->mix, .sqr_sum = f->sqr, .n_tokens = n_rows, .n_streams = n, .k = k,
 					.norm_eps = (float)f->cfg->rms_norm_eps, .scale = hc->scale, .base = hc->base,
 					.sinkhorn_iters = (int)f->cfg->hc_sinkhorn_iters,
-					.hc_eps = (float)f->cfg->hc_eps, .head = true, .pre = f->pre};
+					.hc_eps = (float)f->cfg->hc_eps, .head = true, .pre = f->pre, .stream = sm};
 	OK(ly0->ops.hc_split(&sa));
 	struct kern_hc_pre_combine_args ca = {.x = f->hh, .pre = f->pre, .u = f->u, .n_tokens = n_rows,
-					      .n_streams = n, .dim = (int)D, .bf16_out = f->opt.bf16_round};
+					      .n_streams = n, .dim = (int)D, .bf16_out = f->opt.bf16_round,
+					      .stream = sm};
 	OK(ly0->ops.hc_pre_combine(&ca));
-	enum status st = norm(f, ly0, f->u, f->u, n_rows, (int)D, norm_w, true, -1, e);
-	if (st)
+	if ((st = norm(f, ly0, f->u, f->u, n_rows, (int)D, norm_w, true, -1, e)))
 		return st;
 	if (f->ws == 1)
 		return lin(f, &f->w->head, f->u, 0, n_rows, logits, 0, false, -1, e);
-	/* vocab-parallel: this rank's rows, gathered from all ranks, then laid
-	 * out as [n_rows, vocab] */
 	if ((st = lin(f, &f->w->head, f->u, 0, n_rows, f->lg_local, 0, false, -1, e)) ||
-	    (st = comm_all_gather(f->opt.comm, f->lg_local, f->lg_all, (size_t)n_rows * f->VL, COMM_DTYPE_F32,
-				  COMM_MEM_HOST, e)))
+	    (st = collective(f, f->lg_local, f->lg_all, (int64_t)n_rows * f->VL, true, e)))
 		return st;
-	for (int rk = 0; rk < f->ws; rk++)
-		for (uint32_t i = 0; i < n_rows; i++)
-			memcpy(logits + (size_t)i * f->V + (size_t)rk * f->VL,
-			       f->lg_all + ((size_t)rk * n_rows + i) * f->VL, (size_t)f->VL * sizeof(float));
-	return ST_OK;
+	return copy_rows(f, logits, f->VL, NULL, f->lg_all, f->VL, DEV(f, perm), (int64_t)n_rows * f->ws, f->VL, e);
 }
 
 enum status model_fwd_logits(struct model_fwd *f, const float *streams, const uint32_t *rows, uint32_t n_rows,
@@ -798,12 +1145,16 @@ enum status model_fwd_logits(struct model_fwd *f, const float *streams, const ui
 	return head(f, &f->w->layers[0], &f->w->hc_head, f->w->norm, streams, rows, n_rows, logits, e);
 }
 
+/* ---- MTP (June release, speculative decoding; host memory only) ---- */
+
 enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, const float *streams, float *logits,
 			  struct err *e)
 {
 	if (!f->w->n_mtp)
 		return err_set(e, ST_UNSUPPORTED, "the MTP layer is not loaded");
-	int l = f->w->n_layers, layer = l;
+	if (f->mem.device)
+		return err_set(e, ST_UNSUPPORTED, "the MTP layer runs on the CPU executor only");
+	int l = f->w->n_layers;
 	const struct model_layer *ly = &f->w->layers[l];
 	enum status st = batch_prepare(f, step, e);
 	if (st)
@@ -811,7 +1162,7 @@ enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, con
 	int64_t T = f->T, D = f->D, n = f->n;
 	/* streams may be f->x (the main pass's result): copy them out of the way first */
 	memcpy(f->m2, streams, (size_t)(T * n * D) * sizeof(float));
-	if ((st = embed(f, f->ids, f->fo, 1, e)))
+	if ((st = embed(f, f->fo, 1, e)))
 		return st;
 	memcpy(f->u, f->fo, (size_t)(T * D) * sizeof(float));
 	if ((st = norm(f, ly, f->u, f->u, T, (int)D, ly->enorm, true, l, e)) ||
@@ -819,16 +1170,18 @@ enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, con
 	    (st = norm(f, ly, f->m2, f->m1, T * n, (int)D, ly->hnorm, true, l, e)) ||
 	    (st = lin(f, &ly->h_proj, f->m1, 0, T * n, f->m2, 0, true, l, e)))
 		return st;
-	(void)layer;
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t j = 0; j < n; j++)
 			for (int64_t i = 0; i < D; i++)
 				f->x[(t * n + j) * D + i] = f->fo[t * D + i] + f->m2[(t * n + j) * D + i];
-	round_bf16(f, f->x, T * n * D);
-	if ((st = block(f, l, e)))
+	if ((st = round_bf16(f, f->x, T * n * D, e)) || (st = block(f, l, e)))
 		return st;
-	uint32_t *rows = (uint32_t *)f->ptok; /* T * K >= T entries */
+	uint32_t *rows = malloc((size_t)T * sizeof *rows + 4);
+	if (!rows)
+		return err_set(e, ST_NOMEM, "mtp rows");
 	for (uint32_t i = 0; i < f->T; i++)
 		rows[i] = i;
-	return head(f, ly, &ly->mtp_hc_head, ly->mtp_norm, f->x, rows, f->T, logits, e);
+	st = head(f, ly, &ly->mtp_hc_head, ly->mtp_norm, f->x, rows, f->T, logits, e);
+	free(rows);
+	return st;
 }

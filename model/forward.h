@@ -14,8 +14,10 @@
  * golden files), up to the compressor op, which always rounds its entries
  * to bf16 as the reference does.
  *
- * Owned by one thread; buffers sized at create for max_tokens, nothing is
- * allocated per step except inside the CPU reference kernels themselves.
+ * Owned by one thread; buffers sized at create for max_tokens, in the block
+ * pool's memory (host or device: model/state.h), nothing is allocated per
+ * step except inside the CPU reference kernels themselves. Pointers passed
+ * in and out (streams, logits) are in that memory too.
  *
  * Tensor parallel (world size w > 1): every rank runs the same step on its
  * weight shards (model/weights.h) with replicated state; four collectives
@@ -49,6 +51,11 @@ struct model_fwd_options {
 enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,
 			     const struct model_fwd_options *opt, struct err *e) DSV4_WUR;
 void model_fwd_destroy(struct model_fwd *f);
+
+/* An upper bound of the bytes model_fwd_create allocates in the pool's
+ * memory for these capacities (to size the KV pool before creating it). */
+uint64_t model_fwd_estimate_bytes(const struct model_weights *w, uint32_t max_tokens, uint32_t max_seqs,
+				  uint32_t max_context);
 
 /* Run the main layers over step (token ids, positions, sequences, block
  * tables as model/exec.h), updating the sequences' blocks. On success the

@@ -35,15 +35,21 @@ void model_state_mix(const struct model_weights *w, struct exec_layer_mix *mix)
 	}
 }
 
-static float *alloc_f(size_t n)
+static float *alloc_f(const struct model_state *s, size_t n)
 {
-	return n ? calloc(n, sizeof(float)) : NULL;
+	void *p = NULL;
+	struct err e;
+	if (n && kern_mem_alloc(&s->mem, n * sizeof(float), &p, &e))
+		return NULL;
+	return p;
 }
 
 enum status model_state_create(struct model_state *s, const struct model_weights *w, uint32_t n_blocks,
-			       uint32_t block_tokens, struct err *e)
+			       uint32_t block_tokens, const struct kern_mem *mem, struct err *e)
 {
 	memset(s, 0, sizeof *s);
+	if (mem)
+		s->mem = *mem;
 	struct exec_layer_mix mix;
 	model_state_mix(w, &mix);
 	enum status st = exec_layer_mix_check(&mix, block_tokens, e);
@@ -68,21 +74,21 @@ enum status model_state_create(struct model_state *s, const struct model_weights
 		q->ratio = ly->ratio;
 		q->overlap = ly->kind == MODEL_ATTN_CSA;
 		q->indexer = ly->kind == MODEL_ATTN_CSA;
-		q->ring = alloc_f(nb * s->window * d);
+		q->ring = alloc_f(s, nb * s->window * d);
 		bool ok = q->ring != NULL;
 		if (q->ratio) {
 			size_t c = q->overlap ? 2 : 1, m = (size_t)q->ratio;
 			q->per_block = (int)(block_tokens / q->ratio);
 			q->cmp_state_floats = (int64_t)(c * m * c * d);
-			q->cmp = alloc_f(nb * (size_t)q->per_block * d);
-			q->cmp_kv = alloc_f(nb * (size_t)q->cmp_state_floats);
-			q->cmp_score = alloc_f(nb * (size_t)q->cmp_state_floats);
+			q->cmp = alloc_f(s, nb * (size_t)q->per_block * d);
+			q->cmp_kv = alloc_f(s, nb * (size_t)q->cmp_state_floats);
+			q->cmp_score = alloc_f(s, nb * (size_t)q->cmp_state_floats);
 			ok = ok && q->cmp && q->cmp_kv && q->cmp_score;
 			if (q->indexer) {
 				q->icmp_state_floats = (int64_t)(2 * m * 2 * id);
-				q->ikeys = alloc_f(nb * (size_t)q->per_block * id);
-				q->icmp_kv = alloc_f(nb * (size_t)q->icmp_state_floats);
-				q->icmp_score = alloc_f(nb * (size_t)q->icmp_state_floats);
+				q->ikeys = alloc_f(s, nb * (size_t)q->per_block * id);
+				q->icmp_kv = alloc_f(s, nb * (size_t)q->icmp_state_floats);
+				q->icmp_score = alloc_f(s, nb * (size_t)q->icmp_state_floats);
 				ok = ok && q->ikeys && q->icmp_kv && q->icmp_score;
 			}
 		}
@@ -100,13 +106,9 @@ void model_state_free(struct model_state *s)
 		return;
 	for (int l = 0; s->ls && l < s->n_layers; l++) {
 		struct model_layer_state *q = &s->ls[l];
-		free(q->ring);
-		free(q->cmp);
-		free(q->cmp_kv);
-		free(q->cmp_score);
-		free(q->ikeys);
-		free(q->icmp_kv);
-		free(q->icmp_score);
+		float *ps[] = {q->ring, q->cmp, q->cmp_kv, q->cmp_score, q->ikeys, q->icmp_kv, q->icmp_score};
+		for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+			kern_mem_free(&s->mem, ps[i]);
 	}
 	free(s->ls);
 	memset(s, 0, sizeof *s);

@@ -36,6 +36,7 @@ struct model_layer_state {
 };
 
 struct model_state {
+	struct kern_mem mem;       /* where the arrays live (host or the executor's device) */
 	uint32_t n_blocks, block_tokens, window;
 	int n_layers;              /* main + MTP layers loaded */
 	int head_dim, index_head_dim;
@@ -46,9 +47,10 @@ struct model_state {
  * sizes of this fp32 layout. */
 void model_state_mix(const struct model_weights *w, struct exec_layer_mix *mix);
 
-/* Allocate n_blocks blocks of block_tokens (checked with exec_layer_mix_check). */
+/* Allocate n_blocks blocks of block_tokens (checked with exec_layer_mix_check)
+ * in mem (NULL: host memory), zeroed. */
 enum status model_state_create(struct model_state *s, const struct model_weights *w, uint32_t n_blocks,
-			       uint32_t block_tokens, struct err *e) DSV4_WUR;
+			       uint32_t block_tokens, const struct kern_mem *mem, struct err *e) DSV4_WUR;
 void model_state_free(struct model_state *s);
 
 /* The initial state (position 0) into block b of layer l: compressor kv 0,

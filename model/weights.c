@@ -110,8 +110,21 @@ static const struct kern_op *const layer_ops[MODEL_OP_COUNT] = {
 	[MODEL_OP_INDEXER_ROTATE] = &kern_op_indexer_rotate,
 	[MODEL_OP_INDEXER_TOPK] = &kern_op_indexer_topk,
 	[MODEL_OP_ROUTE] = &kern_op_route,
-	[MODEL_OP_MOE_GROUP] = &kern_op_moe_group,
 	[MODEL_OP_SWIGLU] = &kern_op_swiglu,
+};
+
+static const struct kern_op *const global_ops[MODEL_GOP_COUNT] = {
+	[MODEL_GOP_EMBED] = &kern_op_embed,
+	[MODEL_GOP_COPY_ROWS] = &kern_op_copy_rows,
+	[MODEL_GOP_BLOCK_COPY] = &kern_op_block_copy,
+	[MODEL_GOP_BLOCK_FILL] = &kern_op_block_fill,
+	[MODEL_GOP_ROUND_BF16] = &kern_op_round_bf16,
+	[MODEL_GOP_ADD] = &kern_op_add,
+	[MODEL_GOP_ACT_QUANT_SIM] = &kern_op_act_quant_sim,
+	[MODEL_GOP_RING_WRITE] = &kern_op_ring_write,
+	[MODEL_GOP_MOE_DISPATCH] = &kern_op_moe_dispatch,
+	[MODEL_GOP_MOE_ROW_WEIGHT] = &kern_op_moe_row_weight,
+	[MODEL_GOP_MOE_COMBINE] = &kern_op_moe_combine,
 };
 
 const char *model_lin_site_name(enum model_lin_site s)
@@ -122,6 +135,11 @@ const char *model_lin_site_name(enum model_lin_site s)
 const struct kern_op *model_layer_op_kern(enum model_layer_op o)
 {
 	return (unsigned)o < MODEL_OP_COUNT ? layer_ops[o] : NULL;
+}
+
+const struct kern_op *model_global_op_kern(enum model_global_op o)
+{
+	return (unsigned)o < MODEL_GOP_COUNT ? global_ops[o] : NULL;
 }
 
 static bool wfmt_quantized(enum kern_wfmt f)
@@ -324,6 +342,16 @@ enum status model_plan_build(const struct model_config *cfg, const struct model_
 	if ((st = plan_lin(&P, -1, "head", false, KERN_WFMT_BF16, cfg->vocab_size / ws, cfg->hidden_size, false,
 			   &out->head, e)))
 		goto fail;
+	struct kern_moe_dispatch_shape dsh = {.n_experts = cfg->n_routed_experts / ws,
+					      .top_k = (int)cfg->num_experts_per_tok,
+					      .max_tokens = opt->max_step_tokens};
+	for (int o = 0; o < MODEL_GOP_COUNT; o++) {
+		struct kern_problem pr = {.wfmt = KERN_WFMT_NONE, .tp_size = ws,
+					  .shape = o == MODEL_GOP_MOE_DISPATCH ? (const void *)&dsh : NULL};
+		if ((st = select_variant(&P, global_ops[o], &pr, -1, &out->gop[o], e)) ||
+		    (st = row_add(out, -1, global_ops[o], out->gop[o], e)))
+			goto fail;
+	}
 	return ST_OK;
 fail:
 	model_plan_free(out);
@@ -704,7 +732,6 @@ static enum status layer_load(struct loader *L, const struct model_layer_plan *p
 	OP(MODEL_OP_INDEXER_ROTATE, indexer_rotate);
 	OP(MODEL_OP_INDEXER_TOPK, indexer_topk);
 	OP(MODEL_OP_ROUTE, route);
-	OP(MODEL_OP_MOE_GROUP, moe_group);
 	OP(MODEL_OP_SWIGLU, swiglu);
 #undef OP
 
@@ -950,6 +977,23 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 		err_prefix(e, "global tensors (embed, norm, hc_head, head)");
 		goto fail;
 	}
+	w->embed += w->vocab_begin * D; /* vocab-parallel: this rank's rows */
+	{
+		const struct kern_variant *const *g = w->kernels.gop;
+#define GOP(idx, field) w->gops.field = (__typeof__(w->gops.field))g[idx]->run
+		GOP(MODEL_GOP_EMBED, embed);
+		GOP(MODEL_GOP_COPY_ROWS, copy_rows);
+		GOP(MODEL_GOP_BLOCK_COPY, block_copy);
+		GOP(MODEL_GOP_BLOCK_FILL, block_fill);
+		GOP(MODEL_GOP_ROUND_BF16, round_bf16);
+		GOP(MODEL_GOP_ADD, add);
+		GOP(MODEL_GOP_ACT_QUANT_SIM, act_quant_sim);
+		GOP(MODEL_GOP_RING_WRITE, ring_write);
+		GOP(MODEL_GOP_MOE_DISPATCH, moe_dispatch);
+		GOP(MODEL_GOP_MOE_ROW_WEIGHT, moe_row_weight);
+		GOP(MODEL_GOP_MOE_COMBINE, moe_combine);
+#undef GOP
+	}
 	for (int l = 0; l < w->n_layers + w->n_mtp; l++)
 		if ((st = layer_load(&L, &w->kernels.layers[l], &w->layers[l], e))) {
 			err_prefix(e, "layer %d", l);
@@ -979,8 +1023,10 @@ void model_weights_free(struct model_weights *w)
 			lin_free(ls[i]);
 		for (int g = 0; g < MODEL_MAX_O_GROUPS; g++)
 			lin_free(&ly->wo_a[g]);
-		free(ly->omega);
-		free(ly->tid2eid);
+		if (!w->on_device) { /* else they are device copies in dev_owned */
+			free(ly->omega);
+			free(ly->tid2eid);
+		}
 		for (int64_t k = 0; ly->experts.w1 && k < 3 * w->n_experts_local; k++)
 			kern_wmat_release(&ly->experts.w1[k]);
 		free(ly->experts.w1);
@@ -990,6 +1036,9 @@ void model_weights_free(struct model_weights *w)
 	for (int i = 0; i < w->n_owned; i++)
 		free(w->owned[i]);
 	free(w->owned);
+	for (int i = 0; i < w->n_dev_owned; i++)
+		kern_mem_free(&w->mem, w->dev_owned[i]);
+	free(w->dev_owned);
 	kern_plan_free(&w->plan);
 	model_plan_free(&w->kernels);
 	memset(w, 0, sizeof *w);
@@ -1000,3 +1049,18 @@ size_t model_weights_plan_str(const struct model_weights *w, char *buf, size_t n
 	return model_plan_str(&w->kernels, buf, n);
 }
 
+size_t model_weights_linear_workspace_bytes(const struct model_weights *w, int64_t max_tokens)
+{
+	size_t mx = 0;
+	const struct model_plan *p = &w->kernels;
+	for (int l = -1; l < p->n_layers + p->n_mtp; l++)
+		for (int s = 0; s < MODEL_LIN_COUNT; s++) {
+			const struct model_lin_plan *pl = l < 0 ? (s ? NULL : &p->head) : &p->layers[l].lin[s];
+			if (!pl || !pl->v || pl->op != &kern_op_linear)
+				continue;
+			size_t b = kern_linear_workspace_bytes(pl->v, max_tokens, pl->in);
+			if (b > mx)
+				mx = b;
+		}
+	return mx;
+}

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/device/mem.h"
 #include "kernels/kernels.h"
 #include "model/checkpoint.h"
 
@@ -70,8 +71,19 @@ enum model_layer_op {
 	MODEL_OP_HC_POST, MODEL_OP_ATTN_INDEX, MODEL_OP_SPARSE_ATTN,
 	MODEL_OP_COMPRESSOR,                           /* ratio != 0 */
 	MODEL_OP_INDEXER_ROTATE, MODEL_OP_INDEXER_TOPK, /* CSA */
-	MODEL_OP_ROUTE, MODEL_OP_MOE_GROUP, MODEL_OP_SWIGLU,
+	MODEL_OP_ROUTE, MODEL_OP_SWIGLU,
 	MODEL_OP_COUNT
+};
+
+/* The ops that move data rather than compute a layer's numerics, selected
+ * once for the device (plan rows at layer -1) and shared by every layer:
+ * what the forward pass would otherwise do with host loops (design.md "one
+ * forward pass for every backend: data movement is an op too"). */
+enum model_global_op {
+	MODEL_GOP_EMBED, MODEL_GOP_COPY_ROWS, MODEL_GOP_BLOCK_COPY, MODEL_GOP_BLOCK_FILL, MODEL_GOP_ROUND_BF16,
+	MODEL_GOP_ADD, MODEL_GOP_ACT_QUANT_SIM, MODEL_GOP_RING_WRITE, MODEL_GOP_MOE_DISPATCH,
+	MODEL_GOP_MOE_ROW_WEIGHT, MODEL_GOP_MOE_COMBINE,
+	MODEL_GOP_COUNT
 };
 
 /* One selection of a weighted op. */
@@ -96,6 +108,7 @@ struct model_plan {
 	int n_layers, n_mtp;             /* main layers; MTP layers planned (0 or 1) */
 	struct model_layer_plan *layers; /* owned [n_layers + n_mtp] */
 	struct model_lin_plan head;      /* lm_head, layer -1 */
+	const struct kern_variant *gop[MODEL_GOP_COUNT]; /* layer -1 */
 	struct kern_plan rows;           /* distinct (layer, op, variant), in plan order */
 };
 
@@ -142,6 +155,7 @@ size_t model_plan_str(const struct model_plan *p, char *buf, size_t n);
 /* Static names: "attn.wq_a", "ffn.experts.w1,w3", ...; the op of a layer op. */
 const char *model_lin_site_name(enum model_lin_site s);
 const struct kern_op *model_layer_op_kern(enum model_layer_op o);
+const struct kern_op *model_global_op_kern(enum model_global_op o);
 
 /* ---- the weights (step 2) ---- */
 
@@ -159,6 +173,8 @@ struct model_lin {
  * variant per projection. */
 struct model_experts {
 	struct kern_wmat *w1, *w3, *w2; /* owned arrays of views */
+	struct kern_wmat *w1_dev, *w3_dev, *w2_dev; /* after model_weights_upload: device copies of the
+						     * three arrays (moe_gemm's w_dev); NULL on the host */
 	const struct kern_variant *v13, *v2;
 	kern_moe_gemm_fn run13, run2;
 	int act_quant_block;
@@ -178,8 +194,22 @@ struct model_layer_ops {
 	kern_indexer_rotate_fn indexer_rotate;
 	kern_indexer_topk_fn indexer_topk;
 	kern_route_fn route;
-	kern_moe_group_fn moe_group;
 	kern_swiglu_fn swiglu;
+};
+
+/* The run pointers of the plan's global ops (enum model_global_op). */
+struct model_global_ops {
+	kern_embed_fn embed;
+	kern_copy_rows_fn copy_rows;
+	kern_block_copy_fn block_copy;
+	kern_block_fill_fn block_fill;
+	kern_round_bf16_fn round_bf16;
+	kern_add_fn add;
+	kern_act_quant_sim_fn act_quant_sim;
+	kern_ring_write_fn ring_write;
+	kern_moe_dispatch_fn moe_dispatch;
+	kern_moe_row_weight_fn moe_row_weight;
+	kern_moe_combine_fn moe_combine;
 };
 
 /* mHC parameters of one site (attn, ffn or head). */
@@ -234,7 +264,7 @@ struct model_weights {
 	int n_layers;                   /* main layers */
 	int n_mtp;                      /* MTP layers loaded (0 or 1) */
 	struct model_layer *layers;     /* [n_layers + n_mtp] */
-	const uint16_t *embed;          /* bf16 [vocab, D] */
+	const uint16_t *embed;          /* bf16 [vocab_local, D]: this rank's rows [vocab_begin, +vocab_local) */
 	struct model_lin head;          /* bf16 [vocab_local, D] rows of this rank, fp32 GEMM */
 	const uint16_t *norm;           /* bf16 [D] */
 	struct model_hc hc_head;
@@ -244,10 +274,17 @@ struct model_weights {
 	int64_t n_groups_local;  /* o_groups likewise */
 	int64_t expert_begin, n_experts_local; /* routed experts [begin, begin+n) */
 	int64_t vocab_begin, vocab_local;      /* embedding / lm_head rows */
+	struct model_global_ops gops;   /* layer -1 ops */
 	struct kern_plan plan;          /* the plan's rows (for logs and /metrics) */
 	struct model_plan kernels;      /* the selections (its rows moved to plan) */
 	void **owned;                   /* aligned copies of misaligned tensors */
 	int n_owned, cap_owned;
+	/* after model_weights_upload: every pointer above (views, norms, tables,
+	 * expert arrays) is device memory of mem, owned through dev_owned */
+	bool on_device;
+	struct kern_mem mem;
+	void **dev_owned;
+	int n_dev_owned, cap_dev_owned;
 };
 
 struct model_weights_options {
@@ -265,6 +302,20 @@ struct model_weights_options {
 enum status model_weights_load(struct model_weights *w, const struct model_weights_options *opt,
 			       struct err *e) DSV4_WUR;
 void model_weights_free(struct model_weights *w);
+
+/* Move the loaded weights to mem's device: every tensor the plan's variants
+ * read is copied once (in the layout prepare() produced), the host copies
+ * that the weights own are freed, and every pointer in w then points to
+ * device memory (design.md "Load time": weights are converted at load into
+ * what the chosen kernel consumes). Logs the bytes and the rate. A no-op for
+ * host memory. On failure part of w may already point to the device: the
+ * caller frees it with model_weights_free, which handles that. */
+enum status model_weights_upload(struct model_weights *w, const struct kern_mem *mem, struct err *e) DSV4_WUR;
+
+/* Bytes of device scratch the plan's linear variants need for steps of up to
+ * max_tokens tokens (one buffer, shared by every linear: they run one at a
+ * time on the executor's stream); 0 when none needs any. */
+size_t model_weights_linear_workspace_bytes(const struct model_weights *w, int64_t max_tokens);
 
 /* model_plan_str of the weights' plan. */
 size_t model_weights_plan_str(const struct model_weights *w, char *buf, size_t n);

@@ -53,6 +53,7 @@ struct serve_args {
 	bool priority;
 	long http_threads;
 	const char *disable_kernels; /* --disable-kernel a,b (with $DSV4_DISABLED_KERNELS) */
+	const char *device;          /* --device auto|cuda|cpu */
 	bool kernel_selfcheck;
 };
 
@@ -75,13 +76,18 @@ static void usage(FILE *f)
 		"  --max-num-seqs N             sequences per step (default 256)\n"
 		"  --max-num-batched-tokens N   tokens per step (default 8192)\n"
 		"  --max-num-queued-reqs N      waiting requests before 429 (default 1024)\n"
-		"  --gpu-memory-utilization F   fraction of GPU memory to use, (0, 1] (default 0.9; CUDA builds)\n"
+		"  --gpu-memory-utilization F   fraction of the GPU's memory this process may use for weights,\n"
+		"                               activations and the KV cache, (0, 1] (default 0.9; GPU only)\n"
 		"  --tensor-parallel-size N     GPUs to split the model over (default 1)\n"
 		"  --scheduling-policy P        fcfs (default) or priority (lower \"priority\" runs first)\n"
 		"  --shutdown-timeout S         seconds to drain requests on SIGTERM (default 30)\n"
-		"  --executor cpu|test          cpu: the CPU forward pass (default); test: the deterministic\n"
-		"                               test executor (no weights read; for API tests)\n"
-		"  --num-gpu-blocks-override N  KV blocks to allocate (default: 4 sequences of max-model-len)\n"
+		"  --device auto|cuda|cpu       where the model runs: auto (default) = the GPU when one is\n"
+		"                               usable, else the CPU; the start-up log says which\n"
+		"  --executor model|test        model: the forward pass on --device (default; 'cpu' is accepted\n"
+		"                               for it); test: the deterministic test executor (no weights\n"
+		"                               read; for API tests)\n"
+		"  --num-gpu-blocks-override N  KV blocks to allocate (default: GPU: from --gpu-memory-utilization;\n"
+		"                               CPU: 4 sequences of max-model-len)\n"
 		"  --http-threads N             HTTP worker threads (default 8)\n"
 		"  --disable-kernel A,B         remove kernel variants from selection (also $DSV4_DISABLED_KERNELS)\n"
 		"  --kernel-selfcheck           check each chosen kernel against the CPU reference at load\n"
@@ -121,7 +127,7 @@ static bool parse_double(const char *s, double lo, double hi, double *out)
 
 enum {
 	O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXLEN, O_SEQS, O_BATCHED, O_QUEUED, O_GPU, O_TP, O_SHUTDOWN,
-	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY, O_DISABLE_KERNEL, O_SELFCHECK,
+	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY, O_DISABLE_KERNEL, O_SELFCHECK, O_DEVICE,
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -145,6 +151,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"scheduling-policy", required_argument, NULL, O_POLICY},
 		{"disable-kernel", required_argument, NULL, O_DISABLE_KERNEL},
 		{"kernel-selfcheck", no_argument, NULL, O_SELFCHECK},
+		{"device", required_argument, NULL, O_DEVICE},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -211,9 +218,14 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 				return bad("--shutdown-timeout '%s': expected seconds in 0..86400", v);
 			break;
 		case O_EXECUTOR:
-			if (strcmp(v, "test") && strcmp(v, "cpu") && strcmp(v, "auto"))
-				return bad("--executor '%s': expected 'cpu' or 'test'", v);
+			if (strcmp(v, "test") && strcmp(v, "cpu") && strcmp(v, "auto") && strcmp(v, "model"))
+				return bad("--executor '%s': expected 'model' or 'test'", v);
 			a->executor = v;
+			break;
+		case O_DEVICE:
+			if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
+				return bad("--device '%s': expected 'auto', 'cuda' or 'cpu'", v);
+			a->device = v;
 			break;
 		case O_DISABLE_KERNEL:
 			a->disable_kernels = v;
@@ -449,13 +461,25 @@ int cmd_serve(int argc, char **argv)
 		log_msg(LOG_WARN, "serve", "--executor test: output comes from the deterministic test executor, "
 					   "not from the model");
 	} else {
-		/* The CPU executor keeps fp32 state: default to a modest context and
-		 * room for four full-length sequences. */
-		uint32_t len = a.max_model_len ? (uint32_t)a.max_model_len : (model_len < 16384 ? model_len : 16384);
+		struct kern_device dev;
+		if (model_exec_device(a.device ? a.device : "auto", &dev, &e)) {
+			fprintf(stderr, "dsv4 serve: %s\n", e.msg);
+			model_checkpoint_destroy(ck);
+			return CLI_EXIT_FAIL;
+		}
+		bool gpu = dev.cc_major > 0;
+		/* On the CPU the state is fp32 host memory: default to a modest
+		 * context and room for four full-length sequences. On a GPU the KV
+		 * pool is sized from --gpu-memory-utilization and the context is
+		 * the model's, capped by the pool. */
+		uint32_t len = a.max_model_len ? (uint32_t)a.max_model_len
+				: gpu ? 0 : (model_len < 16384 ? model_len : 16384);
 		uint32_t per_seq = (len + 255) / 256;
 		struct model_exec_cpu_options xo = {
 			.ck = ck,
-			.n_blocks = a.num_blocks ? (uint32_t)a.num_blocks : (per_seq * 4 < 64 ? 64 : per_seq * 4),
+			.dev = &dev,
+			.gpu_memory_utilization = a.gpu_memory_utilization,
+			.n_blocks = a.num_blocks ? (uint32_t)a.num_blocks : gpu ? 0 : (per_seq * 4 < 64 ? 64 : per_seq * 4),
 			.max_step_tokens = a.max_num_batched_tokens ? (uint32_t)a.max_num_batched_tokens : 512,
 			.max_step_seqs = a.max_num_seqs ? (uint32_t)a.max_num_seqs : 64,
 			.max_model_len = len,

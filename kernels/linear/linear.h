@@ -62,6 +62,11 @@ enum status kern_linear_args_check(const struct kern_linear_args *a, struct err 
 
 extern const struct kern_op kern_op_linear;
 
+/* Device scratch variant v (of kern_op_linear) needs in kern_linear_args.workspace
+ * for calls of up to max_tokens tokens and `in` input columns; 0 for the
+ * variants that need none (the CPU reference among them). */
+size_t kern_linear_workspace_bytes(const struct kern_variant *v, int64_t max_tokens, int64_t in);
+
 /* ---- CUDA variants (kernels/linear/linear_generic.cu; present when built with CUDA) ---- */
 
 /* Generic linear for cc >= 8.0: f32 FMA on tiles decoded in shared memory.

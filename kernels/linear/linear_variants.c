@@ -464,3 +464,16 @@ const struct kern_op kern_op_linear = {
 	.n_variants = (int)(sizeof linear_variants / sizeof linear_variants[0]),
 	.selfcheck = linear_selfcheck,
 };
+
+size_t kern_linear_workspace_bytes(const struct kern_variant *v, int64_t max_tokens, int64_t in)
+{
+#if DSV4_HAVE_CUDA
+	if (v && v->run == KERN_FN(kern_linear_cublaslt))
+		return kern_linear_cublaslt_workspace_bytes(max_tokens, in);
+#else
+	(void)max_tokens;
+	(void)in;
+#endif
+	(void)v;
+	return 0;
+}

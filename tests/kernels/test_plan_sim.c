@@ -75,8 +75,9 @@ static void one(const char *dir, const char *variant, int major, int minor)
 		T_CHECKF(w.plan.n > 50 && bad == 0, "%s cc %d.%d: %d rows, %d not CUDA (first %s)", variant, major, minor,
 			 w.plan.n, bad, first ? first : "-");
 		const char *need[] = {"rmsnorm", "rope", "sparse_attn", "attn_index", "compressor", "indexer_rotate",
-				      "indexer_topk", "route", "moe_group", "swiglu", "linear", "moe_gemm",
-				      "hc_prenorm"};
+				      "indexer_topk", "route", "moe_dispatch", "moe_row_weight", "moe_combine", "swiglu",
+				      "linear", "moe_gemm", "hc_prenorm", "embed", "copy_rows", "ring_write",
+				      "block_copy", "block_fill", "round_bf16", "add", "act_quant_sim"};
 		for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
 			bool seen = false;
 			for (int i = 0; i < w.plan.n && !seen; i++)

@@ -39,10 +39,35 @@ static inline struct model_checkpoint *fh_open(const char *variant)
 	return ck;
 }
 
+/* The device the forward tests run on: the CPU, or with DSV4_TEST_DEVICE=cuda
+ * (the gpu suite's copies of these tests) the first GPU; without one the
+ * test exits 77 (skipped), as every gpu test does on a machine without. */
+static inline const struct kern_device *fh_device(void)
+{
+	static struct kern_device dev;
+	static int state; /* 0 unset, 1 cpu, 2 gpu */
+	if (!state) {
+		const char *want = getenv("DSV4_TEST_DEVICE");
+		state = 1;
+		if (want && !strcmp(want, "cuda")) {
+			struct err e = {0};
+			if (model_exec_device("cuda", &dev, &e)) {
+				fprintf(stderr, "skip: %s\n", e.msg);
+				exit(77);
+			}
+			state = 2;
+		}
+	}
+	return state == 2 ? &dev : NULL;
+}
+
+static inline bool fh_on_gpu(void)
+{
+	return fh_device() != NULL;
+}
+
 #define FH_MAX_SEQ_BLOCKS 64
 
-/* hc_mult * hidden of the checkpoint under test (set by the test). */
-static size_t fh_stream_floats;
 
 /* One sequence: its whole token list, how many are done, its blocks. */
 struct fh_seq {
@@ -110,9 +135,8 @@ static inline enum status fh_step2(struct model_exec_cpu *x, struct fh_pool *poo
 	struct exec_step step = {.n_tokens = T, .token_ids = ids, .positions = pos, .n_seqs = (uint32_t)n_seqs,
 				 .seqs = es, .query_start = qs, .block_ids = bids, .n_block_ids = nb};
 	st = model_exec_cpu_forward(x, &step, rows, logits ? T : 0, logits, e);
-	if (st == ST_OK && streams) {
-		memcpy(streams, model_exec_cpu_streams(x), (size_t)T * fh_stream_floats * sizeof(float));
-	}
+	if (st == ST_OK && streams)
+		st = model_exec_cpu_read_streams(x, streams, T, e);
 	if (st == ST_OK)
 		for (int i = 0; i < n_seqs; i++)
 			seqs[i]->n_done += chunk[i];

@@ -253,7 +253,7 @@ static void check_greedy(struct model_exec_cpu *x, const struct gold_prompt *p, 
 static struct model_exec_cpu *make(struct model_checkpoint *ck, enum model_precision prec)
 {
 	struct model_exec_cpu_options o = {.ck = ck, .block_tokens = 64, .n_blocks = 16, .max_step_tokens = 256,
-					   .max_step_seqs = 4, .precision = prec};
+					   .max_step_seqs = 4, .precision = prec, .dev = fh_device()};
 	struct model_exec_cpu *x = NULL;
 	struct err e = {0};
 	enum status st = model_exec_cpu_create(&x, &o, &e);

@@ -64,7 +64,8 @@ int main(void)
 		return test_exit();
 	}
 	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = 32, .n_blocks = 48, .max_step_tokens = 64,
-					    .max_step_seqs = 8, .precision = MODEL_PREC_FP32};
+					    .max_step_seqs = 8, .precision = MODEL_PREC_FP32,
+					    .dev = fh_device()};
 	struct model_exec_cpu *x = NULL;
 	struct err e = {0};
 	T_CHECKF(model_exec_cpu_create(&x, &xo, &e) == ST_OK, "%s", e.msg);

@@ -53,7 +53,7 @@ static struct model_exec_cpu *make(int rank, int world, struct comm *c, struct e
 {
 	struct model_exec_cpu_options o = {.ck = g_ck, .block_tokens = 32, .n_blocks = 16, .max_step_tokens = 128,
 					   .max_step_seqs = 4, .precision = MODEL_PREC_FP32, .rank = rank,
-					   .world_size = world, .comm = c};
+					   .world_size = world, .comm = c, .dev = fh_device()};
 	struct model_exec_cpu *x = NULL;
 	return model_exec_cpu_create(&x, &o, e) == ST_OK ? x : NULL;
 }
