@@ -493,6 +493,10 @@ static enum status batch_prepare(struct model_fwd *f, const struct exec_step *st
 	if (step->n_tokens > f->opt.max_tokens || step->n_seqs > f->opt.max_seqs)
 		return err_set(e, ST_INVALID, "step of %u tokens / %u sequences exceeds %u / %u", step->n_tokens,
 			       step->n_seqs, f->opt.max_tokens, f->opt.max_seqs);
+	/* the arena's host side is reused: the previous step's uploads must be done */
+	enum status st0 = kern_mem_sync(&f->mem, e);
+	if (st0)
+		return st0;
 	f->meta_used = f->meta_flushed = 0;
 	f->T = step->n_tokens;
 	f->S = (int)step->n_seqs;
