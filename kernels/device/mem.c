@@ -82,6 +82,7 @@ void kern_mem_free(const struct kern_mem *m, void *p)
 
 enum status kern_mem_host_alloc(const struct kern_mem *m, size_t bytes, void **out, struct err *e)
 {
+	(void)m;
 	*out = NULL;
 #if DSV4_HAVE_CUDA
 	if (m->device)
@@ -93,6 +94,7 @@ enum status kern_mem_host_alloc(const struct kern_mem *m, size_t bytes, void **o
 
 void kern_mem_host_free(const struct kern_mem *m, void *p)
 {
+	(void)m;
 	if (!p)
 		return;
 #if DSV4_HAVE_CUDA

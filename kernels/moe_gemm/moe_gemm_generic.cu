@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(NT) moe_gemm_generic_kernel(
 	const struct kern_wmat wm = w[e];
 	const bool nv = wm.fmt == KERN_WFMT_NVFP4;
 	const bool fp8 = wm.fmt == KERN_WFMT_FP8_E8M0_B128 || wm.fmt == KERN_WFMT_FP8_F32_B128;
+	const int wide = wm.fmt == KERN_WFMT_BF16 ? KERN_DT_BF16 : wm.fmt == KERN_WFMT_F32 ? KERN_DT_F32 : -1;
 	const int64_t nbc = (in + TK - 1) / TK; /* FP8 scale blocks per row */
 	const uint8_t *wd = (const uint8_t *)wm.data, *wsc = (const uint8_t *)wm.scale;
 	const int64_t n0 = (int64_t)blockIdx.x * TN;
@@ -107,6 +108,13 @@ __global__ void __launch_bounds__(NT) moe_gemm_generic_kernel(
 			for (int i = 0; i < 32; i++) {
 				const int64_t k = kb + i;
 				ws[wr][wseg + i] = (o < out && k < in) ? kq_e4m3_to_f32(wd[o * in + k]) * s : 0.f;
+			}
+		} else if (wide >= 0) {
+			/* unquantized experts (bf16 / f32 checkpoints and their dequantized twins) */
+#pragma unroll 4
+			for (int i = 0; i < 32; i++) {
+				const int64_t k = kb + i;
+				ws[wr][wseg + i] = (o < out && k < in) ? kq_load(wd, wide, o * in + k) : 0.f;
 			}
 		} else if (o < out && kb < in) {
 			const uint8_t *p = wd + o * (in / 2) + kb / 2;
@@ -156,7 +164,8 @@ extern "C" enum status kern_moe_gemm_cuda_generic(const struct kern_moe_gemm_arg
 	const enum kern_wfmt f = a->w[0].fmt;
 	const int64_t in = a->w[0].cols, out = a->w[0].rows;
 	const bool fp4 = f == KERN_WFMT_MXFP4 || f == KERN_WFMT_NVFP4;
-	if (!fp4 && f != KERN_WFMT_FP8_E8M0_B128 && f != KERN_WFMT_FP8_F32_B128)
+	if (!fp4 && f != KERN_WFMT_FP8_E8M0_B128 && f != KERN_WFMT_FP8_F32_B128 && f != KERN_WFMT_BF16 &&
+	    f != KERN_WFMT_F32)
 		return ST_INVALID;
 	if (fp4 && in % 32)
 		return ST_INVALID;

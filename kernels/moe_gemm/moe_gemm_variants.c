@@ -216,14 +216,15 @@ static const struct kern_variant moe_gemm_variants[] = {
 		.cc_max = KERN_CC_ANY,
 		.target = KERN_TARGET_SM80,
 		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4) |
-			       KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
+			       KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128) |
+			       KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
 		.priority = 10,
 		.supports = moe_cuda_generic_supports,
 #if DSV4_HAVE_CUDA
 		.run = KERN_FN(kern_moe_gemm_cuda_generic),
 		.run_host = KERN_FN(kern_moe_gemm_cuda_generic_host),
 #endif
-		.desc = "portable CUDA grouped expert GEMM, MXFP4/NVFP4/FP8 experts (f32 FMA)",
+		.desc = "portable CUDA grouped expert GEMM, MXFP4/NVFP4/FP8/bf16/f32 experts (f32 FMA)",
 	},
 	/* ---- cuda-kernels-2 ---- */
 	{

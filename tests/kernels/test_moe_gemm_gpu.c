@@ -93,11 +93,11 @@ int main(void)
 		const struct kern_variant *v = &kern_op_moe_gemm.variants[vi];
 		if (v->backend != KERN_BACKEND_CUDA || !v->run_host)
 			continue;
-		for (int i = 0; i < 40; i++) {
+		for (int i = 0; i < 60; i++) {
 			static const enum kern_wfmt fs[] = {KERN_WFMT_MXFP4, KERN_WFMT_NVFP4, KERN_WFMT_FP8_E8M0_B128,
-							    KERN_WFMT_FP8_F32_B128};
-			enum kern_wfmt f = fs[i % 4];
-			int64_t in = i % 4 >= 2 ? rnd(&rng, 1, 700) : 32 * rnd(&rng, 1, 24);
+							    KERN_WFMT_FP8_F32_B128, KERN_WFMT_BF16, KERN_WFMT_F32};
+			enum kern_wfmt f = fs[i % 6];
+			int64_t in = i % 6 >= 2 ? rnd(&rng, 1, 700) : 32 * rnd(&rng, 1, 24);
 			int64_t out = rnd(&rng, 1, 300), E = rnd(&rng, 1, 8);
 			int64_t R = i == 0 ? 0 : rnd(&rng, 1, 40);
 			struct kern_moe_gemm_shape sh = {.in = in, .out = out, .n_experts = E, .max_rows = R};
