@@ -181,15 +181,21 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 		double util = opt->gpu_memory_utilization > 0 ? opt->gpu_memory_utilization : 0.9;
 		uint64_t ctx_max = opt->max_model_len ? opt->max_model_len : (uint64_t)cfg->max_position_embeddings;
 		uint64_t act = model_fwd_estimate_bytes(&x->w, T, S, (uint32_t)(ctx_max < UINT32_MAX ? ctx_max : UINT32_MAX));
-		double budget = util * (double)tot - (double)(tot - fr) - (double)act;
+		/* what the device held before this process loaded anything (other
+		 * processes, the context) is not ours; ranks sharing the GPU split
+		 * the rest, each paying its own weights and activations */
+		uint64_t before = opt->dev->free_bytes ? tot - opt->dev->free_bytes : tot - fr;
+		int share = opt->device_share > 1 ? opt->device_share : 1;
+		double budget = (util * (double)tot - (double)before) / share - (double)x->w.device_bytes - (double)act;
 		uint64_t per = exec_block_bytes(&mix, B, false);
 		uint32_t fit = budget > 0 ? (uint32_t)(budget / (double)per) : 0;
 		if (fit < 2) {
-			st = err_set(e, ST_NOMEM, "executor: %.2f GiB free of %.2f GiB after the weights leave no room "
-						 "for the KV cache at --gpu-memory-utilization %.2f (%.1f MiB per block "
-						 "of %u tokens, %.2f GiB of activations)", (double)fr / (1u << 30),
-				     (double)tot / (1u << 30), util, (double)per / (1u << 20), B,
-				     (double)act / (1u << 30));
+			st = err_set(e, ST_NOMEM, "executor: no room for the KV cache at --gpu-memory-utilization %.2f: "
+						 "%.2f GiB of %.2f GiB were in use before loading, %.2f GiB of weights, "
+						 "%.2f GiB of activations, %d rank(s) on this GPU (%.1f MiB per block of %u "
+						 "tokens)", util, (double)before / (1u << 30), (double)tot / (1u << 30),
+				     (double)x->w.device_bytes / (1u << 30), (double)act / (1u << 30), share,
+				     (double)per / (1u << 20), B);
 			goto fail;
 		}
 		nb = fit;

@@ -47,6 +47,8 @@ struct model_exec_cpu_options {
 					       * the current device): run there; a simulated one is refused */
 	double gpu_memory_utilization;        /* GPU with n_blocks 0: fraction of the device's memory this
 					       * process may use (vLLM's meaning); 0 = 0.9 */
+	int device_share;                     /* executors of this process on the same GPU (TP ranks as
+					       * threads sharing one device); they split the budget; 0 = 1 */
 	const struct kern_disabled *disabled; /* NULL: none */
 	bool kernel_selfcheck;                /* --kernel-selfcheck (model_plan_options.selfcheck) */
 	/* Tensor parallelism (design.md; docs/forward.md): rank, world size (0

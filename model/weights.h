@@ -283,6 +283,7 @@ struct model_weights {
 	 * expert arrays) is device memory of mem, owned through dev_owned */
 	bool on_device;
 	struct kern_mem mem;
+	uint64_t device_bytes;          /* bytes uploaded */
 	void **dev_owned;
 	int n_dev_owned, cap_dev_owned;
 };

@@ -179,6 +179,7 @@ enum status model_weights_upload(struct model_weights *w, const struct kern_mem 
 	for (int i = 0; i < w->n_owned; i++)
 		free(w->owned[i]);
 	w->n_owned = 0;
+	w->device_bytes = u.bytes;
 	double dt = time_mono_s() - t0;
 	log_msg(LOG_INFO, "model", "weights on the device: %.2f GiB in %.1f s (%.2f GB/s)",
 		(double)u.bytes / (1u << 30), dt, dt > 0 ? (double)u.bytes / dt / 1e9 : 0.0);

@@ -449,6 +449,7 @@ int cmd_serve(int argc, char **argv)
 								      : (uint32_t)cfg->max_position_embeddings;
 	struct exec *ex = NULL, *test_ex = NULL;
 	struct model_exec_cpu *cpu = NULL;
+	struct kern_device dev; /* the executor's device (read by the TP ranks' threads at start-up) */
 	bool use_test = a.executor && !strcmp(a.executor, "test");
 	if (use_test) {
 		uint32_t len = a.max_model_len ? (uint32_t)a.max_model_len : (model_len < 65536 ? model_len : 65536);
@@ -461,7 +462,6 @@ int cmd_serve(int argc, char **argv)
 		log_msg(LOG_WARN, "serve", "--executor test: output comes from the deterministic test executor, "
 					   "not from the model");
 	} else {
-		struct kern_device dev;
 		if (model_exec_device(a.device ? a.device : "auto", &dev, &e)) {
 			fprintf(stderr, "dsv4 serve: %s\n", e.msg);
 			model_checkpoint_destroy(ck);

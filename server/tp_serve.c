@@ -403,6 +403,10 @@ enum status tp_serve_create(struct tp_serve **out, const struct tp_serve_options
 	}
 	t->ranks = ranks;
 	t->xo = *opt->xo;
+	/* the ranks of one node are threads on the same device (GPU 0 today):
+	 * they split its memory budget */
+	if (opt->args.nnodes <= 1)
+		t->xo.device_share = opt->world_size;
 	t->world = opt->world_size;
 	t->args = opt->args;
 	t->on_fail = opt->on_fail;

@@ -80,6 +80,20 @@ static bool moe_cuda_generic_supports(const struct kern_problem *p, const struct
 	return true;
 }
 
+/* f32 activations without the FP8 act_quant (fp32 precision, the golden
+ * comparisons): the bf16 tensor-core paths split them into two bf16 halves,
+ * which leaves a 2^-16 relative residual per element (1e-5 on the logits,
+ * enough to flip an indexer top-k tie); the generic kernel is exact there. */
+static bool moe_bf16_split_ok(const struct kern_problem *p, char *why, size_t n)
+{
+	const struct kern_moe_gemm_shape *s = p->shape;
+	if (!s->act_quant_block && s->x_dtype == KERN_DT_F32) {
+		snprintf(why, n, "f32 activations without act_quant (bf16 split, not exact)");
+		return false;
+	}
+	return true;
+}
+
 /* The FP4 tensor-core variants (cuda-kernels-2): MXFP4 / NVFP4 only, in % 32. */
 static bool moe_fp4_mma_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
 {
@@ -89,7 +103,7 @@ static bool moe_fp4_mma_supports(const struct kern_problem *p, const struct kern
 		snprintf(why, n, "FP4 experts only");
 		return false;
 	}
-	return true;
+	return moe_bf16_split_ok(p, why, n);
 }
 
 /* ---- moe gemv ---- */

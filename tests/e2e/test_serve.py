@@ -150,7 +150,9 @@ def tiny_build():
 def main():
     cli_errors()
     tiny_build()
-    srv = Server("cpu", "--api-key", KEY)
+    # An explicit context limit: the default is the device's (16384 on the CPU, the model's 1M on a GPU),
+    # and the context-length check below needs one a request can exceed.
+    srv = Server("cpu", "--api-key", KEY, "--max-model-len", "16384")
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
 
