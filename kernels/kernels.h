@@ -30,5 +30,6 @@
 
 /* ---- gpu-ops ---- */
 #include "kernels/movement/movement.h"
+#include "kernels/sampling/sampling.h"
 
 #endif

@@ -29,7 +29,6 @@
 extern "C" {
 #include "dsv4_config.h"
 #include "kernels/moe_gemm/moe_gemm.h"
-#include "kernels/moe_gemm/moe_gemm_sm90.h"
 #include "kernels/moe_gemm/moe_gemv.h"
 }
 #include "kernels/moe_gemm/moe_tile.cuh"
@@ -490,7 +489,10 @@ static enum status gv_launch(const struct kern_moe_gemm_args *a, int rc, int64_t
 	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
 }
 
-/* ST_UNSUPPORTED when the GEMV cannot take a (caller falls back). */
+/* ST_UNSUPPORTED when the GEMV cannot take a: weights below the 16-byte
+ * (data) / 2-byte (scale) alignment the loader gives, f32 x without
+ * act_quant, or an `in` too wide for the device's shared memory (the guard
+ * refuses the last two at load time). */
 static enum status gv_run(const struct kern_moe_gemm_args *a)
 {
 	const int64_t in = a->w[0].cols, out = a->w[0].rows;
@@ -502,10 +504,10 @@ static enum status gv_run(const struct kern_moe_gemm_args *a)
 	const int rc = R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8;
 	/* bf16 staging is exact for bf16 x and for FP8 act_quant values (e4m3 x 2^k),
 	 * and takes half the shared memory of f32; f32 x without act_quant (not a
-	 * model path) goes to the GEMM kernels instead. */
+	 * model path) is refused, by the guard first. */
 	if (a->x_dtype != KERN_DT_BF16 && a->act_quant_block == 0)
 		return ST_UNSUPPORTED;
-	const int64_t optin = gv_smem_optin() - 1024; /* room for the static shared words */
+	const int64_t optin = gv_smem_optin() - 1024; /* room for the static shared words (kern_moe_gemv_min_smem) */
 	const int64_t ld = gv_xi<true>(in);
 	int use = rc;
 	while (use > 1 && (int64_t)use * ld * 2 > optin)
@@ -528,36 +530,8 @@ static enum status gv_check(const struct kern_moe_gemm_args *a)
 	return ST_OK;
 }
 
-/* cc 9.0 with the sm_90a image compiled: the tensor-core kernel for many rows. */
-static bool gv_have_sm90(void)
-{
-#if DSV4_HAVE_SM_90A
-	static int cache[64]; /* 0 unknown, 1 yes, 2 no */
-	int dev = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-		return false;
-	if (!cache[dev]) {
-		int ma = 0, mi = 0;
-		cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev);
-		cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev);
-		cache[dev] = ma == 9 && mi == 0 ? 1 : 2;
-	}
-	return cache[dev] == 1;
-#else
-	return false;
-#endif
-}
-
-extern "C" enum status kern_moe_gemv_cuda_only(const struct kern_moe_gemm_args *a)
-{
-	enum status st = gv_check(a);
-	if (st)
-		return st;
-	if (a->n_rows == 0)
-		return ST_OK;
-	return gv_run(a);
-}
-
+/* The GEMV alone: which kernel runs is kern_select's choice (moe_gemv_supports
+ * refuses what the GEMV cannot take), so nothing here re-dispatches. */
 extern "C" enum status kern_moe_gemv_cuda(const struct kern_moe_gemm_args *a)
 {
 	enum status st = gv_check(a);
@@ -565,17 +539,7 @@ extern "C" enum status kern_moe_gemv_cuda(const struct kern_moe_gemm_args *a)
 		return st;
 	if (a->n_rows == 0)
 		return ST_OK;
-	if (a->n_rows <= KERN_MOE_GEMV_MAX_ROWS) {
-		st = gv_run(a);
-		if (st != ST_UNSUPPORTED)
-			return st;
-	}
-#if DSV4_HAVE_SM_90A
-	if (gv_have_sm90())
-		return kern_moe_gemm_sm90_fp4(a);
-#endif
-	(void)gv_have_sm90;
-	return kern_moe_gemm_cuda_generic(a);
+	return gv_run(a);
 }
 
 /* ---- host-buffer wrapper (self-checks, tests) ---- */

@@ -108,8 +108,10 @@ static bool moe_fp4_mma_supports(const struct kern_problem *p, const struct kern
 
 /* ---- moe gemv ---- */
 /* The decode GEMV: FP4 only, and only for plans whose largest batch is small
- * (max_rows bounds every expert's rows; the kernel chunks an expert by 8 rows
- * and falls back to the GEMM kernels above KERN_MOE_GEMV_MAX_ROWS). */
+ * (max_rows bounds every expert's rows; the kernel chunks an expert by 8
+ * rows), with activations it can stage as bf16 and a staged row that fits
+ * the device's shared memory: every refusal here is what run() cannot do,
+ * so run() never hands work to another kernel itself. */
 static bool moe_gemv_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
 {
 	if (!moe_fp4_mma_supports(p, dev, why, n))
@@ -117,6 +119,15 @@ static bool moe_gemv_supports(const struct kern_problem *p, const struct kern_de
 	const struct kern_moe_gemm_shape *s = p->shape;
 	if (s->max_rows > KERN_MOE_GEMV_MAX_ROWS) {
 		snprintf(why, n, "max_rows %lld above the GEMV's %d", (long long)s->max_rows, KERN_MOE_GEMV_MAX_ROWS);
+		return false;
+	}
+	if (s->x_dtype != KERN_DT_BF16 && s->act_quant_block == 0) {
+		snprintf(why, n, "f32 x without act_quant (the GEMV stages bf16)");
+		return false;
+	}
+	if (dev && dev->smem_optin_bytes < kern_moe_gemv_min_smem(s->in)) {
+		snprintf(why, n, "in %lld needs %lld B of shared memory, device has %d", (long long)s->in,
+			 (long long)kern_moe_gemv_min_smem(s->in), dev->smem_optin_bytes);
 		return false;
 	}
 	return true;

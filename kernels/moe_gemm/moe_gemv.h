@@ -16,12 +16,14 @@
  * reduction at the end. The block's expert is found by a warp-parallel scan
  * of the offsets, and its first weight loads are issued before the staging.
  *
- * Dispatch by rows (the host does not know the per-expert counts, which live
- * on the device): n_rows <= KERN_MOE_GEMV_MAX_ROWS takes the GEMV (an expert
- * with more than 8 rows is done in chunks of 8, its weights re-read from
- * L2); larger n_rows, f32 x without act_quant, misaligned weights or too
- * little shared memory go to moe_gemm_sm90_fp4 on cc 9.0 when the build has
- * the sm_90a image, else to moe_gemm_cuda_generic. MXFP4 and NVFP4 only,
+ * No dispatch inside: the registry's guard (moe_gemv_supports) gives the
+ * GEMV plans with max_rows <= KERN_MOE_GEMV_MAX_ROWS (an expert with more
+ * than 8 rows is done in chunks of 8, its weights re-read from L2; run()
+ * itself takes any count), bf16 x or FP8 act_quant (the activations are
+ * staged as bf16), and an `in` whose staged row fits the device's shared
+ * memory (kern_moe_gemv_min_smem); larger batches select another variant.
+ * run() returns ST_UNSUPPORTED for what the guard refuses and for weights
+ * below 16-byte (data) / 2-byte (scale) alignment. MXFP4 and NVFP4 only,
  * in % 32.
  */
 #ifndef DSV4_KERNELS_MOE_GEMV_H
@@ -33,9 +35,14 @@
 
 #define KERN_MOE_GEMV_MAX_ROWS 64
 
+/* Dynamic plus static shared memory per block the GEMV needs for one staged
+ * row of `in` bf16 activations (its padded layout) and its shared words. */
+static inline int64_t kern_moe_gemv_min_smem(int64_t in)
+{
+	return (in + (in >> 5) * 8) * 2 + 1024;
+}
+
 enum status kern_moe_gemv_cuda(const struct kern_moe_gemm_args *a);
-/* The GEMV kernel only (any n_rows; no fallback): for tests and the bench. */
-enum status kern_moe_gemv_cuda_only(const struct kern_moe_gemm_args *a);
 /* kern_moe_gemv_cuda on host buffers (copies everything in and out, syncs). */
 enum status kern_moe_gemv_cuda_host(const struct kern_moe_gemm_args *a);
 

@@ -29,6 +29,7 @@
 #include "kernels/act/act.h"
 /* ---- gpu-ops (includes) ---- */
 #include "kernels/movement/movement.h"
+#include "kernels/sampling/sampling.h"
 /* ---- end includes ---- */
 
 static const struct kern_op *const all_ops[] = {
@@ -63,6 +64,7 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_add,
 	&kern_op_act_quant_sim,
 	&kern_op_moe_row_weight,
+	&kern_op_sample,
 	/* ---- end ---- */
 };
 

@@ -108,4 +108,62 @@ enum status kern_sample_ref(const float *logits, uint32_t vocab, const struct ke
 			    const struct kern_sample_history *h, uint64_t counter, void *work,
 			    struct kern_sample_out *out) DSV4_WUR;
 
+/* ---- the batched op "sample" (registry; kernels/sampling/sampling_variants.c) ----
+ *
+ * One call samples n_rows rows of a logits matrix with per-row parameters,
+ * histories and counters, with exactly the semantics above. Variants:
+ *   sample_cpu_ref       kern_sample_ref per row; logits and work on the host.
+ *   sample_cuda_generic  logits and work on the device (sampling_generic.cu):
+ *     parameters, logit biases and the histories the penalties need go up
+ *     into the scratch, the penalty counts are made on the device, and only
+ *     the kern_sample_out rows come back; the call waits for the stream, so
+ *     out is filled when it returns. Greedy rows, the penalties, the biases
+ *     and the top_logprobs ids are bit-identical to the reference. Where the
+ *     float arithmetic differs:
+ *       - softmax sums (the raw log-sum-exp and the temperature softmax's
+ *         normaliser) are double sums in a tree order instead of a
+ *         sequential one, and exp is the device's double exp rounded to
+ *         float where the reference calls the host's expf, so a probability
+ *         can differ in its last bit (and logprobs by ~1e-7 relative);
+ *       - the cumulative sums of top_p and of the draw are double prefix
+ *         sums over contiguous chunks (a block scan) instead of one
+ *         sequential sum.
+ *     A draw whose u lands within that rounding (~1e-15 relative) of a
+ *     cumulative boundary, a top_p cut exactly at a boundary, a min_p
+ *     threshold or two probabilities that tie in one and not the other can
+ *     pick a different token: rare (tests require >= 99.9 % identical ids).
+ *     NaN logits are outside the contract (the reference's own answer then
+ *     depends on its scan order). A row whose candidates are all gone (NaN
+ *     logits) makes the call return ST_INVALID, as the reference does. */
+struct kern_sample_batch_args {
+	const float *logits;                       /* [n_rows, ld]: device for CUDA, host for the CPU variant */
+	int64_t ld;                                /* elements between rows, >= vocab */
+	uint32_t vocab;
+	uint32_t n_rows;
+	const struct kern_sampling_params *params; /* host [n_rows] */
+	const struct kern_sample_history *hist;    /* host [n_rows], or NULL: no history */
+	const uint64_t *counter;                   /* host [n_rows]: index of the token in its output */
+	struct kern_sample_out *out;               /* host [n_rows] */
+	void *work;                                /* scratch, 256-byte aligned (device for CUDA) */
+	size_t work_bytes;                         /* >= kern_sample_batch_workspace_bytes(...) */
+	void *stream;                              /* cudaStream_t for CUDA variants */
+};
+
+/* Logit-bias entries plus history ids of a batch: the n_aux argument of
+ * kern_sample_batch_workspace_bytes that this batch needs. */
+size_t kern_sample_batch_aux_count(const struct kern_sampling_params *params, const struct kern_sample_history *hist,
+				   uint32_t n_rows);
+/* Scratch every variant of op "sample" needs for up to n_rows rows of vocab
+ * logits carrying up to n_aux logit-bias entries plus history ids in all
+ * (about 28 bytes per logit plus 8 per aux entry). */
+size_t kern_sample_batch_workspace_bytes(uint32_t vocab, uint32_t n_rows, size_t n_aux);
+
+/* The CPU variant: kern_sample_ref per row (host logits and work). Returns
+ * the first row's error. */
+enum status kern_sample_batch_ref(const struct kern_sample_batch_args *a) DSV4_WUR;
+
+typedef enum status (*kern_sample_batch_fn)(const struct kern_sample_batch_args *a);
+struct kern_op;
+extern const struct kern_op kern_op_sample;
+
 #endif

@@ -6,14 +6,16 @@
  * The sweep: MXFP4 and NVFP4 experts; 1 to 9 experts with random loads of 0
  * to 8 rows each (empties included), plus cases where one expert has 9 to 20
  * rows (the kernel's 8-row chunks) and totals above KERN_MOE_GEMV_MAX_ROWS
- * (the fallback to the GEMM kernels); in = 32, 64, 96, 288, 1056, 2048,
+ * (run() takes them in chunks too: only the guard keeps plans at 64, and run()
+ * never hands work to another kernel); in = 32, 64, 96, 288, 1056, 2048,
  * 4096 (partial 512-byte steps and 128-column act_quant blocks); out = 1, 7,
  * 16, 17, 200, 2048 (partial 16-output blocks); gathered (row_src) and
- * in-place rows; act_quant 0 and 128; x and y f32 or bf16. Outputs are
+ * in-place rows; act_quant 0 (bf16 x) and 128 (f32 or bf16 x); y f32 or bf16. Outputs are
  * NaN-filled so an unwritten row fails; fresh random inputs every run (the
  * seed is printed). Tolerance as the other expert GEMM tests: f32 sums in
  * another order (1e-4 of max |y| for f32 out, 1e-2 with a bf16 rounding).
- * Then the guards (FP8 refused, in % 32, max_rows above 64) and selection
+ * Then the guards (FP8 refused, in % 32, max_rows above 64, f32 x without
+ * act_quant, an `in` beyond the device's shared memory) and selection
  * on the device: max_rows 64 picks the GEMV with its self-check passing.
  * Exits 77 without CUDA or a device.
  */
@@ -141,6 +143,19 @@ int main(void)
 	struct kern_problem op_big = {.wfmt = KERN_WFMT_MXFP4, .tp_size = 1, .shape = &big};
 	T_CHECK(!kern_variant_accepts(v, &op_big, &dev, NULL, why, sizeof why));
 	contains(why, "max_rows 65");
+	struct kern_moe_gemm_shape f32x = msh;
+	f32x.x_dtype = KERN_DT_F32;
+	f32x.act_quant_block = 0;
+	struct kern_problem op_f32 = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &f32x};
+	T_CHECK(!kern_variant_accepts(v, &op_f32, &dev, NULL, why, sizeof why));
+	contains(why, "without act_quant");
+	f32x.act_quant_block = 128;
+	T_CHECKF(kern_variant_accepts(v, &op_f32, &dev, NULL, why, sizeof why), "refused: %s", why);
+	struct kern_moe_gemm_shape wide = msh;
+	wide.in = 32 * ((int64_t)dev.smem_optin_bytes / 32); /* one staged bf16 row is twice that */
+	struct kern_problem op_wide = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &wide};
+	T_CHECK(!kern_variant_accepts(v, &op_wide, &dev, NULL, why, sizeof why));
+	contains(why, "shared memory");
 
 	/* Sweep: decode loads (0..8 rows per expert). */
 	static const int64_t ins[] = {32, 64, 96, 288, 1056, 2048, 4096};
@@ -160,6 +175,8 @@ int main(void)
 			E = 3;
 		int aq = (int)((i >> 1) & 1) * 128;
 		enum kern_dtype xdt = (enum kern_dtype)((i >> 2) & 1), ydt = (enum kern_dtype)(kern_rand_u64(&rng) & 1);
+		if (xdt != KERN_DT_BF16 && !aq) /* f32 x needs act_quant (the guard refuses it otherwise) */
+			aq = 128;
 		failed += !one_case(v, &rng, f, E, counts, in, out, aq, (int)(kern_rand_u64(&rng) & 1), xdt, ydt);
 		ran++;
 	}
@@ -167,9 +184,9 @@ int main(void)
 	static const int64_t six1[6] = {1, 1, 1, 1, 1, 1}, six8[6] = {8, 8, 8, 8, 8, 8};
 	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 6, six1, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_BF16);
 	failed += !one_case(v, &rng, KERN_WFMT_MXFP4, 6, six1, 2048, 4096, 128, 0, KERN_DT_BF16, KERN_DT_F32);
-	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 6, six8, 2048, 4096, 0, 0, KERN_DT_F32, KERN_DT_F32);
+	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 6, six8, 2048, 4096, 128, 0, KERN_DT_F32, KERN_DT_F32);
 	failed += !one_case(v, &rng, KERN_WFMT_MXFP4, 6, six8, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_F32);
-	/* Above KERN_MOE_GEMV_MAX_ROWS: run() falls back to the GEMM kernels. */
+	/* Above KERN_MOE_GEMV_MAX_ROWS: run() still computes every row (8-row chunks). */
 	static const int64_t many[3] = {40, 0, 60};
 	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 3, many, 1024, 200, 128, 1, KERN_DT_BF16, KERN_DT_F32);
 	fprintf(stderr, "%d sweep cases + 5 model/fallback shapes, %d failed\n", ran, failed);
