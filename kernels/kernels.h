@@ -28,4 +28,9 @@
 #include "kernels/routing/routing.h"
 #include "kernels/act/act.h"
 
+/* ---- prefill-kernels (CUDA builds define the functions) ---- */
+#include "kernels/device/ctx.h"
+#include "kernels/linear/linear_mma.h"
+#include "kernels/moe_gemm/moe_gemm_mma.h"
+
 #endif
