@@ -272,6 +272,7 @@ int main(int argc, char **argv)
 	if (cc == 100 || cc == 120 || cc == 121)
 		T_CHECKF(got == vs[nv - 1], "chose %s, expected %s", got ? got->name : "nothing", vs[nv - 1]->name);
 
+#if DSV4_HAVE_CUDA /* kern_ctx exists in CUDA builds only */
 	/* A context's scratch grows on demand and is reused. */
 	struct kern_ctx *kc = NULL;
 	T_CHECK(kern_ctx_create(dev.index, NULL, &kc, &e) == ST_OK);
@@ -280,5 +281,6 @@ int main(int argc, char **argv)
 	T_CHECK(s1 != NULL && kern_ctx_scratch(kc, 10, NULL) == s1);
 	T_CHECK(kern_ctx_scratch(kc, (size_t)64 << 20, NULL) != NULL);
 	kern_ctx_destroy(kc);
+#endif
 	return test_exit();
 }

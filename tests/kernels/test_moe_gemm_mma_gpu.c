@@ -269,9 +269,11 @@ int main(int argc, char **argv)
 	/* The kernels alone. */
 	struct runner only[2];
 	int nonly = 0;
+#if DSV4_HAVE_CUDA /* the host-buffer entry points exist in CUDA builds only */
 	only[nonly++] = (struct runner){"moe_gemm_mma_bf16 (kernel only)", kern_moe_gemm_mma_bf16_only_host};
 	if (nv == 2)
 		only[nonly++] = (struct runner){"moe_gemm_mma_fp8 (kernel only)", kern_moe_gemm_mma_fp8_only_host};
+#endif
 	static const int64_t Rs[] = {1, 7, 64, 65, 129, 300};
 	static const int64_t ins[] = {128, 256, 640, 1152};
 	static const int64_t outs[] = {8, 100, 128, 129, 300};
