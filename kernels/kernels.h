@@ -31,5 +31,9 @@
 /* ---- gpu-ops ---- */
 #include "kernels/movement/movement.h"
 #include "kernels/sampling/sampling.h"
+/* ---- prefill-kernels (CUDA builds define the functions) ---- */
+#include "kernels/device/ctx.h"
+#include "kernels/linear/linear_mma.h"
+#include "kernels/moe_gemm/moe_gemm_mma.h"
 
 #endif

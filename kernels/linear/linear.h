@@ -48,6 +48,10 @@ struct kern_linear_args {
 				   * (linear_cublaslt_sm90: FP8 activations + cuBLASLt workspace;
 				   * size from kern_linear_cublaslt_workspace_bytes); NULL otherwise */
 	size_t workspace_bytes;
+	void *ctx;                /* struct kern_ctx * (kernels/device/ctx.h) of the calling executor: the
+				   * stream's scratch and library handles for the variants that keep state
+				   * (linear_mma_*: scratch when workspace is NULL or too small). NULL = the
+				   * process-default context of the current device (tests, run_host). */
 };
 
 /* Signature of run / run_host of every linear variant. */

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "dsv4_config.h"
 #include "kernels/linear/linear_cublaslt.h"
+#include "kernels/linear/linear_mma.h"
 
 /* ---- guards ---- */
 
@@ -116,6 +117,65 @@ static bool linear_cublaslt_supports(const struct kern_problem *p, const struct 
 			if ((i == 0 || Ts[i] <= s->max_tokens) &&
 			    !kern_linear_cublaslt_check(dev->index, s->in, s->out, Ts[i], s->y_dtype, why, n))
 				return false;
+	}
+#else
+	(void)dev;
+#endif
+	return true;
+}
+
+/* ---- guards of the portable tensor-core variants (prefill-kernels) ---- */
+
+/* linear_mma_*: FP8 block-scaled GEMM tiles of 64 tokens x 128 outputs x 128 K
+ * (linear_mma.h). act_quant 128 (the activations are FP8 codes); in % 128
+ * (whole K blocks, aligned rows); max_tokens >= 64: a prefill-sized plan (the
+ * kernel is correct for any n_tokens, but below one row tile the decode
+ * GEMVs and the generic kernel are the better choice). On a real device the
+ * FP8 rows also check that the loaded kernel is a cc >= 8.9 build. */
+static bool linear_mma_supports_common(const struct kern_problem *p, char *why, size_t n)
+{
+	if (!linear_shape_ok(p, why, n))
+		return false;
+	const struct kern_linear_shape *s = p->shape;
+	if (s->act_quant_block != 128) {
+		snprintf(why, n, "act_quant_block %d: the FP8 MMA needs 128", s->act_quant_block);
+		return false;
+	}
+	if (s->in % 128) {
+		snprintf(why, n, "in %lld not a multiple of 128", (long long)s->in);
+		return false;
+	}
+	if (s->max_tokens < 64) {
+		snprintf(why, n, "max_tokens %lld below one 64-token tile (decode plan)", (long long)s->max_tokens);
+		return false;
+	}
+	if (s->in > (1 << 24) || s->out > (1 << 24) || s->max_tokens > 64 * 65535) {
+		snprintf(why, n, "dimension too large (in, out <= 2^24, max_tokens <= %d)", 64 * 65535);
+		return false;
+	}
+	return true;
+}
+
+static bool linear_mma_bf16_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	(void)dev;
+	return linear_mma_supports_common(p, why, n);
+}
+
+static bool linear_mma_fp8_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	if (!linear_mma_supports_common(p, why, n))
+		return false;
+#if DSV4_HAVE_CUDA
+	if (!dev->simulated) {
+		const int prev = kern_linear_cublaslt__set_device(dev->index);
+		const bool ok = prev >= 0 && kern_linear_mma_fp8_compiled();
+		if (prev >= 0 && prev != dev->index)
+			(void)kern_linear_cublaslt__set_device(prev);
+		if (!ok) {
+			snprintf(why, n, "the FP8 MMA kernel loaded on device %d is not a cc >= 8.9 build", dev->index);
+			return false;
+		}
 	}
 #else
 	(void)dev;
@@ -316,7 +376,8 @@ static enum status linear_selfcheck_one(const struct kern_variant *v, const stru
 }
 
 /* T = 1 (decode; cuBLASLt's single-column path), 7 (a multiple-of-4 piece
- * plus a padded remainder) and 16, each on fresh activations. */
+ * plus a padded remainder) and 16, each on fresh activations; plans of 64
+ * tokens or more also T = 65 (the tensor-core variants' row tile and a tail). */
 static enum status linear_selfcheck(const struct kern_op *op, const struct kern_variant *v,
 				    const struct kern_problem *p, const struct kern_device *dev, struct err *e)
 {
@@ -327,7 +388,7 @@ static enum status linear_selfcheck(const struct kern_op *op, const struct kern_
 	struct kern_linear_shape small = *s;
 	small.in = shrink_dim(s->in);
 	small.out = shrink_dim(s->out);
-	small.max_tokens = 16;
+	small.max_tokens = s->max_tokens >= 64 ? 65 : 16; /* prefill plans: one full 64-row tile and a tail */
 	struct kern_problem sp = *p;
 	sp.shape = &small;
 	char why[KERN_REASON_BYTES];
@@ -340,9 +401,10 @@ static enum status linear_selfcheck(const struct kern_op *op, const struct kern_
 	if (st)
 		return st;
 	st = kern_prepare_weight(v, &w, &wp, e);
-	static const int64_t Ts[3] = {1, 7, 16};
-	for (int i = 0; st == ST_OK && i < 3; i++)
-		st = linear_selfcheck_one(v, &small, &w, &wp, Ts[i], &rng, e);
+	static const int64_t Ts[4] = {1, 7, 16, 65};
+	for (int i = 0; st == ST_OK && i < 4; i++)
+		if (Ts[i] <= small.max_tokens)
+			st = linear_selfcheck_one(v, &small, &w, &wp, Ts[i], &rng, e);
 	kern_wmat_release(&wp);
 	kern_wmat_release(&w);
 	return st;
@@ -456,6 +518,50 @@ static const struct kern_variant linear_variants[] = {
 		.supports = linear_cuda_generic_supports,
 		.desc = "mma.sync kind::mxf8f6f4.block_scale ue8m0 on GB10 (not implemented yet)",
 	},
+	/* ---- prefill-kernels: portable tensor-core FP8 linears (linear_mma.h) ----
+	 * The e4m3 kernel is in every cc >= 8.9 image of the generic library (one
+	 * row per image, so target says which); the bf16 one serves cc 8.0 - 8.8.
+	 * Priority 15: above the generic FMA kernel, below cuBLASLt on sm_90
+	 * (which the H200 benchmark compares it with). */
+#define LINEAR_MMA_FP8_ROW(NAME, CC, TGT, HAVE)                                                                 \
+	{                                                                                                   \
+		.name = NAME,                                                                               \
+		.backend = KERN_BACKEND_CUDA,                                                               \
+		.cc_min = CC,                                                                               \
+		.cc_max = CC,                                                                               \
+		.target = TGT,                                                                              \
+		.features = KERN_FEAT_FP8_MMA,                                                              \
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128), \
+		.wfmt_run = KERN_WFMT_FP8_F32_B128,                                                         \
+		.priority = 15,                                                                             \
+		.supports = linear_mma_fp8_supports,                                                        \
+		.prepare = prepare_fp8_f32_scales,                                                          \
+		LINEAR_MMA_FNS(HAVE, kern_linear_mma_fp8, kern_linear_mma_fp8_host)                         \
+		.desc = "tensor-core FP8 linear: mma.sync m16n8k32 e4m3, f32 block scales per 128 K (T >= 64)", \
+	}
+/* run() only where this build has the row's image (HAVE is its DSV4_HAVE_* flag). */
+#define LINEAR_MMA_FNS(HAVE, R, H) .run = (HAVE) ? KERN_FN(R) : NULL, .run_host = (HAVE) ? KERN_FN(H) : NULL,
+	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm90a", 90, KERN_TARGET_SM90A, DSV4_HAVE_SM_90A),
+	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm100a", 100, KERN_TARGET_SM100A, DSV4_HAVE_SM_100A),
+	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm120a", 120, KERN_TARGET_SM120A, DSV4_HAVE_SM_120A),
+	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm121a", 121, KERN_TARGET_SM121A, DSV4_HAVE_SM_121A),
+	{
+		.name = "linear_mma_bf16",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.features = KERN_FEAT_BF16_MMA,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
+		.wfmt_run = KERN_WFMT_FP8_F32_B128,
+		.priority = 12,
+		.supports = linear_mma_bf16_supports,
+		.prepare = prepare_fp8_f32_scales,
+		LINEAR_MMA_FNS(DSV4_HAVE_CUDA, kern_linear_mma_bf16, kern_linear_mma_bf16_host)
+		.desc = "tensor-core FP8 linear on bf16 mma.sync m16n8k16 (e4m3 decoded exactly; cc >= 8.0, T >= 64)",
+	},
+#undef LINEAR_MMA_FNS
+#undef LINEAR_MMA_FP8_ROW
 };
 
 const struct kern_op kern_op_linear = {

@@ -57,6 +57,9 @@ struct kern_moe_gemm_args {
 	const struct kern_wmat *w_dev;  /* CUDA variants: a device copy of the w array (built once at load) */
 	int act_quant_block;            /* 0 or 128 */
 	void *stream;                   /* cudaStream_t for CUDA variants */
+	void *ctx;                      /* struct kern_ctx * (kernels/device/ctx.h) of the calling executor:
+					 * scratch for moe_gemm_mma_* (quantized activations); NULL = the
+					 * process-default context of the current device */
 };
 
 typedef enum status (*kern_moe_gemm_fn)(const struct kern_moe_gemm_args *a);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 
 #include "dsv4_config.h"
+#include "kernels/moe_gemm/moe_gemm_mma.h"
 #include "kernels/moe_gemm/moe_gemm_sm90.h"
 #include "kernels/moe_gemm/moe_gemv.h"
 
@@ -133,6 +134,53 @@ static bool moe_gemv_supports(const struct kern_problem *p, const struct kern_de
 	return true;
 }
 
+/* ---- prefill-kernels: the portable tensor-core FP4 expert GEMM (moe_gemm_mma.h) ----
+ * FP4 experts with FP8 activations (act_quant 128), in % 128 (whole K blocks),
+ * plans of >= 64 rows (prefill; smaller calls of such a plan go to the GEMV
+ * inside run()). The FP8 rows check on a real device that the loaded kernels
+ * are cc >= 8.9 builds. */
+static bool moe_mma_supports_common(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	if (!moe_fp4_mma_supports(p, dev, why, n))
+		return false;
+	const struct kern_moe_gemm_shape *s = p->shape;
+	if (s->act_quant_block != 128) {
+		snprintf(why, n, "act_quant_block %d: the FP8 MMA needs 128", s->act_quant_block);
+		return false;
+	}
+	if (s->in % 128) {
+		snprintf(why, n, "in %lld not a multiple of 128", (long long)s->in);
+		return false;
+	}
+	if (s->max_rows < 64) {
+		snprintf(why, n, "max_rows %lld below one 64-row tile (decode plan)", (long long)s->max_rows);
+		return false;
+	}
+	if (s->max_rows / 64 + s->n_experts > 65535) {
+		snprintf(why, n, "max_rows %lld: more than 65535 row tiles", (long long)s->max_rows);
+		return false;
+	}
+	return true;
+}
+
+static bool moe_mma_bf16_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	return moe_mma_supports_common(p, dev, why, n);
+}
+
+static bool moe_mma_fp8_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	if (!moe_mma_supports_common(p, dev, why, n))
+		return false;
+#if DSV4_HAVE_CUDA
+	if (!dev->simulated && !kern_moe_gemm_mma_fp8_compiled_on(dev->index)) {
+		snprintf(why, n, "the FP8 MMA kernels loaded on device %d are not cc >= 8.9 builds", dev->index);
+		return false;
+	}
+#endif
+	return true;
+}
+
 /* ---- self-check ---- */
 
 static int64_t shrink_dim(int64_t n, int64_t mult)
@@ -155,7 +203,7 @@ static enum status moe_selfcheck(const struct kern_op *op, const struct kern_var
 	small.in = shrink_dim(s->in, mult < 32 ? 32 : mult);
 	small.out = shrink_dim(s->out, 1);
 	small.n_experts = s->n_experts < 4 ? s->n_experts : 4;
-	small.max_rows = 9;
+	small.max_rows = s->max_rows >= 64 ? 70 : 9; /* prefill plans: past the GEMV's 64 rows */
 	struct kern_problem sp = *p;
 	sp.shape = &small;
 	char why[KERN_REASON_BYTES];
@@ -165,7 +213,7 @@ static enum status moe_selfcheck(const struct kern_op *op, const struct kern_var
 	uint64_t rng = 0xfeedull ^ (uint64_t)small.in * 977 ^ (uint64_t)small.out;
 	int64_t E = small.n_experts, R = small.max_rows, X = 4, in = small.in, out = small.out;
 	struct kern_wmat w[4] = {0}, wp[4] = {0};
-	int32_t off[5], src[9];
+	int32_t off[5], src[70];
 	enum status st = ST_OK;
 	for (int64_t x = 0; x < E && !st; x++) {
 		st = kern_wmat_make_random(&w[x], p->wfmt, out, in, &rng, e);
@@ -322,6 +370,47 @@ static const struct kern_variant moe_gemm_variants[] = {
 		.supports = moe_fp4_mma_supports,
 		.desc = "mma.sync m16n8k64 kind::mxf4nvf4.block_scale on GB10 (not implemented yet)",
 	},
+	/* ---- prefill-kernels: portable tensor-core FP4 expert GEMMs (moe_gemm_mma.h) ----
+	 * e4m3 mma.sync in every cc >= 8.9 image (one row per image), bf16 in the
+	 * sm_80 one. Priority 22 above the generic kernel and below the decode
+	 * GEMV (which refuses plans above 64 rows); on sm_90 19, below
+	 * moe_gemm_sm90_fp4 until the H200 benchmark has compared the two. */
+/* run() only where this build has the row's image (HAVE is its DSV4_HAVE_* flag). */
+#define MOE_MMA_FNS(HAVE, R, H) .run = (HAVE) ? KERN_FN(R) : NULL, .run_host = (HAVE) ? KERN_FN(H) : NULL,
+#define MOE_MMA_FP8_ROW(NAME, CC, TGT, HAVE, PRIO)                                                         \
+	{                                                                                              \
+		.name = NAME,                                                                          \
+		.backend = KERN_BACKEND_CUDA,                                                          \
+		.cc_min = CC,                                                                          \
+		.cc_max = CC,                                                                          \
+		.target = TGT,                                                                         \
+		.features = KERN_FEAT_FP8_MMA,                                                         \
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),         \
+		.priority = PRIO,                                                                      \
+		.supports = moe_mma_fp8_supports,                                                      \
+		MOE_MMA_FNS(HAVE, kern_moe_gemm_mma_fp8, kern_moe_gemm_mma_fp8_host)                   \
+		.desc = "tensor-core FP4 expert GEMM: e2m1 -> e4m3 in registers, mma.sync m16n8k32, "   \
+			"f32 block scales (>= 64-row plans)",                                          \
+	}
+	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm90a", 90, KERN_TARGET_SM90A, DSV4_HAVE_SM_90A, 19),
+	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm100a", 100, KERN_TARGET_SM100A, DSV4_HAVE_SM_100A, 22),
+	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm120a", 120, KERN_TARGET_SM120A, DSV4_HAVE_SM_120A, 22),
+	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm121a", 121, KERN_TARGET_SM121A, DSV4_HAVE_SM_121A, 22),
+	{
+		.name = "moe_gemm_mma_bf16",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.features = KERN_FEAT_BF16_MMA,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
+		.priority = 15,
+		.supports = moe_mma_bf16_supports,
+		MOE_MMA_FNS(DSV4_HAVE_CUDA, kern_moe_gemm_mma_bf16, kern_moe_gemm_mma_bf16_host)
+		.desc = "tensor-core FP4 expert GEMM on bf16 mma.sync m16n8k16 (e2m1 x scale exact; cc >= 8.0)",
+	},
+#undef MOE_MMA_FP8_ROW
+#undef MOE_MMA_FNS
 };
 
 const struct kern_op kern_op_moe_gemm = {

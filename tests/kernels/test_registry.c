@@ -325,10 +325,19 @@ static void test_real_ops(void)
 	T_PICK(&kern_op_moe_gemm, &mp, &cpu, NULL, "moe_gemm_cpu_ref");
 	for (int i = 0; i < 5; i++) {
 #if DSV4_HAVE_CUDA && DSV4_HAVE_SM_80
-		T_PICK(&kern_op_linear, &lp, &d[i], NULL, "linear_cuda_generic");
-		/* cc 9.0 with the sm_90a image: the Hopper FP4 kernel (cuda-kernels-2) outranks the generic one. */
+		/* Prefill plans (64 tokens, 384 expert rows; out 1000 is no cuBLASLt shape): the
+		 * tensor-core variants, e4m3 where the build has the device's image, else bf16
+		 * (prefill-kernels). cc 9.0 with the sm_90a image: the Hopper FP4 expert kernel
+		 * (cuda-kernels-2) still outranks the portable one. */
+		static const bool have_img[5] = {false, DSV4_HAVE_SM_90A, DSV4_HAVE_SM_100A, DSV4_HAVE_SM_120A,
+						 DSV4_HAVE_SM_121A};
+		static const char *const lin_fp8[5] = {"", "linear_mma_fp8_sm90a", "linear_mma_fp8_sm100a",
+						       "linear_mma_fp8_sm120a", "linear_mma_fp8_sm121a"};
+		static const char *const moe_fp8[5] = {"", "moe_gemm_mma_fp8_sm90a", "moe_gemm_mma_fp8_sm100a",
+						       "moe_gemm_mma_fp8_sm120a", "moe_gemm_mma_fp8_sm121a"};
+		T_PICK(&kern_op_linear, &lp, &d[i], NULL, have_img[i] ? lin_fp8[i] : "linear_mma_bf16");
 		T_PICK(&kern_op_moe_gemm, &mp, &d[i], NULL,
-		       i == 1 && DSV4_HAVE_SM_90A ? "moe_gemm_sm90_fp4" : "moe_gemm_cuda_generic");
+		       i == 1 && DSV4_HAVE_SM_90A ? "moe_gemm_sm90_fp4" : have_img[i] ? moe_fp8[i] : "moe_gemm_mma_bf16");
 #else
 		/* A CPU-only binary has no kernel for a GPU, and says why. */
 		char msg[ERR_MSG_BYTES];

@@ -88,6 +88,26 @@ static void expect_refused(const struct kern_op *op, const char *name, const str
 	T_CHECKF(strstr(why, want) != NULL, "%s on %s: reason '%s', expected '%s'", name, dev->name, why, want);
 }
 
+/* The portable tensor-core variant a prefill plan gets on dev: "<base>_fp8_<image>"
+ * when this build has dev's native image, else "<base>_bf16". */
+static const char *mma_name(const char *base, const struct kern_device *dev)
+{
+	static char buf[8][64];
+	static int next;
+	char *b = buf[next++ % 8];
+	const int cc = dev->cc_major * 10 + dev->cc_minor;
+	const char *img = cc == 90 && DSV4_HAVE_SM_90A     ? "sm90a"
+			  : cc == 100 && DSV4_HAVE_SM_100A ? "sm100a"
+			  : cc == 120 && DSV4_HAVE_SM_120A ? "sm120a"
+			  : cc == 121 && DSV4_HAVE_SM_121A ? "sm121a"
+							   : NULL;
+	if (img)
+		snprintf(b, 64, "%s_fp8_%s", base, img);
+	else
+		snprintf(b, 64, "%s_bf16", base);
+	return b;
+}
+
 /* In a CUDA build op selects `name` for p on dev; otherwise selection fails
  * and the error says the CUDA variants are not compiled. */
 static void expect_chosen(const struct kern_op *op, const char *name, const struct kern_problem *p,
@@ -130,8 +150,15 @@ int main(void)
 		char want[64];
 		snprintf(want, sizeof want, "cc %d.%d outside [9.0, 9.0]", d->cc_major, d->cc_minor);
 		expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &lp, d, want);
-		expect_chosen(&kern_op_linear, "linear_cuda_generic", &lp, d, false);
+		/* Prefill plan: the portable tensor-core linear (e4m3 with this device's image, else bf16). */
+		expect_chosen(&kern_op_linear, mma_name("linear_mma", d), &lp, d, false);
 	}
+	/* A decode plan (max_tokens < 64) keeps the generic kernel. */
+	struct kern_linear_shape dsh = lsh;
+	dsh.max_tokens = 16;
+	struct kern_problem dlp = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &dsh};
+	expect_refused(&kern_op_linear, "linear_mma_bf16", &dlp, &d120, "below one 64-token tile");
+	expect_chosen(&kern_op_linear, "linear_cuda_generic", &dlp, &d120, false);
 	/* A GB10 whose probe failed to load the sm_121a image: refused by the probe. */
 	struct kern_device d121_noimg = d121;
 	d121_noimg.loadable &= ~KERN_TARGET_SM121A;
@@ -142,7 +169,7 @@ int main(void)
 	odd.in = 4096 + 128;
 	struct kern_problem op_odd = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &odd};
 	expect_refused(&kern_op_linear, "linear_cublaslt_sm90", &op_odd, &d90, "not a multiple of 512");
-	expect_chosen(&kern_op_linear, "linear_cuda_generic", &op_odd, &d90, false);
+	expect_chosen(&kern_op_linear, mma_name("linear_mma", &d90), &op_odd, &d90, false);
 	struct kern_linear_shape noq = lsh;
 	noq.act_quant_block = 0;
 	struct kern_problem op_noq = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &noq};
@@ -168,14 +195,15 @@ int main(void)
 			char want[64];
 			snprintf(want, sizeof want, "cc %d.%d outside [9.0, 9.0]", d->cc_major, d->cc_minor);
 			expect_refused(&kern_op_moe_gemm, "moe_gemm_sm90_fp4", &mp, d, want);
-			expect_chosen(&kern_op_moe_gemm, "moe_gemm_cuda_generic", &mp, d, false);
+			expect_chosen(&kern_op_moe_gemm, mma_name("moe_gemm_mma", d), &mp, d, false);
 		}
 		expect_chosen(&kern_op_moe_gemm, "moe_gemm_sm90_fp4", &mp, &d90, true);
 		/* An sm_90 device whose probe did not load the sm_90a image falls back. */
 		struct kern_device d90_noimg = d90;
 		d90_noimg.loadable &= ~KERN_TARGET_SM90A;
 		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm90_fp4", &mp, &d90_noimg, "image sm_90a not loadable");
-		expect_chosen(&kern_op_moe_gemm, "moe_gemm_cuda_generic", &mp, &d90_noimg, false);
+		expect_refused(&kern_op_moe_gemm, "moe_gemm_mma_fp8_sm90a", &mp, &d90_noimg, "image sm_90a not loadable");
+		expect_chosen(&kern_op_moe_gemm, "moe_gemm_mma_bf16", &mp, &d90_noimg, false);
 	}
 	struct kern_moe_gemm_shape fsh = {.in = 4096, .out = 2048, .n_experts = 8, .max_rows = 64};
 	struct kern_problem fp8 = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &fsh};
