@@ -155,7 +155,7 @@ size_t kern_sample_batch_aux_count(const struct kern_sampling_params *params, co
 				   uint32_t n_rows);
 /* Scratch every variant of op "sample" needs for up to n_rows rows of vocab
  * logits carrying up to n_aux logit-bias entries plus history ids in all
- * (about 28 bytes per logit plus 8 per aux entry). */
+ * (about 29 bytes per logit, 1 MiB, and 8 bytes per aux entry). */
 size_t kern_sample_batch_workspace_bytes(uint32_t vocab, uint32_t n_rows, size_t n_aux);
 
 /* The CPU variant: kern_sample_ref per row (host logits and work). Returns

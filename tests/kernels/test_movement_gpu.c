@@ -256,8 +256,12 @@ static void t_blocks(int64_t n_blocks, int64_t stride, int64_t len, int64_t off,
 	cmp_bits(what, ref, got, np);
 
 	float value = kern_rand_f32(&rng);
+	int64_t nfill = 0; /* the fill takes every dst id that is not -1 */
+	for (int64_t i = 0; i < n; i++)
+		if (dst[i] >= 0)
+			fd[nfill++] = dst[i];
 	struct kern_block_fill_args f = {.pool = ref, .region_stride = stride, .region_len = len, .region_offset = off,
-					 .ids = fd, .n = nf, .value = value};
+					 .ids = fd, .n = nfill, .value = value};
 	T_CHECK(kern_block_fill_ref(&f) == ST_OK);
 	const struct kern_variant *vf = cuda_variant(&kern_op_block_fill);
 	struct kern_block_fill_args g = f;
