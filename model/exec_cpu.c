@@ -21,9 +21,15 @@ struct model_exec_cpu {
 	struct model_state st;
 	struct model_fwd *fwd;
 	float *logits;          /* [max_step_seqs, vocab] in mem */
-	float *logits_host;     /* device executor: the sampled rows on the host */
+	float *logits_host;     /* device executor: the sampled rows on the host (fallback path) */
 	uint32_t *rows;         /* [max_step_seqs] */
-	void *sample_work;
+	void *sample_work;      /* host scratch of kern_sample_ref */
+	void *sample_dev;       /* the sample op's scratch in mem */
+	size_t sample_dev_bytes, sample_aux_cap;
+	struct kern_sampling_params *sp; /* [max_step_seqs] this step's rows for the sample op */
+	struct kern_sample_history *sh;
+	uint64_t *sc;
+	struct kern_sample_out *so;
 	uint32_t vocab, max_seqs;
 	int rank;
 	bool weights_loaded;
@@ -50,6 +56,38 @@ static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec
 		return st;
 	if (x->rank)
 		return kern_mem_sync(&x->mem, e); /* rank 0 samples (design.md "Tensor parallelism") */
+	/* the plan's sample op over the rows, where the logits are; the token
+	 * histories go along only for rows with a penalty (nothing else reads them) */
+	uint32_t k = 0;
+	for (uint32_t s = 0; s < step->n_seqs; s++) {
+		const struct exec_seq *sq = &step->seqs[s];
+		if (!sq->sample)
+			continue;
+		const struct kern_sampling_params *p = sq->sampling;
+		bool pen = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+		x->sp[k] = *p;
+		x->sh[k] = pen ? (struct kern_sample_history){.prompt_ids = sq->prompt_ids, .n_prompt = sq->n_prompt,
+							      .output_ids = sq->output_ids, .n_output = sq->n_output}
+			       : (struct kern_sample_history){0};
+		x->sc[k] = sq->n_output;
+		out[k].seq_index = s;
+		k++;
+	}
+	struct kern_sample_batch_args sa = {.logits = x->logits, .ld = x->vocab, .vocab = x->vocab, .n_rows = n,
+					    .params = x->sp, .hist = x->sh, .counter = x->sc, .out = x->so,
+					    .work = x->mem.device ? x->sample_dev : x->sample_work,
+					    .work_bytes = x->mem.device ? x->sample_dev_bytes
+									: kern_sample_workspace_bytes(x->vocab),
+					    .stream = x->mem.stream};
+	if (!x->mem.device || kern_sample_batch_aux_count(x->sp, x->sh, n) <= x->sample_aux_cap) {
+		if ((st = x->w.gops.sample(&sa)))
+			return err_set(e, st, "sampling %u sequences", n);
+		for (uint32_t i = 0; i < n; i++)
+			out[i].out = x->so[i];
+		return ST_OK;
+	}
+	/* a device step whose biases and penalty histories exceed the sample
+	 * op's scratch: the rows to the host and the reference */
 	const float *lg = x->logits;
 	if (x->mem.device) {
 		/* the sampled rows only; download synchronises the step */
@@ -57,7 +95,7 @@ static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec
 			return st;
 		lg = x->logits_host;
 	}
-	uint32_t k = 0;
+	k = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		if (!sq->sample)
@@ -222,9 +260,20 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 		goto fail;
 	x->rows = malloc((size_t)S * sizeof(uint32_t));
 	x->sample_work = malloc(kern_sample_workspace_bytes(x->vocab));
-	if (gpu)
+	x->sp = calloc(S, sizeof *x->sp);
+	x->sh = calloc(S, sizeof *x->sh);
+	x->sc = calloc(S, sizeof *x->sc);
+	x->so = calloc(S, sizeof *x->so);
+	if (gpu) {
+		/* room for every row's logit biases and, per step, a million
+		 * penalty-history ids; a step that needs more samples on the host */
+		x->sample_aux_cap = (size_t)S * 300 + ((size_t)1 << 20);
+		x->sample_dev_bytes = kern_sample_batch_workspace_bytes(x->vocab, S, x->sample_aux_cap);
+		if ((st = kern_mem_alloc(&x->mem, x->sample_dev_bytes, &x->sample_dev, e)))
+			goto fail;
 		x->logits_host = malloc((size_t)S * x->vocab * sizeof(float));
-	if (!x->rows || !x->sample_work || (gpu && !x->logits_host)) {
+	}
+	if (!x->rows || !x->sample_work || !x->sp || !x->sh || !x->sc || !x->so || (gpu && !x->logits_host)) {
 		st = err_set(e, ST_NOMEM, "executor: logits for %u sequences", S);
 		goto fail;
 	}
@@ -261,6 +310,11 @@ void model_exec_cpu_destroy(struct model_exec_cpu *x)
 	if (x->weights_loaded)
 		model_weights_free(&x->w);
 	kern_mem_free(&x->mem, x->logits);
+	kern_mem_free(&x->mem, x->sample_dev);
+	free(x->sp);
+	free(x->sh);
+	free(x->sc);
+	free(x->so);
 	kern_mem_stream_destroy(&x->mem);
 	free(x->logits_host);
 	free(x->rows);

@@ -6,8 +6,10 @@
  * weights are uploaded once in the layouts their variants consume
  * (model_weights_upload), the paged fp32 block pool (model/state.h) and
  * every activation live on the device, and the pool is sized from
- * --gpu-memory-utilization. Sampling is kern_sample_ref on the rows of the
- * sampled sequences (on a GPU those rows are copied to the host first).
+ * --gpu-memory-utilization. Sampling is the plan's sample op on the rows of
+ * the sampled sequences, where the logits are: on a GPU only the ids and the
+ * requested logprobs come back (a step whose logit biases and penalty
+ * histories overflow the op's scratch samples those rows on the host).
  * The name is historical: "the CPU executor" is this executor on the CPU.
  *
  * Besides the vtable it exposes what tests and speculative decoding need:

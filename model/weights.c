@@ -125,6 +125,7 @@ static const struct kern_op *const global_ops[MODEL_GOP_COUNT] = {
 	[MODEL_GOP_MOE_DISPATCH] = &kern_op_moe_dispatch,
 	[MODEL_GOP_MOE_ROW_WEIGHT] = &kern_op_moe_row_weight,
 	[MODEL_GOP_MOE_COMBINE] = &kern_op_moe_combine,
+	[MODEL_GOP_SAMPLE] = &kern_op_sample,
 };
 
 const char *model_lin_site_name(enum model_lin_site s)
@@ -992,6 +993,7 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 		GOP(MODEL_GOP_MOE_DISPATCH, moe_dispatch);
 		GOP(MODEL_GOP_MOE_ROW_WEIGHT, moe_row_weight);
 		GOP(MODEL_GOP_MOE_COMBINE, moe_combine);
+		GOP(MODEL_GOP_SAMPLE, sample);
 #undef GOP
 	}
 	for (int l = 0; l < w->n_layers + w->n_mtp; l++)
