@@ -26,6 +26,7 @@
 #include "model/forward.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,7 @@ struct model_fwd {
 	 * buffer on the host backend); reset every step */
 	char *meta_h, *meta_d;
 	size_t meta_cap, meta_used, meta_flushed;
+	int trace_steps, step_no; /* DSV4_FWD_TRACE=N: checksums of every op's output in the first N steps */
 
 	/* the current batch (host values) */
 	uint32_t T;
@@ -145,6 +147,30 @@ static enum status meta_flush(struct model_fwd *f, struct err *e)
 	return st;
 }
 
+/* Debugging aid (DSV4_FWD_TRACE=N): one line per op output of the first N
+ * steps — sum, sum of |x| and two values — so that a CPU and a GPU run of the
+ * same step can be compared line by line to find the first op that differs.
+ * Downloads synchronously: never enabled in serving. */
+static void trace(const struct model_fwd *f, const char *what, int layer, const float *x, int64_t n)
+{
+	if (f->step_no >= f->trace_steps || n <= 0 || !x)
+		return;
+	float *h = malloc((size_t)n * sizeof *h);
+	struct err e = {0};
+	if (!h || kern_mem_download(&f->mem, h, x, (size_t)n * sizeof *h, &e)) {
+		free(h);
+		return;
+	}
+	double s = 0, a = 0;
+	for (int64_t i = 0; i < n; i++) {
+		s += h[i];
+		a += fabs(h[i]);
+	}
+	fprintf(stderr, "fwdtrace %s step %d layer %d %-24s n=%lld sum=%.7g abs=%.7g x0=%.7g xl=%.7g\n",
+		f->mem.device ? "gpu" : "cpu", f->step_no, layer, what, (long long)n, s, a, h[0], h[n - 1]);
+	free(h);
+}
+
 #define TAKE(f, p, count)                                                                          \
 	do {                                                                                       \
 		(p) = meta_take((f), (size_t)(count) * sizeof *(p));                               \
@@ -163,6 +189,8 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	f->w = w;
 	f->st = s;
 	f->opt = *opt;
+	const char *tr = getenv("DSV4_FWD_TRACE");
+	f->trace_steps = tr ? atoi(tr) : 0;
 	f->cfg = c;
 	f->mem = s->mem;
 	f->g = &w->gops;
@@ -447,6 +475,8 @@ static enum status lin(const struct model_fwd *f, const struct model_lin *l, con
 				     .act_quant_block = l->act_quant_block, .stream = f->mem.stream,
 				     .workspace = f->lt_ws, .workspace_bytes = f->lt_ws_bytes};
 	OK(l->run(&a));
+	if (!ldy)
+		trace(f, l->v->name, layer, y, T * l->w.rows);
 	if (round && f->opt.bf16_round) {
 		int64_t ly = ldy ? ldy : l->w.rows;
 		if (ly == l->w.rows)
@@ -873,6 +903,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		return st;
 	if ((st = lin(f, &ly->wq_b, f->qr, 0, T, f->q, 0, true, l, e)))
 		return st;
+	trace(f, "q", l, f->q, T * H * d);
 	if ((st = norm(f, ly, f->q, f->q, T * H, (int)d, NULL, true, l, e)))
 		return st;
 	struct kern_rope_args ra = {.x = f->q, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = (int)H,
@@ -886,6 +917,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 	ra.x = f->kv;
 	ra.n_heads = 1;
 	OK(ly->ops.rope(&ra));
+	trace(f, "kv", l, f->kv, T * d);
 	if (f->opt.quant_sim) {
 		struct kern_act_quant_sim_args qa = {.x = f->kv, .n_rows = T, .n_cols = d - r, .ld = d, .block = 64,
 						     .stream = sm};
@@ -902,6 +934,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 			return st;
 		if ((st = compress_waves(f, ly, l, e)))
 			return st;
+		trace(f, "kvp", l, f->kvp, T * ly->cmp_wkv.w.rows);
 	}
 	struct kern_rowmap_paged paged = {.block_table = DEV(f, f->bt), .bt_stride = f->bt_stride,
 					  .per_block = q->per_block};
@@ -960,6 +993,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 	aa.kv[ns] = q->ring;
 	aa.kv_rows[ns++] = ring_rows;
 	OK(ly->ops.sparse_attn(&aa));
+	trace(f, "attn_o", l, f->o, T * H * d);
 
 	/* grouped low-rank output projection */
 	int64_t hpg = H / f->G;
@@ -990,6 +1024,7 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 				     .route_scale = (float)f->cfg->routed_scaling_factor, .expert_ids = f->eids,
 				     .weights = f->ew, .stream = sm};
 	OK(ly->ops.route(&ra));
+	trace(f, "route_w", l, f->ew, T * K);
 	struct kern_moe_dispatch_args da = {.n_tokens = T, .top_k = (int)K, .topk_ids = f->eids,
 					    .expert_base = (int32_t)f->EB, .n_experts = EL, .expert_offsets = f->offsets,
 					    .row_src = f->row_src, .row_slot = f->row_slot, .slot_row = f->slot_row,
@@ -1008,6 +1043,8 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 	ma.w = x->w3;
 	ma.w_dev = x->w3_dev;
 	OK(x->run13(&ma));
+	trace(f, x->v13->name, l, f->h1, P * I);
+	trace(f, "h3", l, f->h3, P * I);
 	if ((st = round_bf16(f, f->h1, P * I, e)) || (st = round_bf16(f, f->h3, P * I, e)))
 		return st;
 	float limit = (float)f->cfg->swiglu_limit;
@@ -1019,12 +1056,14 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 					.w = x->w2, .w_dev = x->w2_dev, .act_quant_block = x->act_quant_block,
 					.stream = sm};
 	OK(x->run2(&m2));
+	trace(f, x->v2->name, l, f->y2, P * D);
 	if ((st = round_bf16(f, f->y2, P * D, e)))
 		return st;
 	struct kern_moe_combine_args ca = {.n_tokens = T, .top_k = (int)K, .dim = D, .slot_row = f->slot_row,
 					   .y = f->y2, .y_dtype = KERN_DT_F32, .out = out, .out_dtype = KERN_DT_F32,
 					   .stream = sm};
 	OK(f->g->moe_combine(&ca));
+	trace(f, "combine", l, out, T * D);
 	/* shared expert (same clamp, weight 1); under TP each rank holds a slice
 	 * of its intermediate dim and the all-reduce sums the partial outputs */
 	int64_t IL = ly->sh_w1.w.rows;
@@ -1036,6 +1075,7 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 	OK(ly->ops.swiglu(&ss));
 	if ((st = lin(f, &ly->sh_w2, f->sh1, 0, T, f->shy, 0, f->ws == 1, l, e)))
 		return st;
+	trace(f, "shared", l, f->shy, T * D);
 	struct kern_add_args aa = {.y = out, .x = f->shy, .n = T * D, .stream = sm};
 	OK(f->g->add(&aa));
 	if ((st = all_reduce(f, out, T * D, e)))
@@ -1054,6 +1094,8 @@ static enum status block(struct model_fwd *f, int l, struct err *e)
 	    (st = norm(f, ly, f->u, f->xn, T, (int)D, ly->attn_norm, true, l, e)) ||
 	    (st = attention(f, ly, l, f->xn, f->fo, e)) || (st = hc_post(f, ly, f->fo, f->x, f->x2, l, e)))
 		return st;
+	trace(f, "attn_out", l, f->fo, T * D);
+	trace(f, "x_attn", l, f->x2, T * f->n * D);
 	float *t = f->x;
 	f->x = f->x2;
 	f->x2 = t;
@@ -1061,6 +1103,8 @@ static enum status block(struct model_fwd *f, int l, struct err *e)
 	    (st = norm(f, ly, f->u, f->xn, T, (int)D, ly->ffn_norm, true, l, e)) ||
 	    (st = moe(f, ly, l, f->xn, f->fo, e)) || (st = hc_post(f, ly, f->fo, f->x, f->x2, l, e)))
 		return st;
+	trace(f, "moe_out", l, f->fo, T * D);
+	trace(f, "x_ffn", l, f->x2, T * f->n * D);
 	t = f->x;
 	f->x = f->x2;
 	f->x2 = t;
@@ -1089,10 +1133,12 @@ enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, str
 	f->x_final = NULL;
 	if ((st = embed(f, f->x, f->n, e)))
 		return st;
+	trace(f, "embed", -1, f->x, f->T * f->n * f->D);
 	for (int l = 0; l < f->w->n_layers; l++)
 		if ((st = block(f, l, e)))
 			return st;
 	f->x_final = f->x;
+	f->step_no++;
 	return ST_OK;
 }
 
