@@ -1175,10 +1175,12 @@ static enum status head(struct model_fwd *f, const struct model_layer *ly0, cons
 					.sinkhorn_iters = (int)f->cfg->hc_sinkhorn_iters,
 					.hc_eps = (float)f->cfg->hc_eps, .head = true, .pre = f->pre, .stream = sm};
 	OK(ly0->ops.hc_split(&sa));
+	trace(f, "head_pre", -1, f->pre, (int64_t)n_rows * n);
 	struct kern_hc_pre_combine_args ca = {.x = f->hh, .pre = f->pre, .u = f->u, .n_tokens = n_rows,
 					      .n_streams = n, .dim = (int)D, .bf16_out = f->opt.bf16_round,
 					      .stream = sm};
 	OK(ly0->ops.hc_pre_combine(&ca));
+	trace(f, "head_u", -1, f->u, (int64_t)n_rows * D);
 	if ((st = norm(f, ly0, f->u, f->u, n_rows, (int)D, norm_w, true, -1, e)))
 		return st;
 	if (f->ws == 1)
