@@ -93,4 +93,17 @@ void oai_compl_logprobs_add(struct oai_compl_logprobs *c, const struct model_tok
 			    const struct kern_sample_out *s, uint32_t n_top, size_t text_offset);
 void oai_compl_logprobs_render(struct oai_compl_logprobs *c, struct strbuf *out, bool reset);
 
+/* Prompt log-probabilities (model/exec.h struct exec_prompt_lp, n entries).
+ * _add_prompt: echo's entries of the prompt tokens in a completions object
+ * (the first token's logprob and top are null; n_top of the top entries);
+ * returns the text_offset after the prompt (its pieces' bytes), where the
+ * generated tokens continue. _json: vLLM's prompt_logprobs array, null then
+ * one {"<id>":{"logprob","rank","decoded_token"}} per position: the prompt
+ * token first, then the top entries (ranks 1..n_top) other than it. */
+struct exec_prompt_lp;
+size_t oai_compl_logprobs_add_prompt(struct oai_compl_logprobs *c, const struct model_tokenizer *tok,
+				     const int32_t *prompt, uint32_t n, const struct exec_prompt_lp *lp, uint32_t n_top);
+void oai_prompt_logprobs_json(struct strbuf *b, const struct model_tokenizer *tok, const int32_t *prompt, uint32_t n,
+			      const struct exec_prompt_lp *lp);
+
 #endif
