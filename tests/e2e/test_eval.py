@@ -9,6 +9,7 @@
      running byte counts). Against transformers (the goldens, float32): the top-1
      logprob at every position, and the prompt token's where the golden kept its
      logit (top-32 or probe ids), to 3e-4 (the forward tests' logit 1e-4 + lse 1e-4).
+  1b. The same prompts on a TP=2 server (ranks as threads): equal to TP=1 to 1e-5 (1 + |lp|/10).
   2. Bad input: logprobs / prompt_logprobs above --max-logprobs are a 400 naming
      the limit; max_tokens 0 without echo or prompt_logprobs is a 400.
   3. GET /tokenizer_info has the special tokens and model_max_length.
@@ -107,7 +108,7 @@ def scored(srv, ids, k, check, what):
     return lp["token_logprobs"][1:n], pl
 
 
-def part_logprobs(srv, check):
+def part_logprobs(srv, check, seen):
     rng = random.Random(int(os.environ.get("DSV4_TEST_SEED", "0")) or None)
     gp = golden_prompts()
     for name, ids, arr, probes in gp:
@@ -115,6 +116,7 @@ def part_logprobs(srv, check):
         if not r:
             continue
         tl, pl = r
+        seen.append((ids, tl))
         pos = {int(i): j for j, i in enumerate(probes)}
         worst, n_tok = 0.0, 0
         for p in range(1, len(ids)):
@@ -138,6 +140,7 @@ def part_logprobs(srv, check):
     # fresh random prompts, one batched request against the single ones
     prompts = [[rng.randrange(100, 100000) for _ in range(rng.randrange(2, 90))] for _ in range(3)]
     single = [scored(srv, ids, 2, check, "random %d" % i) for i, ids in enumerate(prompts)]
+    seen.extend((ids, r[0]) for ids, r in zip(prompts, single) if r)
     st, b = post(srv, "/v1/completions", {"model": "tiny-e2e", "prompt": prompts, "echo": True, "logprobs": 2,
                                           "max_tokens": 1, "temperature": 0})
     if check(st == 200 and len(b.get("choices", [])) == 3, "batched echo: %d %s" % (st, str(b)[:300])):
@@ -157,6 +160,23 @@ def part_logprobs(srv, check):
                                                "prompt_logprobs": 0, "max_tokens": 2})
     check(st == 200 and isinstance(b.get("prompt_logprobs"), list) and b["prompt_logprobs"][0] is None and
           b["prompt_logprobs"][1], "chat prompt_logprobs: %d %s" % (st, str(b)[:300]))
+
+
+def part_tp(check, seen):
+    """TP=2 (ranks as threads) against TP=1: the same prompt log-probabilities."""
+    srv = serverproc.Server("--precision", "fp32", "--max-model-len", "1024", "--tensor-parallel-size", "2",
+                            executor="model")
+    try:
+        worst = 0.0
+        for i, (ids, tl) in enumerate(seen):
+            r = scored(srv, ids, 2, check, "TP=2 prompt %d" % i)
+            if r:
+                # the all-reduces sum in another order: 1e-5 plus a few float32 ulps of the value
+                worst = max([worst] + [abs(a - b) / (1 + 0.1 * abs(b)) for a, b in zip(r[0], tl)])
+        check(worst <= TOL, "TP=2 prompt logprobs differ from TP=1 by %.3g (scaled)" % worst)
+        print("TP=2: %d prompts, largest difference from TP=1 %.3g" % (len(seen), worst), flush=True)
+    finally:
+        serverproc.stop_and_check(srv, check, "TP=2 server")
 
 
 def part_errors(srv, check):
@@ -255,13 +275,15 @@ def main():
     check = serverproc.Check()
     srv = serverproc.Server("--precision", "fp32", "--max-model-len", "1024", "--max-logprobs", "5",
                             executor="model")
+    seen = []
     try:
-        part_logprobs(srv, check)
+        part_logprobs(srv, check, seen)
         part_errors(srv, check)
         with tempfile.TemporaryDirectory() as tmp:
             ran = part_harness(srv, check, tmp)
     finally:
         serverproc.stop_and_check(srv, check)
+    part_tp(check, seen)
     rc = check.finish()
     if rc == 0 and not ran:
         return 77
