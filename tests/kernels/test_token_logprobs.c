@@ -7,7 +7,8 @@
  * padded rows, target -1, n_top 0 and bad arguments. With a CUDA build and
  * a visible GPU the same rows go through token_logprobs_cuda_generic
  * (run_host) and must agree to 1e-6 with identical ids and ranks; the real
- * vocabulary (129280) is swept there too.
+ * vocabulary (129280) is swept there too. DSV4_TEST_DEVICE=cuda (the gpu
+ * suite's copy) without a GPU exits 77.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -110,6 +111,9 @@ int main(void)
 	}
 	T_CHECK(kern_token_logprobs_workspace_bytes(64, 20) >= 64 * 4 * 3 + 64 * 20 * 8);
 	/* registry: listed, the CPU variant first; the CUDA variant where it runs */
+	const char *want = getenv("DSV4_TEST_DEVICE");
+	if (want && !strcmp(want, "cuda") && kern_device_count() < 1)
+		return test_skip("no GPU");
 	const struct kern_op *op = kern_registry_find_op("token_logprobs");
 	T_CHECK(op == &kern_op_token_logprobs && op->n_variants == 2 && op->variants[0].backend == KERN_BACKEND_CPU);
 	if (op && op->n_variants == 2 && op->variants[1].run_host && kern_device_count() > 0) {

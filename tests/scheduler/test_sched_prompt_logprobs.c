@@ -14,7 +14,8 @@
  * entry (n_cached_tokens 0); n = 2 (the parent path) gets them once;
  * score_only finishes LENGTH with no token and no output; a greedy token's
  * logprob equals the log-softmax of the last prompt row; a one-token prompt
- * gets an empty event.
+ * gets an empty event. DSV4_TEST_DEVICE=cuda (the gpu suite's copy): both
+ * executors on the GPU (fh_device), through the CUDA token_logprobs variant.
  */
 #include <math.h>
 
@@ -77,7 +78,7 @@ struct ref {
 static int direct(const struct model_checkpoint *ck, const int32_t *ids, uint32_t n, struct ref *rf)
 {
 	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = BT, .n_blocks = 16, .max_step_tokens = 128,
-					    .max_step_seqs = 8, .precision = MODEL_PREC_FP32};
+					    .max_step_seqs = 8, .precision = MODEL_PREC_FP32, .dev = fh_device()};
 	struct model_exec_cpu *x = NULL;
 	struct err e = {0};
 	if (model_exec_cpu_create(&x, &xo, &e)) {
@@ -167,7 +168,7 @@ int main(void)
 	}
 
 	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = BT, .n_blocks = 40, .max_step_tokens = 64,
-					    .max_step_seqs = 8, .precision = MODEL_PREC_FP32};
+					    .max_step_seqs = 8, .precision = MODEL_PREC_FP32, .dev = fh_device()};
 	struct model_exec_cpu *x = NULL;
 	struct sched *s = NULL;
 	struct err e = {0};
