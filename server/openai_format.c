@@ -136,6 +136,17 @@ void oai_sse_completion_chunk(struct strbuf *b, const struct oai_head *h, uint32
 	head_close(b, h);
 }
 
+void oai_sse_completion_prompt_lp_chunk(struct strbuf *b, const struct oai_head *h, uint32_t index,
+					const char *prompt_logprobs_json)
+{
+	head_open(b, h);
+	strbuf_printf(b, "{\"index\":%u,\"text\":\"\",\"logprobs\":null,\"finish_reason\":null,\"prompt_logprobs\":",
+		      index);
+	strbuf_puts(b, prompt_logprobs_json ? prompt_logprobs_json : "null");
+	strbuf_puts(b, "}");
+	head_close(b, h);
+}
+
 void oai_usage_json(struct strbuf *b, const struct oai_usage *u)
 {
 	strbuf_printf(b,

@@ -64,6 +64,10 @@ void oai_sse_chat_chunk(struct strbuf *b, const struct oai_head *h, uint32_t ind
 /* data: {text_completion with one choice}\n\n */
 void oai_sse_completion_chunk(struct strbuf *b, const struct oai_head *h, uint32_t index, const char *text,
 			      size_t len, const char *logprobs_json, const char *finish_reason);
+/* data: {text_completion, one choice with empty text and vLLM's
+ * "prompt_logprobs"}\n\n (streamed prompt_logprobs: once per choice, first) */
+void oai_sse_completion_prompt_lp_chunk(struct strbuf *b, const struct oai_head *h, uint32_t index,
+					const char *prompt_logprobs_json);
 /* data: {... "choices": [], "usage": {...}}\n\n */
 void oai_sse_usage_chunk(struct strbuf *b, const struct oai_head *h, const struct oai_usage *u);
 /* data: {"error": {...}}\n\n (an error after the stream started) */

@@ -361,9 +361,17 @@ static void handle_prompt_lp(struct oai_job *j, struct sub *sb, struct sched_eve
 	sb->plp = ev->prompt_lp;
 	ev->prompt_lp = NULL;
 	sched_event_clear(ev);
+	uint32_t per = j->n_choices / j->n_subs;
+	if (j->stream && j->prompt_logprobs && j->kind == OAI_COMPLETION) {
+		struct strbuf pj;
+		strbuf_init(&pj);
+		oai_prompt_logprobs_json(&pj, j->srv->opt.tok, sb->prompt, sb->n_prompt, sb->plp);
+		for (uint32_t i = sb->first_choice; i < sb->first_choice + per; i++)
+			oai_sse_completion_prompt_lp_chunk(&j->out, &j->head, j->choices[i].index, strbuf_cstr(&pj));
+		strbuf_free(&pj);
+	}
 	if (!j->echo_lp)
 		return;
-	uint32_t per = j->n_choices / j->n_subs;
 	for (uint32_t i = sb->first_choice; i < sb->first_choice + per; i++) {
 		struct choice *c = &j->choices[i];
 		sb->echo_lp_bytes = oai_compl_logprobs_add_prompt(&c->clp, j->srv->opt.tok, sb->prompt, sb->n_prompt,

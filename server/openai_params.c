@@ -945,9 +945,9 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 							 "'prompt_logprobs'");
 		goto out;
 	}
-	if (r->prompt_logprobs && r->stream) {
-		st = fail(why, ST_UNSUPPORTED, "prompt_logprobs", "'prompt_logprobs' with \"stream\": true is not "
-								  "supported");
+	if (r->prompt_logprobs && r->stream && where == F_CHAT) {
+		st = fail(why, ST_UNSUPPORTED, "prompt_logprobs", "'prompt_logprobs' with \"stream\": true is supported on "
+								  "/v1/completions only");
 		goto out;
 	}
 	if (where == F_TOKENIZE && !tok->prompt && !messages) {

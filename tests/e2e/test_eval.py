@@ -155,6 +155,17 @@ def part_logprobs(srv, check, seen):
                                           "max_tokens": 2, "temperature": 0})
     check(st == 200 and all(c.get("prompt_logprobs") and len(c["prompt_logprobs"]) == len(prompts[0])
                             for c in b.get("choices", [])), "n = 2 prompt_logprobs: %d %s" % (st, str(b)[:300]))
+    # streamed: one chunk with prompt_logprobs per choice, before its tokens
+    st, data, _ = srv.request("POST", "/v1/completions", {"model": "tiny-e2e", "prompt": prompts[1], "stream": True,
+                                                          "prompt_logprobs": 2, "max_tokens": 2, "temperature": 0},
+                              timeout=300)
+    chunks = [json.loads(l[6:]) for l in data.decode().split("\n") if l.startswith("data: {")]
+    firsts = [c["choices"][0] for c in chunks if c.get("choices") and "prompt_logprobs" in c["choices"][0]]
+    if check(st == 200 and len(firsts) == 1 and chunks and "prompt_logprobs" in chunks[0]["choices"][0],
+             "streamed prompt_logprobs: %d, %d chunks carry them" % (st, len(firsts))) and single[1]:
+        got = [e[str(prompts[1][p])]["logprob"] for p, e in enumerate(firsts[0]["prompt_logprobs"]) if p]
+        d = max([abs(x - y) for x, y in zip(got, single[1][0])] or [0])
+        check(len(got) == len(prompts[1]) - 1 and d <= TOL, "streamed prompt_logprobs differ by %.3g" % d)
     # chat: beside choices
     st, b = post(srv, "/v1/chat/completions", {"model": "tiny-e2e", "messages": [{"role": "user", "content": "hi"}],
                                                "prompt_logprobs": 0, "max_tokens": 2})

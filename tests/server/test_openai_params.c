@@ -316,7 +316,7 @@ static void test_refusals(void)
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":21}", "prompt_logprobs");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":-1}", "prompt_logprobs");
-	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":1,\"stream\":true}", "prompt_logprobs");
+	expect_refused(OAI_CHAT, chat("\"prompt_logprobs\":1,\"stream\":true"), "prompt_logprobs");
 	expect_refused(OAI_CHAT, chat("\"prompt_logprobs\":true"), "prompt_logprobs");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"max_completion_tokens\":3}", "max_completion_tokens");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"top_logprobs\":3}", "top_logprobs");
