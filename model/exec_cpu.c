@@ -40,17 +40,20 @@ struct model_exec_cpu {
 
 /* Prompt log-probabilities (model/exec.h): the head over the scored rows of
  * each asking sequence, max_seqs rows at a time through the logits buffer,
- * then op token_logprobs on them; entries are contiguous (positions are). */
-static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_step *step, struct err *e)
+ * then op token_logprobs on them; entries are contiguous (positions are).
+ * A failing op (rank 0 only) is reported through op_e after the step's
+ * remaining heads have run: under tensor parallelism every rank must make
+ * the same head calls (their collectives), so rank 0 never stops early. */
+static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_step *step, struct err *op_e,
+				   struct err *e)
 {
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		struct exec_prompt_lp *lp = sq->prompt_lp;
 		if (!lp)
 			continue;
-		if (!sq->prompt_ids || lp->n_top > KERN_SAMPLE_MAX_TOP_LOGPROBS)
-			return err_set(e, ST_INVALID, "sequence %u: prompt logprobs without the prompt (or top %u)", s,
-				       lp->n_top);
+		if (!sq->prompt_ids)
+			return err_set(e, ST_INVALID, "sequence %u: prompt logprobs without the prompt", s);
 		uint32_t q0 = step->query_start[s], q1 = step->query_start[s + 1];
 		while (q0 < q1 && (uint32_t)step->positions[q0] + 1 >= sq->n_prompt)
 			q0++; /* never true for a prefill chunk; keeps the rule general */
@@ -67,7 +70,7 @@ static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_s
 			enum status st = model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), x->rows, k, x->logits, e);
 			if (st)
 				return st;
-			if (x->rank || !lp->logprob)
+			if (x->rank || !lp->logprob || op_e->st)
 				continue; /* a worker rank: the head's collectives only */
 			struct kern_token_logprobs_args a = {
 				.logits = x->logits, .ld = x->vocab, .vocab = x->vocab, .n_rows = k,
@@ -77,18 +80,35 @@ static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_s
 				.top_logprobs = lp->n_top ? lp->top_logprobs + (size_t)p0 * lp->n_top : NULL,
 				.work = x->lp_dev, .work_bytes = x->lp_dev_bytes, .stream = x->mem.stream};
 			if ((st = x->w.gops.token_logprobs(&a)))
-				return err_set(e, st, "prompt logprobs of sequence %u, positions %u..%u", s, p0, p0 + k - 1);
+				err_set(op_e, st, "prompt logprobs of sequence %u, positions %u..%u", s, p0, p0 + k - 1);
 		}
 	}
 	return ST_OK;
 }
 
+static enum status sample_step(struct model_exec_cpu *x, const struct exec_step *step, struct exec_sample *out,
+			       struct err *e);
+
 static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec_sample *out, struct err *e)
 {
 	struct model_exec_cpu *x = ctx;
+	struct err lp_e = {0};
 	enum status st = model_fwd_run(x->fwd, step, e);
-	if (st || (st = prompt_logprobs(x, step, e)))
+	if (st || (st = prompt_logprobs(x, step, &lp_e, e)))
 		return st;
+	if ((st = sample_step(x, step, out, e)))
+		return st;
+	if (lp_e.st)
+		return err_set(e, lp_e.st, "%s", lp_e.msg);
+	return ST_OK;
+}
+
+/* The sampling half of a step: the head on each sampling sequence's last
+ * row, then the sample op (or the host fallback). */
+static enum status sample_step(struct model_exec_cpu *x, const struct exec_step *step, struct exec_sample *out,
+			       struct err *e)
+{
+	enum status st;
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++)
 		if (step->seqs[s].sample) {
