@@ -19,9 +19,13 @@
  *   - every position of every prompt: |gpu - cpu| / max|cpu| at most
  *     max(TOL_REL, 2 x the perturbed CPU's largest such deviation over the
  *     checkpoint's prompts);
- *   - 32 greedy tokens per prompt, each executor on its own continuation: the
- *     GPU follows the CPU for at least half as many tokens in all as the
- *     perturbed CPU does (a wrong formula leaves the path at once).
+ *   - 32 greedy tokens per prompt, each executor on its own continuation:
+ *     where the GPU first picks another token than the CPU, the CPU must
+ *     rate the GPU's token within that same bound of its own best (relative
+ *     to the row's largest |logit|): a near tie at the noise level, never a
+ *     token a wrong formula would prefer. The perturbed CPU's path is shown
+ *     for comparison (it leaves the CPU's later: it differs in one input,
+ *     the GPU in the order of every sum).
  * The fp32-precision comparison with transformers (model_forward_golden_gpu)
  * is the tight one; this test shows the serving precision is computed the
  * same way. Prompt chunks are random (DSV4_EXEC_GPU_CHUNK=k: k tokens each),
@@ -77,6 +81,7 @@ enum { CPU, GPU, PERT, NX };
 struct result {
 	double dev[NX];      /* logits deviation from the CPU over the prompt's positions */
 	uint32_t same[NX];   /* greedy tokens equal to the CPU's */
+	double tie;          /* at the GPU's first greedy divergence: (cpu best - cpu's logit of the gpu's token) / max|cpu| */
 	bool ok;
 };
 
@@ -123,6 +128,13 @@ static struct result one_prompt(struct model_exec_cpu **x, const struct gold_pro
 	}
 	bool on[NX] = {true, true, true};
 	for (uint32_t g = 0; ok && g < N_GREEDY; g++) {
+		if (on[GPU] && last[GPU] != last[CPU]) {
+			const float *row = lg[CPU];
+			double mx = 0;
+			for (uint32_t v = 0; v < V; v++)
+				mx = fabs(row[v]) > mx ? fabs(row[v]) : mx;
+			r.tie = ((double)row[last[CPU]] - row[last[GPU]]) / (mx > 0 ? mx : 1);
+		}
 		for (int k = GPU; k < NX; k++) {
 			on[k] = on[k] && last[k] == last[CPU];
 			r.same[k] += on[k];
@@ -135,8 +147,8 @@ static struct result one_prompt(struct model_exec_cpu **x, const struct gold_pro
 			last[k] = ok ? argmax(lg[k], V) : 0;
 		}
 	}
-	fprintf(stderr, "%s %s (%u tokens): |x - cpu| / max|cpu|: gpu %.3g, perturbed cpu %.3g; greedy tokens equal to the cpu's: gpu %u, perturbed cpu %u of %d\n",
-		label, p->name, n, r.dev[GPU], r.dev[PERT], r.same[GPU], r.same[PERT], N_GREEDY);
+	fprintf(stderr, "%s %s (%u tokens): |x - cpu| / max|cpu|: gpu %.3g, perturbed cpu %.3g; greedy tokens equal to the cpu's: gpu %u (cpu's margin over the gpu's token there %.3g), perturbed cpu %u of %d\n",
+		label, p->name, n, r.dev[GPU], r.dev[PERT], r.same[GPU], r.tie, r.same[PERT], N_GREEDY);
 	if (n == 1 && ok) {
 		T_CHECKF(r.dev[GPU] <= EXACT_REL, "%s %s: a one-token prompt's logits differ by %.3g", label, p->name,
 			 r.dev[GPU]);
@@ -179,7 +191,7 @@ int main(void)
 			uint32_t V = model_exec_cpu_exec(x[CPU])->info.vocab_size;
 			char label[64];
 			snprintf(label, sizeof label, "%s reference precision", variants[vi]);
-			double worst_g = 0, floor_p = 0;
+			double worst_g = 0, floor_p = 0, tie_g = 0;
 			uint32_t same_g = 0, same_p = 0;
 			for (int i = 0; i < g.n_prompts; i++) {
 				struct result r = one_prompt(x, &g.p[i], label, V, 100 + (uint64_t)i);
@@ -188,15 +200,16 @@ int main(void)
 				worst_g = r.dev[GPU] > worst_g ? r.dev[GPU] : worst_g;
 				floor_p = r.dev[PERT] > floor_p ? r.dev[PERT] : floor_p;
 				same_g += r.same[GPU];
+				tie_g = r.tie > tie_g ? r.tie : tie_g;
 				same_p += r.same[PERT];
 			}
 			double bound = 2 * floor_p > TOL_REL ? 2 * floor_p : TOL_REL;
-			fprintf(stderr, "%s: largest gpu deviation %.3g, noise floor (perturbed cpu) %.3g, bound %.3g; greedy tokens on the cpu's path: gpu %u, perturbed cpu %u\n",
-				label, worst_g, floor_p, bound, same_g, same_p);
+			fprintf(stderr, "%s: largest gpu deviation %.3g, noise floor (perturbed cpu) %.3g, bound %.3g; greedy tokens on the cpu's path: gpu %u, perturbed cpu %u; largest cpu margin where the gpu left it %.3g\n",
+				label, worst_g, floor_p, bound, same_g, same_p, tie_g);
 			T_CHECKF(worst_g <= bound, "%s: the gpu deviates by %.3g, over twice the noise floor %.3g", label,
 				 worst_g, floor_p);
-			T_CHECKF(2 * same_g >= same_p, "%s: the gpu follows the cpu's greedy path for %u tokens, the perturbed cpu for %u",
-				 label, same_g, same_p);
+			T_CHECKF(tie_g <= bound, "%s: where the gpu leaves the cpu's greedy path, the cpu prefers its own token by %.3g of the row's scale (bound %.3g)",
+				 label, tie_g, bound);
 		}
 		for (int k = 0; k < NX; k++)
 			model_exec_cpu_destroy(x[k]);
