@@ -31,6 +31,7 @@
 /* ---- gpu-ops ---- */
 #include "kernels/movement/movement.h"
 #include "kernels/sampling/sampling.h"
+#include "kernels/sampling/logprobs.h"
 /* ---- prefill-kernels (CUDA builds define the functions) ---- */
 #include "kernels/device/ctx.h"
 #include "kernels/linear/linear_mma.h"

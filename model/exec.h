@@ -91,6 +91,20 @@
  * kernels/sampling/sampling.h semantics (the CPU executor calls
  * kern_sample_ref(); other variants must agree with it), using counter =
  * n_output of that sequence (the index of the token being produced).
+ *
+ * ---- Prompt log-probabilities ----
+ *
+ * For each sequence with prompt_lp set, every token of the step at position
+ * p with p + 1 < n_prompt yields entry p + 1 of prompt_lp: the raw
+ * log-probability (sampling.h stage 0) of prompt_ids[p + 1] given the
+ * context up to p, its rank and the top n_top tokens (kernels/sampling/
+ * logprobs.h semantics; entry 0, the first prompt token, has none). The
+ * head runs on those rows only, in chunks of the executor's logits buffer
+ * (no prompt-by-vocabulary buffer), log-softmax and top-n where the logits
+ * are; only the entries come back. prompt_ids and n_prompt are set for
+ * such a sequence whether or not it samples. Under tensor parallelism every
+ * rank runs the head on the same rows (its collectives) and rank 0 writes
+ * the entries (workers get a prompt_lp with NULL arrays).
  */
 #ifndef DSV4_MODEL_EXEC_H
 #define DSV4_MODEL_EXEC_H
@@ -155,6 +169,16 @@ struct exec_info {
 
 #define EXEC_NO_SLOT UINT32_MAX
 
+/* Where the executor writes prompt log-probabilities (caller-owned arrays of
+ * n_prompt entries each; top_ids / top_logprobs n_prompt * n_top). */
+struct exec_prompt_lp {
+	uint32_t n_top;      /* 0..KERN_SAMPLE_MAX_TOP_LOGPROBS */
+	float *logprob;      /* [n_prompt] entry p: log P(prompt[p] | prompt[0..p)) */
+	int32_t *rank;       /* [n_prompt] 1 + tokens with a strictly larger logit */
+	int32_t *top_ids;    /* [n_prompt * n_top] */
+	float *top_logprobs; /* [n_prompt * n_top] */
+};
+
 /* Per-sequence row of a step. Arrays are flat over the batch so that the
  * executor can copy each one to the device once. */
 struct exec_seq {
@@ -172,6 +196,9 @@ struct exec_seq {
 	uint32_t n_prompt;
 	const int32_t *output_ids;  /* tokens generated so far (n_output is the RNG counter) */
 	uint32_t n_output;
+	/* NULL, or where this step's prompt log-probabilities go ("Prompt
+	 * log-probabilities" above; needs prompt_ids / n_prompt). */
+	struct exec_prompt_lp *prompt_lp;
 };
 
 struct exec_step {

@@ -35,16 +35,64 @@ struct model_exec_cpu {
 	struct kern_sample_history *sh;
 	uint64_t *sc;
 	struct kern_sample_out *so;
+	int32_t *lp_target;     /* [max_step_seqs] prompt logprobs: the scored token of each row */
+	void *lp_dev;           /* the token_logprobs op's scratch in mem (device executor) */
+	size_t lp_dev_bytes;
 	uint32_t vocab, max_seqs;
 	int rank;
 	bool weights_loaded;
 };
 
+/* Prompt log-probabilities (model/exec.h): the head over the scored rows of
+ * each asking sequence, max_seqs rows at a time through the logits buffer,
+ * then op token_logprobs on them; entries are contiguous (positions are). */
+static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_step *step, struct err *e)
+{
+	for (uint32_t s = 0; s < step->n_seqs; s++) {
+		const struct exec_seq *sq = &step->seqs[s];
+		struct exec_prompt_lp *lp = sq->prompt_lp;
+		if (!lp)
+			continue;
+		if (!sq->prompt_ids || lp->n_top > KERN_SAMPLE_MAX_TOP_LOGPROBS)
+			return err_set(e, ST_INVALID, "sequence %u: prompt logprobs without the prompt (or top %u)", s,
+				       lp->n_top);
+		uint32_t q0 = step->query_start[s], q1 = step->query_start[s + 1];
+		while (q0 < q1 && (uint32_t)step->positions[q0] + 1 >= sq->n_prompt)
+			q0++; /* never true for a prefill chunk; keeps the rule general */
+		uint32_t end = q0;
+		while (end < q1 && (uint32_t)step->positions[end] + 1 < sq->n_prompt)
+			end++;
+		for (uint32_t i = q0; i < end; i += x->max_seqs) {
+			uint32_t k = end - i < x->max_seqs ? end - i : x->max_seqs;
+			uint32_t p0 = (uint32_t)step->positions[i] + 1; /* first entry of the chunk */
+			for (uint32_t j = 0; j < k; j++) {
+				x->rows[j] = i + j;
+				x->lp_target[j] = sq->prompt_ids[p0 + j];
+			}
+			enum status st = model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), x->rows, k, x->logits, e);
+			if (st)
+				return st;
+			if (x->rank || !lp->logprob)
+				continue; /* a worker rank: the head's collectives only */
+			struct kern_token_logprobs_args a = {
+				.logits = x->logits, .ld = x->vocab, .vocab = x->vocab, .n_rows = k,
+				.target = x->lp_target, .n_top = lp->n_top, .logprob = lp->logprob + p0,
+				.rank = lp->rank + p0,
+				.top_ids = lp->n_top ? lp->top_ids + (size_t)p0 * lp->n_top : NULL,
+				.top_logprobs = lp->n_top ? lp->top_logprobs + (size_t)p0 * lp->n_top : NULL,
+				.work = x->lp_dev, .work_bytes = x->lp_dev_bytes, .stream = x->mem.stream};
+			if ((st = x->w.gops.token_logprobs(&a)))
+				return err_set(e, st, "prompt logprobs of sequence %u, positions %u..%u", s, p0, p0 + k - 1);
+		}
+	}
+	return ST_OK;
+}
+
 static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec_sample *out, struct err *e)
 {
 	struct model_exec_cpu *x = ctx;
 	enum status st = model_fwd_run(x->fwd, step, e);
-	if (st)
+	if (st || (st = prompt_logprobs(x, step, e)))
 		return st;
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++)
@@ -282,6 +330,12 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	x->sh = calloc(S, sizeof *x->sh);
 	x->sc = calloc(S, sizeof *x->sc);
 	x->so = calloc(S, sizeof *x->so);
+	x->lp_target = calloc(S, sizeof *x->lp_target);
+	if (gpu) {
+		x->lp_dev_bytes = kern_token_logprobs_workspace_bytes(S, KERN_SAMPLE_MAX_TOP_LOGPROBS);
+		if ((st = kern_mem_alloc(&x->mem, x->lp_dev_bytes, &x->lp_dev, e)))
+			goto fail;
+	}
 	if (gpu) {
 		/* room for every row's logit biases and, per step, a million
 		 * penalty-history ids; a step that needs more samples on the host */
@@ -291,7 +345,8 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 			goto fail;
 		x->logits_host = malloc((size_t)S * x->vocab * sizeof(float));
 	}
-	if (!x->rows || !x->sample_work || !x->sp || !x->sh || !x->sc || !x->so || (gpu && !x->logits_host)) {
+	if (!x->rows || !x->sample_work || !x->sp || !x->sh || !x->sc || !x->so || !x->lp_target ||
+	    (gpu && !x->logits_host)) {
 		st = err_set(e, ST_NOMEM, "executor: logits for %u sequences", S);
 		goto fail;
 	}
@@ -329,6 +384,8 @@ void model_exec_cpu_destroy(struct model_exec_cpu *x)
 		model_weights_free(&x->w);
 	kern_mem_free(&x->mem, x->logits);
 	kern_mem_free(&x->mem, x->sample_dev);
+	kern_mem_free(&x->mem, x->lp_dev);
+	free(x->lp_target);
 	free(x->sp);
 	free(x->sh);
 	free(x->sc);

@@ -20,7 +20,7 @@
 
 #define TP_MSG_MAGIC 0x534d5054u  /* "TPMS" */
 #define TP_PLAN_MAGIC 0x4c505054u /* "TPPL" */
-#define TP_PLAN_VERSION 1u
+#define TP_PLAN_VERSION 2u /* 2: TP_SEQ_PROMPT_LP */
 #define TP_BOM 0x01020304u
 #define TP_PLAN_HEADER_BYTES 28
 /* Fixed part of one sequence record: u64 id, 6 x u32. */
@@ -34,7 +34,11 @@ enum {
 	TP_SEQ_RESTORE = 1u,
 	TP_SEQ_SAMPLE = 2u,
 	TP_SEQ_HAS_SAMPLING = 4u,
+	TP_SEQ_PROMPT_LP = 8u, /* prompt log-probabilities: workers run the head on the same rows */
 };
+
+/* A worker's prompt_lp: the rows are run, nothing is written (rank 0 scores). */
+static struct exec_prompt_lp tp_worker_prompt_lp;
 
 /* ---- Encoding ---- */
 
@@ -100,7 +104,7 @@ enum status model_exec_tp_plan_encode(const struct exec_step *s, struct model_tp
 		const struct exec_seq *q = &s->seqs[i];
 		const struct kern_sampling_params *sp = q->sampling;
 		uint32_t flags = (q->restore_state ? TP_SEQ_RESTORE : 0) | (q->sample ? TP_SEQ_SAMPLE : 0) |
-				 (sp ? TP_SEQ_HAS_SAMPLING : 0);
+				 (sp ? TP_SEQ_HAS_SAMPLING : 0) | (q->prompt_lp ? TP_SEQ_PROMPT_LP : 0);
 		put_u64(b, q->seq_id);
 		put_u32(b, q->n_cached_tokens);
 		put_u32(b, q->n_context_tokens);
@@ -241,8 +245,9 @@ enum status model_exec_tp_plan_decode(struct model_tp_plan *p, const uint8_t *da
 		q->n_blocks = f[2];
 		q->block_table_start = f[3];
 		q->state_slot = f[4];
-		if (flags & ~(TP_SEQ_RESTORE | TP_SEQ_SAMPLE | TP_SEQ_HAS_SAMPLING))
+		if (flags & ~(TP_SEQ_RESTORE | TP_SEQ_SAMPLE | TP_SEQ_HAS_SAMPLING | TP_SEQ_PROMPT_LP))
 			return bad_plan(e, "unknown sequence flags");
+		q->prompt_lp = flags & TP_SEQ_PROMPT_LP ? &tp_worker_prompt_lp : NULL;
 		q->restore_state = flags & TP_SEQ_RESTORE;
 		q->sample = flags & TP_SEQ_SAMPLE;
 		n_sampling_seqs += q->sample;

@@ -126,6 +126,7 @@ static const struct kern_op *const global_ops[MODEL_GOP_COUNT] = {
 	[MODEL_GOP_MOE_ROW_WEIGHT] = &kern_op_moe_row_weight,
 	[MODEL_GOP_MOE_COMBINE] = &kern_op_moe_combine,
 	[MODEL_GOP_SAMPLE] = &kern_op_sample,
+	[MODEL_GOP_TOKEN_LOGPROBS] = &kern_op_token_logprobs,
 };
 
 const char *model_lin_site_name(enum model_lin_site s)
@@ -994,6 +995,7 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 		GOP(MODEL_GOP_MOE_ROW_WEIGHT, moe_row_weight);
 		GOP(MODEL_GOP_MOE_COMBINE, moe_combine);
 		GOP(MODEL_GOP_SAMPLE, sample);
+		GOP(MODEL_GOP_TOKEN_LOGPROBS, token_logprobs);
 #undef GOP
 	}
 	for (int l = 0; l < w->n_layers + w->n_mtp; l++)

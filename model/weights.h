@@ -82,7 +82,7 @@ enum model_layer_op {
 enum model_global_op {
 	MODEL_GOP_EMBED, MODEL_GOP_COPY_ROWS, MODEL_GOP_BLOCK_COPY, MODEL_GOP_BLOCK_FILL, MODEL_GOP_ROUND_BF16,
 	MODEL_GOP_ADD, MODEL_GOP_ACT_QUANT_SIM, MODEL_GOP_RING_WRITE, MODEL_GOP_MOE_DISPATCH,
-	MODEL_GOP_MOE_ROW_WEIGHT, MODEL_GOP_MOE_COMBINE, MODEL_GOP_SAMPLE,
+	MODEL_GOP_MOE_ROW_WEIGHT, MODEL_GOP_MOE_COMBINE, MODEL_GOP_SAMPLE, MODEL_GOP_TOKEN_LOGPROBS,
 	MODEL_GOP_COUNT
 };
 
@@ -211,6 +211,7 @@ struct model_global_ops {
 	kern_moe_row_weight_fn moe_row_weight;
 	kern_moe_combine_fn moe_combine;
 	kern_sample_batch_fn sample;
+	kern_token_logprobs_fn token_logprobs;
 };
 
 /* mHC parameters of one site (attn, ffn or head). */

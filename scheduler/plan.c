@@ -78,6 +78,9 @@ static bool admit(struct sched *s, struct sched__seq *q, double now)
 		/* At least one token is recomputed so that the last one yields logits;
 		 * a parent samples nothing and may be served entirely from cache. */
 		uint32_t max_hit = q->choice == SCHED__PARENT ? q->n_target / s->B : (q->n_target - 1) / s->B;
+		/* prompt logprobs: the cache may not skip a row still to be scored */
+		if (r->plp && max_hit > r->plp_rows / s->B)
+			max_hit = r->plp_rows / s->B;
 		if (!seq_hash_upto(s, q, max_hit))
 			return false;
 		while (n_hit < max_hit) {
@@ -206,6 +209,11 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 {
 	struct sched__req *r = q->req;
 	int32_t tok = so->token_id;
+	if (r->score_only) {
+		/* echo with max_tokens 0: the prompt was the point; the sample is dropped */
+		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
+		return;
+	}
 	if (!sched__seq_push_token(q, tok)) {
 		sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
 		return;
@@ -409,6 +417,11 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 		};
 		memcpy(s->step_block_ids + n_bid, q->blocks, (size_t)es->n_blocks * sizeof(uint32_t));
 		n_bid += es->n_blocks;
+		if (r->plp && q->n_computed + 1 < r->n_prompt) {
+			es->prompt_lp = r->plp;
+			es->prompt_ids = r->prompt;
+			es->n_prompt = r->n_prompt;
+		}
 		if (q->sched_sample) {
 			bool below_min = q->n_tokens - r->n_prompt < r->min_tokens;
 			es->sampling = below_min ? &q->sampling_min : &q->sampling;
@@ -497,6 +510,26 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 		uint32_t last_known = q->n_tokens - 1; /* a decode's one token is the last sampled one */
 		s->st.prefill_computed_tokens += q->sched_tokens - (q->sched_sample && old == last_known);
 		publish_blocks(s, q, old);
+	}
+	/* Prompt logprobs: rows up to each scheduled sequence's new n_computed
+	 * are scored (prefix hits never start past plp_rows); once all
+	 * n_prompt - 1 are, the entries go out in one event, before any token. */
+	for (uint32_t j = 0; j < n_sched; j++) {
+		struct sched__seq *q = s->step_seq_ptr[j];
+		struct sched__req *r = q->req;
+		if (!r->plp)
+			continue;
+		uint32_t rows = q->n_computed < r->n_prompt - 1 ? q->n_computed : r->n_prompt - 1;
+		if (rows > r->plp_rows)
+			r->plp_rows = rows;
+		if (r->plp_rows < r->n_prompt - 1)
+			continue;
+		struct sched_event ev = {.kind = SCHED_EV_PROMPT_LOGPROBS, .choice = 0, .token_id = -1, .time_s = now,
+					 .prompt_lp = r->plp, .n_prompt_tokens = r->n_prompt, .stop_token_id = -1,
+					 .stop_string_index = -1};
+		r->plp = NULL;
+		r->plp_rows = r->n_prompt;
+		sched__emit(s, r, &ev);
 	}
 	/* Samples come back in batch order; seqs may finish (and requests free)
 	 * below, so nothing reads step_seq_ptr[j] after its own sample. */

@@ -41,6 +41,8 @@ void sched_event_clear(struct sched_event *ev)
 	free(ev->text);
 	ev->text = NULL;
 	ev->text_bytes = 0;
+	free(ev->prompt_lp);
+	ev->prompt_lp = NULL;
 }
 
 static inline uint64_t splitmix(uint64_t *x)
@@ -170,6 +172,7 @@ static void req_free(struct sched__req *r)
 	if (!r)
 		return;
 	free(r->prompt);
+	free(r->plp);
 	free(r->bias);
 	free(r->bias_min);
 	free(r->stop_ids);
@@ -273,6 +276,8 @@ enum sched_refusal sched_check(const struct sched *s, const struct sched_request
 	}
 	if (p->min_tokens && p->max_tokens && p->min_tokens > p->max_tokens)
 		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "min_tokens must not exceed max_tokens");
+	if (p->prompt_top_logprobs > KERN_SAMPLE_MAX_TOP_LOGPROBS)
+		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "prompt top logprobs must be <= 20");
 	if (p->priority && s->opt.policy == SCHED_POLICY_FCFS)
 		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "priority requires the priority scheduling policy");
 	uint32_t mml = s->opt.max_model_len;
@@ -548,6 +553,20 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	}
 	r->sampling.logit_bias = r->bias;
 	r->max_tokens = p->max_tokens ? p->max_tokens : s->opt.max_model_len - p->n_prompt;
+	r->score_only = p->score_only;
+	if (p->prompt_logprobs) {
+		/* one block: the struct, then logprob, rank, top ids, top logprobs */
+		size_t np = p->n_prompt, nt = p->prompt_top_logprobs;
+		r->plp = calloc(1, sizeof(*r->plp) + np * (8 + 8 * nt));
+		if (!r->plp)
+			goto nomem_req;
+		float *f = (float *)(r->plp + 1);
+		r->plp->n_top = (uint32_t)nt;
+		r->plp->logprob = f;
+		r->plp->rank = (int32_t *)(f + np);
+		r->plp->top_ids = nt ? (int32_t *)(f + 2 * np) : NULL;
+		r->plp->top_logprobs = nt ? f + 2 * np + np * nt : NULL;
+	}
 	r->ignore_eos = p->ignore_eos;
 	if (p->n_stop_token_ids) {
 		r->stop_ids = malloc((size_t)p->n_stop_token_ids * sizeof(int32_t));

@@ -84,6 +84,10 @@ struct sched__req {
 	struct sched_timing timing;
 	uint32_t n_cached_tokens;
 	bool looked_up;               /* first prefix lookup done (n_cached_tokens fixed) */
+	struct exec_prompt_lp *plp;   /* prompt logprobs being computed (one allocation), NULL when not asked
+					 or once handed to its event */
+	uint32_t plp_rows;            /* rows 0..plp_rows-1 scored: prefix hits may cover no more */
+	bool score_only;
 	uint64_t stats_epoch;         /* counted as running by sched__publish_stats pass stats_epoch */
 	sched_event_fn on_event;
 	void *user;

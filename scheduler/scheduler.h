@@ -62,7 +62,9 @@ struct sched_options {
 
 /* ---- Requests ---- */
 
-enum sched_event_kind { SCHED_EV_TOKEN = 1, SCHED_EV_FINISH = 2 };
+/* PROMPT_LOGPROBS: once per request that asked (choice 0), after its prompt
+ * is computed and before any TOKEN event of the request. */
+enum sched_event_kind { SCHED_EV_TOKEN = 1, SCHED_EV_FINISH = 2, SCHED_EV_PROMPT_LOGPROBS = 3 };
 
 enum sched_finish_reason {
 	SCHED_FINISH_NONE = 0,
@@ -109,6 +111,9 @@ struct sched_event {
 	uint32_t text_bytes;
 	double time_s;                    /* when the step that produced it finished */
 	struct kern_sample_out sample;    /* logprob / top_logprobs when requested */
+	/* PROMPT_LOGPROBS only: n_prompt_tokens entries (model/exec.h; entry 0,
+	 * the first prompt token, is empty); heap, owned by the event. */
+	struct exec_prompt_lp *prompt_lp;
 	/* FINISH only: */
 	enum sched_finish_reason finish;
 	int32_t stop_token_id;            /* the stop token / eos that ended it, or -1 */
@@ -148,6 +153,14 @@ struct sched_request_params {
 	uint32_t n;                     /* choices; 0 = 1 */
 	int32_t priority;               /* SCHED_POLICY_PRIORITY: lower runs first; must be 0 under FCFS */
 	uint64_t cache_salt;            /* mixed into the first block's hash (tenant isolation); 0 = none */
+	/* Prompt log-probabilities (echo + logprobs, vLLM's prompt_logprobs):
+	 * every prompt position is computed (prefix-cache hits never skip one
+	 * that is still to be scored) and one SCHED_EV_PROMPT_LOGPROBS event
+	 * carries them. prompt_top_logprobs <= KERN_SAMPLE_MAX_TOP_LOGPROBS. */
+	bool prompt_logprobs;
+	uint32_t prompt_top_logprobs;
+	bool score_only;                /* generate nothing (echo with max_tokens 0): every choice finishes with
+					   LENGTH once the prompt is computed, with no TOKEN event */
 	double arrival_s;               /* 0 = now */
 	double deadline_s;              /* monotonic; 0 = none */
 	sched_event_fn on_event;

@@ -55,6 +55,7 @@ struct serve_args {
 	const char *disable_kernels; /* --disable-kernel a,b (with $DSV4_DISABLED_KERNELS) */
 	const char *device;          /* --device auto|cuda|cpu */
 	bool kernel_selfcheck;
+	long max_logprobs;           /* --max-logprobs (evaluation) */
 };
 
 static void usage(FILE *f)
@@ -91,6 +92,8 @@ static void usage(FILE *f)
 		"  --http-threads N             HTTP worker threads (default 8)\n"
 		"  --disable-kernel A,B         remove kernel variants from selection (also $DSV4_DISABLED_KERNELS)\n"
 		"  --kernel-selfcheck           check each chosen kernel against the CPU reference at load\n"
+		"  --max-logprobs N             most logprobs / top_logprobs / prompt_logprobs a request may ask\n"
+		"                               for, 1..20 (default 20)\n"
 		"  -h, --help                   this text\n");
 	fputs(tp_args_usage(), f); /* ---- tensor parallel ---- */
 }
@@ -128,6 +131,7 @@ static bool parse_double(const char *s, double lo, double hi, double *out)
 enum {
 	O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXLEN, O_SEQS, O_BATCHED, O_QUEUED, O_GPU, O_TP, O_SHUTDOWN,
 	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY, O_DISABLE_KERNEL, O_SELFCHECK, O_DEVICE,
+	O_MAX_LOGPROBS,
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -152,11 +156,13 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"disable-kernel", required_argument, NULL, O_DISABLE_KERNEL},
 		{"kernel-selfcheck", no_argument, NULL, O_SELFCHECK},
 		{"device", required_argument, NULL, O_DEVICE},
+		{"max-logprobs", required_argument, NULL, O_MAX_LOGPROBS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	*a = (struct serve_args){.host = "127.0.0.1", .port = 8000, .gpu_memory_utilization = 0.9,
-				 .tensor_parallel_size = 1, .shutdown_timeout_s = 30.0};
+				 .tensor_parallel_size = 1, .shutdown_timeout_s = 30.0,
+				 .max_logprobs = KERN_SAMPLE_MAX_TOP_LOGPROBS};
 	a->api_key = getenv("DSV4_API_KEY");
 	opterr = 0;
 	optind = 1;
@@ -241,6 +247,10 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 			if (strcmp(v, "fcfs") && strcmp(v, "priority"))
 				return bad("--scheduling-policy '%s': expected 'fcfs' or 'priority'", v);
 			a->priority = !strcmp(v, "priority");
+			break;
+		case O_MAX_LOGPROBS:
+			if (!parse_long(v, 1, KERN_SAMPLE_MAX_TOP_LOGPROBS, &a->max_logprobs))
+				return bad("--max-logprobs '%s': expected an integer in 1..20", v);
 			break;
 		case O_BLOCKS:
 			if (!parse_long(v, 1, 1L << 30, &a->num_blocks))
@@ -542,6 +552,7 @@ int cmd_serve(int argc, char **argv)
 		.max_num_batched_tokens = (uint32_t)a.max_num_batched_tokens,
 		.max_queued_requests = (uint32_t)a.max_queued,
 		.priority_scheduling = a.priority,
+		.max_logprobs = (uint32_t)a.max_logprobs,
 		.exec = ex,
 		.plan = cpu ? model_exec_cpu_plan(cpu) : tp ? tp_serve_plan(tp) : NULL,
 		.heartbeat = tp ? on_tp_heartbeat : on_heartbeat, /* ---- tensor parallel ---- */

@@ -1,7 +1,8 @@
 /*
  * server/openai.h: the engine routes of the OpenAI API:
  * POST /v1/chat/completions, POST /v1/completions, POST /tokenize,
- * POST /detokenize, registered on a struct api.
+ * POST /detokenize, GET /tokenizer_info (vLLM's: what a client needs to
+ * tokenize through the server), registered on a struct api.
  *
  * A generation request is parsed (openai_params.h), rendered (model/chat.h),
  * tokenized, submitted to the scheduler loop, and answered through an HTTP
@@ -34,6 +35,10 @@ struct oai_server_options {
 	struct api *api;                   /* routes are registered on it */
 	uint32_t max_model_len;            /* tokens, for /tokenize */
 	int32_t vocab_size;                /* token ids must be below it */
+	const char *model_dir;             /* (optional) its tokenizer_config.json's chat_template, for
+					      GET /tokenizer_info */
+	uint32_t max_logprobs;             /* --max-logprobs: larger logprobs / top_logprobs / prompt_logprobs
+					      are a 400 naming the limit; 0 = 20 (the default) */
 };
 
 enum status oai_server_create(struct oai_server **out, const struct oai_server_options *opt, struct err *e) DSV4_WUR;

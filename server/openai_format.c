@@ -9,6 +9,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "model/exec.h"
+
 /* ---- text ---- */
 
 void oai_json_text(struct strbuf *b, const char *s, size_t n)
@@ -130,6 +132,17 @@ void oai_sse_completion_chunk(struct strbuf *b, const struct oai_head *h, uint32
 	strbuf_puts(b, logprobs_json ? logprobs_json : "null");
 	strbuf_puts(b, ",\"finish_reason\":");
 	finish_json(b, finish_reason);
+	strbuf_puts(b, "}");
+	head_close(b, h);
+}
+
+void oai_sse_completion_prompt_lp_chunk(struct strbuf *b, const struct oai_head *h, uint32_t index,
+					const char *prompt_logprobs_json)
+{
+	head_open(b, h);
+	strbuf_printf(b, "{\"index\":%u,\"text\":\"\",\"logprobs\":null,\"finish_reason\":null,\"prompt_logprobs\":",
+		      index);
+	strbuf_puts(b, prompt_logprobs_json ? prompt_logprobs_json : "null");
 	strbuf_puts(b, "}");
 	head_close(b, h);
 }
@@ -273,4 +286,74 @@ void oai_compl_logprobs_render(struct oai_compl_logprobs *c, struct strbuf *out,
 		strbuf_reset(&c->text_offset);
 		c->n = 0;
 	}
+}
+
+/* ---- prompt logprobs (echo, vLLM's prompt_logprobs) ---- */
+
+size_t oai_compl_logprobs_add_prompt(struct oai_compl_logprobs *c, const struct model_tokenizer *tok,
+				     const int32_t *prompt, uint32_t n, const struct exec_prompt_lp *lp, uint32_t n_top)
+{
+	size_t off = 0;
+	if (n_top > lp->n_top)
+		n_top = lp->n_top;
+	for (uint32_t p = 0; p < n; p++) {
+		size_t len = 0;
+		const char *piece = tok ? model_tokenizer_piece(tok, prompt[p], &len) : NULL;
+		if (!piece)
+			len = 0;
+		if (p == 0) {
+			const char *sep = c->n ? "," : "";
+			strbuf_puts(&c->tokens, sep);
+			oai_json_text(&c->tokens, piece ? piece : "", len);
+			strbuf_puts(&c->token_logprobs, sep);
+			strbuf_puts(&c->token_logprobs, "null");
+			strbuf_puts(&c->top_logprobs, sep);
+			strbuf_puts(&c->top_logprobs, "null");
+			strbuf_printf(&c->text_offset, "%s%zu", sep, off);
+			c->n++;
+		} else {
+			struct kern_sample_out s = {.token_id = prompt[p], .logprob = lp->logprob[p], .n_top = n_top};
+			for (uint32_t k = 0; k < n_top; k++) {
+				s.top_ids[k] = lp->top_ids[(size_t)p * lp->n_top + k];
+				s.top_logprobs[k] = lp->top_logprobs[(size_t)p * lp->n_top + k];
+			}
+			oai_compl_logprobs_add(c, tok, prompt[p], &s, n_top, off);
+		}
+		off += len;
+	}
+	return off;
+}
+
+static void plp_entry(struct strbuf *b, const struct model_tokenizer *tok, int32_t id, float lp, int32_t rank)
+{
+	size_t len = 0;
+	const char *piece = tok ? model_tokenizer_piece(tok, id, &len) : NULL;
+	strbuf_printf(b, "\"%d\":{\"logprob\":", id);
+	oai_json_logprob(b, lp);
+	strbuf_printf(b, ",\"rank\":%d,\"decoded_token\":", rank);
+	oai_json_text(b, piece ? piece : "", piece ? len : 0);
+	strbuf_puts(b, "}");
+}
+
+void oai_prompt_logprobs_json(struct strbuf *b, const struct model_tokenizer *tok, const int32_t *prompt, uint32_t n,
+			      const struct exec_prompt_lp *lp)
+{
+	strbuf_puts(b, "[");
+	for (uint32_t p = 0; p < n; p++) {
+		if (p == 0) {
+			strbuf_puts(b, "null");
+			continue;
+		}
+		strbuf_puts(b, ",{");
+		plp_entry(b, tok, prompt[p], lp->logprob[p], lp->rank[p]);
+		for (uint32_t k = 0; k < lp->n_top; k++) {
+			int32_t id = lp->top_ids[(size_t)p * lp->n_top + k];
+			if (id < 0 || id == prompt[p])
+				continue;
+			strbuf_puts(b, ",");
+			plp_entry(b, tok, id, lp->top_logprobs[(size_t)p * lp->n_top + k], (int32_t)k + 1);
+		}
+		strbuf_puts(b, "}");
+	}
+	strbuf_puts(b, "]");
 }

@@ -64,6 +64,10 @@ void oai_sse_chat_chunk(struct strbuf *b, const struct oai_head *h, uint32_t ind
 /* data: {text_completion with one choice}\n\n */
 void oai_sse_completion_chunk(struct strbuf *b, const struct oai_head *h, uint32_t index, const char *text,
 			      size_t len, const char *logprobs_json, const char *finish_reason);
+/* data: {text_completion, one choice with empty text and vLLM's
+ * "prompt_logprobs"}\n\n (streamed prompt_logprobs: once per choice, first) */
+void oai_sse_completion_prompt_lp_chunk(struct strbuf *b, const struct oai_head *h, uint32_t index,
+					const char *prompt_logprobs_json);
 /* data: {... "choices": [], "usage": {...}}\n\n */
 void oai_sse_usage_chunk(struct strbuf *b, const struct oai_head *h, const struct oai_usage *u);
 /* data: {"error": {...}}\n\n (an error after the stream started) */
@@ -92,5 +96,18 @@ void oai_compl_logprobs_free(struct oai_compl_logprobs *c);
 void oai_compl_logprobs_add(struct oai_compl_logprobs *c, const struct model_tokenizer *tok, int32_t token_id,
 			    const struct kern_sample_out *s, uint32_t n_top, size_t text_offset);
 void oai_compl_logprobs_render(struct oai_compl_logprobs *c, struct strbuf *out, bool reset);
+
+/* Prompt log-probabilities (model/exec.h struct exec_prompt_lp, n entries).
+ * _add_prompt: echo's entries of the prompt tokens in a completions object
+ * (the first token's logprob and top are null; n_top of the top entries);
+ * returns the text_offset after the prompt (its pieces' bytes), where the
+ * generated tokens continue. _json: vLLM's prompt_logprobs array, null then
+ * one {"<id>":{"logprob","rank","decoded_token"}} per position: the prompt
+ * token first, then the top entries (ranks 1..n_top) other than it. */
+struct exec_prompt_lp;
+size_t oai_compl_logprobs_add_prompt(struct oai_compl_logprobs *c, const struct model_tokenizer *tok,
+				     const int32_t *prompt, uint32_t n, const struct exec_prompt_lp *lp, uint32_t n_top);
+void oai_prompt_logprobs_json(struct strbuf *b, const struct model_tokenizer *tok, const int32_t *prompt, uint32_t n,
+			      const struct exec_prompt_lp *lp);
 
 #endif

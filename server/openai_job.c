@@ -66,6 +66,9 @@ struct sub {
 	bool counted;
 	char *echo;                   /* prompt text to echo, or NULL */
 	size_t echo_len;
+	int32_t *prompt;              /* prompt logprobs asked: the prompt ids (n_prompt) */
+	struct exec_prompt_lp *plp;   /* from the PROMPT_LOGPROBS event (owned) */
+	size_t echo_lp_bytes;         /* echo + logprobs: text_offset after the prompt's tokens */
 };
 
 struct oai_job {
@@ -76,6 +79,8 @@ struct oai_job {
 	enum oai_kind kind;
 	bool stream, logprobs, include_reasoning;
 	uint32_t top_logprobs;
+	bool echo_lp;                 /* completions echo + logprobs: the prompt's tokens lead the logprobs */
+	bool prompt_logprobs;         /* vLLM's prompt_logprobs in the answer */
 	char id[48];
 	struct oai_head head;
 	struct sub *subs;
@@ -345,8 +350,48 @@ static void record_metrics(struct oai_job *j, struct sub *sb, const struct sched
 	metrics_request_done(api_metrics(j->srv->opt.api), &r);
 }
 
+/* The prompt's log-probabilities (once per sub, before its tokens): the
+ * entries lead every choice's echo logprobs; the rest is rendered at the end. */
+static void handle_prompt_lp(struct oai_job *j, struct sub *sb, struct sched_event *ev)
+{
+	if (sb->plp || !sb->prompt || !ev->prompt_lp) {
+		sched_event_clear(ev);
+		return;
+	}
+	sb->plp = ev->prompt_lp;
+	ev->prompt_lp = NULL;
+	sched_event_clear(ev);
+	uint32_t per = j->n_choices / j->n_subs;
+	if (j->stream && j->prompt_logprobs && j->kind == OAI_COMPLETION) {
+		struct strbuf pj;
+		strbuf_init(&pj);
+		oai_prompt_logprobs_json(&pj, j->srv->opt.tok, sb->prompt, sb->n_prompt, sb->plp);
+		for (uint32_t i = sb->first_choice; i < sb->first_choice + per; i++)
+			oai_sse_completion_prompt_lp_chunk(&j->out, &j->head, j->choices[i].index, strbuf_cstr(&pj));
+		strbuf_free(&pj);
+	}
+	if (!j->echo_lp)
+		return;
+	for (uint32_t i = sb->first_choice; i < sb->first_choice + per; i++) {
+		struct choice *c = &j->choices[i];
+		sb->echo_lp_bytes = oai_compl_logprobs_add_prompt(&c->clp, j->srv->opt.tok, sb->prompt, sb->n_prompt,
+								  sb->plp, j->top_logprobs);
+		if (j->stream) {
+			struct strbuf lpj;
+			strbuf_init(&lpj);
+			oai_compl_logprobs_render(&c->clp, &lpj, true);
+			oai_sse_completion_chunk(&j->out, &j->head, c->index, "", 0, strbuf_cstr(&lpj), NULL);
+			strbuf_free(&lpj);
+		}
+	}
+}
+
 static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *ev)
 {
+	if (ev->kind == SCHED_EV_PROMPT_LOGPROBS) {
+		handle_prompt_lp(j, sb, ev);
+		return;
+	}
 	uint32_t ci = sb->first_choice + ev->choice;
 	if (ci >= j->n_choices) {
 		sched_event_clear(ev);
@@ -370,7 +415,7 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 				c->n_lp++;
 			} else {
 				oai_compl_logprobs_add(&c->clp, j->srv->opt.tok, ev->token_id, &ev->sample,
-						       j->top_logprobs, c->text_bytes + c->n_carry);
+						       j->top_logprobs, sb->echo_lp_bytes + c->text_bytes + c->n_carry);
 			}
 		}
 		if (j->kind == OAI_COMPLETION && j->stream && j->logprobs) {
@@ -490,11 +535,27 @@ static void render_full(struct oai_job *j)
 				oai_compl_logprobs_render(&c->clp, b, false);
 			else
 				strbuf_puts(b, "null");
+			if (j->prompt_logprobs) {
+				strbuf_puts(b, ",\"prompt_logprobs\":");
+				if (sb->plp)
+					oai_prompt_logprobs_json(b, j->srv->opt.tok, sb->prompt, sb->n_prompt, sb->plp);
+				else
+					strbuf_puts(b, "null");
+			}
 		}
 		strbuf_puts(b, ",\"finish_reason\":");
 		strbuf_printf(b, "\"%s\"}", c->finish_reason ? c->finish_reason : "stop");
 	}
-	strbuf_puts(b, "],\"usage\":");
+	strbuf_puts(b, "]");
+	if (j->kind == OAI_CHAT && j->prompt_logprobs) {
+		/* vLLM puts a chat answer's prompt_logprobs beside choices */
+		strbuf_puts(b, ",\"prompt_logprobs\":");
+		if (j->n_subs && j->subs[0].plp)
+			oai_prompt_logprobs_json(b, j->srv->opt.tok, j->subs[0].prompt, j->subs[0].n_prompt, j->subs[0].plp);
+		else
+			strbuf_puts(b, "null");
+	}
+	strbuf_puts(b, ",\"usage\":");
 	oai_usage_json(b, &j->usage);
 	strbuf_puts(b, "}");
 }
@@ -593,6 +654,8 @@ static void job_free(struct oai_job *j)
 	for (uint32_t s = 0; s < j->n_subs; s++) {
 		sched_stream_release(j->subs[s].ss); /* aborts an unfinished request */
 		free(j->subs[s].echo);
+		free(j->subs[s].prompt);
+		free(j->subs[s].plp);
 	}
 	free(j->subs);
 	for (uint32_t i = 0; i < j->n_choices; i++)
@@ -684,12 +747,28 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->priority = r->priority;
 	p->cache_salt = r->cache_salt;
 	p->arrival_s = time_mono_s();
+	/* prompt log-probabilities: vLLM's prompt_logprobs, or echo with logprobs */
+	bool echo_lp = r->kind == OAI_COMPLETION && r->echo && r->logprobs;
+	p->prompt_logprobs = r->prompt_logprobs || echo_lp;
+	p->prompt_top_logprobs = r->prompt_logprobs ? r->prompt_top_logprobs : 0;
+	if (echo_lp && r->top_logprobs > p->prompt_top_logprobs)
+		p->prompt_top_logprobs = r->top_logprobs;
+	p->score_only = r->score_only;
 }
 
 /* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
 		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
 		    struct http_stream *hs)
 {
+	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : KERN_SAMPLE_MAX_TOP_LOGPROBS;
+	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
+		bool prompt = r->prompt_logprobs && r->prompt_top_logprobs > lim;
+		const char *param = prompt ? "prompt_logprobs" : r->kind == OAI_CHAT ? "top_logprobs" : "logprobs";
+		api_error(resp, 400, "invalid_request_error", param, NULL,
+			  "'%s' asks for %u logprobs; this server's maximum is %u (--max-logprobs)", param,
+			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
+		return;
+	}
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
@@ -702,6 +781,8 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	j->stream = r->stream;
 	j->logprobs = r->logprobs;
 	j->top_logprobs = r->top_logprobs;
+	j->echo_lp = r->kind == OAI_COMPLETION && r->echo && r->logprobs;
+	j->prompt_logprobs = r->prompt_logprobs;
 	j->include_reasoning = r->include_reasoning;
 	j->t_arrival = time_mono_s();
 	j->last_write_s = j->t_arrival;
@@ -755,6 +836,11 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 			job_free(j);
 			refusal_reply(resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
 			return;
+		}
+		if (p.prompt_logprobs) {
+			sb->prompt = malloc((n_ids[i] ? n_ids[i] : 1) * sizeof(int32_t));
+			if (sb->prompt)
+				memcpy(sb->prompt, prompt_ids[i], n_ids[i] * sizeof(int32_t));
 		}
 		if (echo && echo[i]) {
 			sb->echo = echo[i];

@@ -464,6 +464,7 @@ enum key {
 	K_TEMPERATURE, K_TOP_P, K_TOP_K, K_MIN_P, K_SEED, K_PRESENCE, K_FREQUENCY, K_REPETITION, K_LOGIT_BIAS,
 	K_STOP, K_STOP_TOKEN_IDS, K_IGNORE_EOS, K_LOGPROBS, K_TOP_LOGPROBS, K_PRIORITY, K_CACHE_SALT,
 	K_MIN_TOKENS, K_INCLUDE_STOP, K_SKIP_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
+	K_PROMPT_LOGPROBS, /* evaluation */
 	/* chat */
 	K_MESSAGES, K_TOOLS, K_TOOL_CHOICE, K_TEMPLATE_KWARGS, K_REASONING_EFFORT, K_THINKING,
 	K_INCLUDE_REASONING, K_ADD_GENERATION_PROMPT, K_CONTINUE_FINAL, K_MODALITIES,
@@ -502,6 +503,7 @@ static const struct key_def {
 	{"stop_token_ids", K_STOP_TOKEN_IDS, F_GEN},
 	{"ignore_eos", K_IGNORE_EOS, F_GEN},
 	{"logprobs", K_LOGPROBS, F_GEN},
+	{"prompt_logprobs", K_PROMPT_LOGPROBS, F_GEN},
 	{"top_logprobs", K_TOP_LOGPROBS, F_CHAT},
 	{"priority", K_PRIORITY, F_GEN},
 	{"cache_salt", K_CACHE_SALT, F_GEN},
@@ -679,8 +681,17 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 				r->n = (uint32_t)iv;
 			break;
 		case K_MAX_TOKENS:
-			if (!(st = get_int(v, "max_tokens", 1, OAI_MAX_TOKENS_PARAM, &iv, why)) && !max_completion)
+			/* 0: score the prompt only (vLLM; checked below) */
+			if (!(st = get_int(v, "max_tokens", 0, OAI_MAX_TOKENS_PARAM, &iv, why)) && !max_completion) {
 				r->max_tokens = (uint32_t)iv;
+				r->score_only = iv == 0;
+			}
+			break;
+		case K_PROMPT_LOGPROBS:
+			if (!(st = get_int(v, "prompt_logprobs", 0, KERN_SAMPLE_MAX_TOP_LOGPROBS, &iv, why))) {
+				r->prompt_logprobs = true;
+				r->prompt_top_logprobs = (uint32_t)iv;
+			}
 			break;
 		case K_MAX_COMPLETION_TOKENS:
 			max_completion = v;
@@ -928,10 +939,16 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 			st = fail(why, ST_INVALID, "prompt", "'prompt' is required");
 			goto out;
 		}
-		if (r->echo && r->logprobs) {
-			st = fail(why, ST_UNSUPPORTED, "echo", "echo together with logprobs (prompt logprobs) is not supported");
-			goto out;
-		}
+	}
+	if (r->score_only && !r->prompt_logprobs && !r->echo) {
+		st = fail(why, ST_INVALID, "max_tokens", "'max_tokens' 0 scores the prompt only: it needs 'echo' or "
+							 "'prompt_logprobs'");
+		goto out;
+	}
+	if (r->prompt_logprobs && r->stream && where == F_CHAT) {
+		st = fail(why, ST_UNSUPPORTED, "prompt_logprobs", "'prompt_logprobs' with \"stream\": true is supported on "
+								  "/v1/completions only");
+		goto out;
 	}
 	if (where == F_TOKENIZE && !tok->prompt && !messages) {
 		st = fail(why, ST_INVALID, "prompt", "'prompt' or 'messages' is required");

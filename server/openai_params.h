@@ -67,6 +67,13 @@ struct oai_request {
 	bool logprobs;
 	uint32_t top_logprobs;
 	bool skip_special_tokens;   /* default true */
+	/* Prompt log-probabilities: vLLM's "prompt_logprobs": k (k top entries
+	 * beside the prompt token), and "max_tokens": 0 (score the prompt only;
+	 * needs echo or prompt_logprobs). Completions' echo + logprobs asks for
+	 * them too (oai__start_job). */
+	bool prompt_logprobs;
+	uint32_t prompt_top_logprobs;
+	bool score_only;
 
 	/* Chat. */
 	struct model_chat_message *messages;

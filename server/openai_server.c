@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "common/strbuf.h"
 #include "model/chat.h"
 #include "server/openai_format.h"
@@ -274,6 +276,50 @@ static void route_detokenize(void *ctx, struct api *api, const struct http_reque
 	reply_buf(resp, &b);
 }
 
+/* GET /tokenizer_info (vLLM): special tokens, model_max_length and the
+ * chat template of tokenizer_config.json when it has one (DeepSeek-V4's
+ * has none: its chat format is model/chat.c; null then). lm-evaluation-
+ * harness's remote tokenizer reads it and tokenizes through /tokenize. */
+static void route_tokenizer_info(void *ctx, struct api *api, const struct http_request *req,
+				 struct http_response *resp, struct http_stream *hs)
+{
+	(void)api;
+	(void)req;
+	(void)hs;
+	struct oai_server *s = ctx;
+	const struct model_tokenizer *tok = s->opt.tok;
+	struct strbuf b;
+	strbuf_init(&b);
+	strbuf_puts(&b, "{\"tokenizer_class\":\"dsv4\"");
+	static const char *names[] = {"bos_token", "eos_token", "pad_token"};
+	int32_t ids[] = {model_tokenizer_bos_id(tok), model_tokenizer_eos_id(tok), model_tokenizer_eos_id(tok)};
+	for (int i = 0; i < 3; i++) {
+		const char *t = ids[i] >= 0 ? model_tokenizer_token_str(tok, ids[i]) : NULL;
+		strbuf_printf(&b, ",\"%s\":", names[i]);
+		if (t)
+			strbuf_json_string(&b, t, strlen(t));
+		else
+			strbuf_puts(&b, "null");
+		strbuf_printf(&b, ",\"%s_id\":%d", names[i], ids[i]);
+	}
+	strbuf_printf(&b, ",\"model_max_length\":%u,\"vocab_size\":%d,\"add_bos_token\":false,\"chat_template\":",
+		      s->opt.max_model_len, s->opt.vocab_size);
+	json_t *cfg = NULL;
+	if (s->opt.model_dir) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/tokenizer_config.json", s->opt.model_dir);
+		cfg = json_load_file(path, 0, NULL);
+	}
+	json_t *tpl = cfg ? json_object_get(cfg, "chat_template") : NULL;
+	if (json_is_string(tpl))
+		strbuf_json_string(&b, json_string_value(tpl), json_string_length(tpl));
+	else
+		strbuf_puts(&b, "null");
+	json_decref(cfg);
+	strbuf_puts(&b, "}");
+	reply_buf(resp, &b);
+}
+
 /* ---- lifecycle ---- */
 
 enum status oai_server_create(struct oai_server **out, const struct oai_server_options *opt, struct err *e)
@@ -290,7 +336,8 @@ enum status oai_server_create(struct oai_server **out, const struct oai_server_o
 	if (api_route(a, "POST", "/v1/chat/completions", "/v1/chat/completions", route_chat, s) ||
 	    api_route(a, "POST", "/v1/completions", "/v1/completions", route_completions, s) ||
 	    api_route(a, "POST", "/tokenize", "/tokenize", route_tokenize, s) ||
-	    api_route(a, "POST", "/detokenize", "/detokenize", route_detokenize, s)) {
+	    api_route(a, "POST", "/detokenize", "/detokenize", route_detokenize, s) ||
+	    api_route(a, "GET", "/tokenizer_info", "/tokenizer_info", route_tokenizer_info, s)) {
 		oai_server_destroy(s);
 		return err_set(e, ST_INVALID, "server: cannot register the OpenAI routes");
 	}

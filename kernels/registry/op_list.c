@@ -30,6 +30,7 @@
 /* ---- gpu-ops (includes) ---- */
 #include "kernels/movement/movement.h"
 #include "kernels/sampling/sampling.h"
+#include "kernels/sampling/logprobs.h" /* evaluation */
 /* ---- end includes ---- */
 
 static const struct kern_op *const all_ops[] = {
@@ -66,6 +67,7 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_moe_row_weight,
 	&kern_op_sample,
 	/* ---- end ---- */
+	&kern_op_token_logprobs, /* evaluation: prompt log-probabilities */
 };
 
 const struct kern_op *const *kern_registry_ops(int *n_ops)

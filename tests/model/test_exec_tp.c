@@ -96,6 +96,8 @@ static void make_plan(struct rplan *p)
 		s->n_prompt = np;
 		s->output_ids = no ? p->output[i] : NULL;
 		s->n_output = no;
+		static struct exec_prompt_lp plp; /* evaluation: only its presence travels */
+		s->prompt_lp = np && rnd(3) == 0 ? &plp : NULL;
 	}
 	p->qs[n_seqs] = n_tok;
 	p->step = (struct exec_step){.n_tokens = n_tok, .token_ids = p->tok, .positions = p->pos, .n_seqs = n_seqs,
@@ -125,7 +127,7 @@ static bool same_plan(const struct exec_step *a, const struct exec_step *b)
 		    x->restore_state != y->restore_state || x->sample != y->sample || x->n_prompt != y->n_prompt ||
 		    x->n_output != y->n_output || !same_ids(x->prompt_ids, y->prompt_ids, x->n_prompt) ||
 		    !same_ids(x->output_ids, y->output_ids, x->output_ids ? x->n_output : 0) ||
-		    !x->sampling != !y->sampling)
+		    !x->sampling != !y->sampling || !x->prompt_lp != !y->prompt_lp)
 			return false;
 		if (x->sampling) {
 			const struct kern_sampling_params *p = x->sampling, *q = y->sampling;

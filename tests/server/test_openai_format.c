@@ -2,12 +2,14 @@
  * tests/server/test_openai_format.c: the exact bytes of SSE chunks and
  * response fragments (server/openai_format.h): chat deltas of every kind,
  * completion chunks, the usage chunk, [DONE], error events, invalid UTF-8
- * replaced, logprob numbers, completions logprobs arrays.
+ * replaced, logprob numbers, completions logprobs arrays, prompt
+ * log-probabilities (echo's leading entries, vLLM's prompt_logprobs).
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "model/exec.h"
 #include "server/openai_format.h"
 #include "tests/test.h"
 
@@ -133,8 +135,36 @@ static void test_logprobs(void)
 	strbuf_free(&b);
 }
 
+/* Without a tokenizer: the shapes (pieces render as ""). */
+static void test_prompt_logprobs(void)
+{
+	struct strbuf b;
+	strbuf_init(&b);
+	int32_t prompt[3] = {5, 9, 2};
+	float lp[3] = {0, -1.5f, -0.25f}, top_lp[6] = {0, 0, -0.5f, -1.5f, -0.25f, -3.0f};
+	int32_t rank[3] = {0, 2, 1}, top_ids[6] = {0, 0, 4, 9, 2, 7};
+	struct exec_prompt_lp p = {.n_top = 2, .logprob = lp, .rank = rank, .top_ids = top_ids, .top_logprobs = top_lp};
+	oai_prompt_logprobs_json(&b, NULL, prompt, 3, &p);
+	/* the prompt token first with its rank, then the top entries other than it */
+	expect(&b, "[null,{\"9\":{\"logprob\":-1.5,\"rank\":2,\"decoded_token\":\"\"},\"4\":{\"logprob\":-0.5,"
+		   "\"rank\":1,\"decoded_token\":\"\"}},{\"2\":{\"logprob\":-0.25,\"rank\":1,\"decoded_token\":\"\"},"
+		   "\"7\":{\"logprob\":-3,\"rank\":2,\"decoded_token\":\"\"}}]");
+	struct oai_compl_logprobs c;
+	oai_compl_logprobs_init(&c);
+	T_CHECK(oai_compl_logprobs_add_prompt(&c, NULL, prompt, 3, &p, 1) == 0);
+	struct kern_sample_out s = {.token_id = 8, .logprob = -2.0f, .n_top = 1, .top_ids = {8},
+				    .top_logprobs = {-2.0f}};
+	oai_compl_logprobs_add(&c, NULL, 8, &s, 1, 0);
+	oai_compl_logprobs_render(&c, &b, false);
+	expect(&b, "{\"tokens\":[\"\",\"\",\"\",\"\"],\"token_logprobs\":[null,-1.5,-0.25,-2],"
+		   "\"top_logprobs\":[null,{\"\":-0.5},{\"\":-0.25},{\"\":-2}],\"text_offset\":[0,0,0,0]}");
+	oai_compl_logprobs_free(&c);
+	strbuf_free(&b);
+}
+
 int main(void)
 {
+	test_prompt_logprobs();
 	test_chat_chunks();
 	test_completion_chunks();
 	test_text_and_numbers();

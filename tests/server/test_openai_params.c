@@ -296,7 +296,28 @@ static void test_refusals(void)
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "best_of");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs");
-	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", "echo");
+	/* prompt log-probabilities (evaluation): echo + logprobs, max_tokens 0, prompt_logprobs */
+	{
+		struct oai_request r;
+		struct oai_error why;
+		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":[1,2],\"echo\":true,\"logprobs\":1,\"max_tokens\":0}", &r, &why));
+		T_CHECK(r.echo && r.logprobs && r.top_logprobs == 1 && r.score_only && !r.max_tokens && !r.prompt_logprobs);
+		oai_request_free(&r);
+		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":5}", &r, &why));
+		T_CHECK(r.prompt_logprobs && r.prompt_top_logprobs == 5 && !r.score_only);
+		oai_request_free(&r);
+		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":null}", &r, &why));
+		T_CHECK(!r.prompt_logprobs);
+		oai_request_free(&r);
+		T_CHECK(parse(OAI_CHAT, chat("\"prompt_logprobs\":0,\"max_tokens\":0"), &r, &why));
+		T_CHECK(r.prompt_logprobs && !r.prompt_top_logprobs && r.score_only);
+		oai_request_free(&r);
+	}
+	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
+	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":21}", "prompt_logprobs");
+	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":-1}", "prompt_logprobs");
+	expect_refused(OAI_CHAT, chat("\"prompt_logprobs\":1,\"stream\":true"), "prompt_logprobs");
+	expect_refused(OAI_CHAT, chat("\"prompt_logprobs\":true"), "prompt_logprobs");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"max_completion_tokens\":3}", "max_completion_tokens");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"top_logprobs\":3}", "top_logprobs");
 	{
