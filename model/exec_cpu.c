@@ -10,6 +10,10 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "dsv4_config.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/device/ctx.h"
+#endif
 #include "model/forward.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -17,6 +21,7 @@
 struct model_exec_cpu {
 	struct exec ex;
 	struct kern_mem mem;    /* host, or the device of opt->dev */
+	void *kctx;             /* struct kern_ctx * of a GPU executor: its stream and kernel scratch */
 	struct model_weights w;
 	struct model_state st;
 	struct model_fwd *fwd;
@@ -253,6 +258,15 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 		free(x);
 		return st;
 	}
+#if DSV4_HAVE_CUDA
+	/* the kernels' state (scratch, library handles) belongs to this executor:
+	 * two executors on one GPU (TP ranks as threads) never share it */
+	if (gpu && (st = kern_ctx_create(opt->dev->index, x->mem.stream, (struct kern_ctx **)&x->kctx, e))) {
+		kern_mem_stream_destroy(&x->mem);
+		free(x);
+		return st;
+	}
+#endif
 	int world = opt->world_size ? opt->world_size : 1;
 	uint32_t T = opt->max_step_tokens ? opt->max_step_tokens : 512;
 	uint32_t S = opt->max_step_seqs ? opt->max_step_seqs : 64;
@@ -269,6 +283,9 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 					   .max_step_tokens = T, .quant_sim = ref, .load_mtp = opt->load_mtp,
 					   .rank = opt->rank, .world_size = world};
 	if ((st = model_weights_load(&x->w, &wo, e))) {
+#if DSV4_HAVE_CUDA
+		kern_ctx_destroy(x->kctx);
+#endif
 		kern_mem_stream_destroy(&x->mem);
 		free(x);
 		return st;
@@ -318,7 +335,8 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	if ((st = model_state_create(&x->st, &x->w, nb, B, &x->mem, e)))
 		goto fail;
 	struct model_fwd_options fo = {.max_tokens = T, .max_seqs = S, .max_context = (uint32_t)max_len,
-				       .quant_sim = ref, .bf16_round = ref, .comm = world > 1 ? opt->comm : NULL};
+				       .quant_sim = ref, .bf16_round = ref, .comm = world > 1 ? opt->comm : NULL,
+				       .kctx = x->kctx};
 	if ((st = model_fwd_create(&x->fwd, &x->w, &x->st, &fo, e)))
 		goto fail;
 	x->vocab = (uint32_t)cfg->vocab_size;
@@ -392,6 +410,9 @@ void model_exec_cpu_destroy(struct model_exec_cpu *x)
 	free(x->sh);
 	free(x->sc);
 	free(x->so);
+#if DSV4_HAVE_CUDA
+	kern_ctx_destroy(x->kctx); /* synchronises the device first */
+#endif
 	kern_mem_stream_destroy(&x->mem);
 	free(x->logits_host);
 	free(x->rows);

@@ -41,6 +41,11 @@ static float *alloc_f(const struct model_state *s, size_t n)
 	struct err e;
 	if (n && kern_mem_alloc(&s->mem, n * sizeof(float), &p, &e))
 		return NULL;
+	/* DSV4_STATE_POISON=1: NaN instead of zeros, so that a read of a state
+	 * row no step has written shows as NaN in the logits (a test aid) */
+	const char *poison = getenv("DSV4_STATE_POISON");
+	if (p && poison && *poison == '1' && kern_mem_set(&s->mem, p, 0xff, n * sizeof(float), &e))
+		return NULL;
 	return p;
 }
 
