@@ -37,6 +37,7 @@ struct oai_server {
 	int32_t free_head; /* slot index, -1 = none */
 	uint32_t n_jobs;
 	atomic_uint_fast64_t next_id;
+	struct resp_store *resp_store; /* /v1/responses answers (server/responses.c) */
 };
 
 /* Submit the request's prompts (n_prompts id arrays; echo texts may be NULL,
