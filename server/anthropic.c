@@ -228,6 +228,21 @@ static enum status assistant_message(json_t *msgs, json_t *content, size_t mi, s
 	return st;
 }
 
+/* A system message inside messages (Claude Code sends its environment block
+ * this way): a system turn where it stands. */
+static enum status system_message(json_t *msgs, json_t *content, size_t mi, struct oai_error *why)
+{
+	char where[48];
+	snprintf(where, sizeof where, "messages[%zu].content", mi);
+	struct strbuf b;
+	strbuf_init(&b);
+	enum status st = text_of(content, where, &b, why);
+	if (!st)
+		add_text_msg(msgs, "system", &b);
+	strbuf_free(&b);
+	return st;
+}
+
 static enum status translate_tools(json_t *tools, json_t *out, struct oai_error *why)
 {
 	if (!json_is_array(tools))
@@ -421,8 +436,11 @@ enum status anth_translate(const char *body, size_t len, bool count_tokens, char
 			st = user_message(msgs, content, i, why);
 		else if (!strcmp(role, "assistant"))
 			st = assistant_message(msgs, content, i, why);
+		else if (!strcmp(role, "system"))
+			st = system_message(msgs, content, i, why);
 		else
-			st = fail(why, ST_INVALID, "messages", "messages[%zu].role must be \"user\" or \"assistant\"", i);
+			st = fail(why, ST_INVALID, "messages", "messages[%zu].role must be \"user\", \"assistant\" or \"system\"",
+				  i);
 		if (st)
 			goto done;
 	}
