@@ -166,7 +166,11 @@ try:
     expect(anthropic.BadRequestError, "max_tokens missing", lambda: client.messages.create(
         model=MODEL, messages=user, max_tokens=anthropic.NOT_GIVEN), "max_tokens")
     expect(anthropic.BadRequestError, "bad role", lambda: client.messages.create(
-        model=MODEL, max_tokens=2, messages=[{"role": "system", "content": "x"}]), "role")
+        model=MODEL, max_tokens=2, messages=[{"role": "tool", "content": "x"}]), "role")
+    # a system message inside messages (Claude Code sends its environment block so) is a system turn
+    sm = client.messages.count_tokens(model=MODEL, messages=user + [
+        {"role": "system", "content": [{"type": "text", "text": "# Environment\ncwd: /tmp"}]}])
+    check(sm.input_tokens > ct.input_tokens, "a system message inside messages is rendered")
     st_, body, _ = srv.request("POST", "/v1/messages", {"model": MODEL, "messages": user}, headers=hdr)
     err = json.loads(body)
     check(st_ == 400 and err.get("type") == "error" and err["error"]["type"] == "invalid_request_error",
