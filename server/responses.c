@@ -72,12 +72,14 @@ static enum status content_text(json_t *c, const char *where, struct strbuf *b, 
 }
 
 /* The assistant message that tool calls of the input attach to: the last
- * message when it is an assistant turn, else a new one. */
-static json_t *assistant_for_calls(json_t *msgs, struct strbuf *reasoning)
+ * message when this input made it and it is an assistant turn (and no
+ * reasoning item came in between), else a new one. */
+static json_t *assistant_for_calls(json_t *msgs, size_t first, struct strbuf *reasoning)
 {
-	json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+	size_t n = json_array_size(msgs);
+	json_t *last = n > first ? json_array_get(msgs, n - 1) : NULL;
 	const char *role = json_string_value(json_object_get(last, "role"));
-	if (last && role && !strcmp(role, "assistant"))
+	if (last && role && !strcmp(role, "assistant") && !reasoning->len)
 		return last;
 	json_t *m = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
 	if (reasoning->len) {
@@ -101,7 +103,7 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 	struct strbuf reasoning;
 	strbuf_init(&reasoning);
 	enum status st = ST_OK;
-	size_t i;
+	size_t i, first = json_array_size(msgs);
 	json_t *it;
 	char where[48];
 	json_array_foreach(input, i, it) {
@@ -147,7 +149,7 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 					  "%s: a function_call needs string 'call_id', 'name' and 'arguments'", where);
 				break;
 			}
-			json_t *m = assistant_for_calls(msgs, &reasoning);
+			json_t *m = assistant_for_calls(msgs, first, &reasoning);
 			json_t *calls = json_object_get(m, "tool_calls");
 			if (!calls) {
 				calls = json_array();
