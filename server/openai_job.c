@@ -677,8 +677,6 @@ static void job_free(struct oai_job *j)
 	for (uint32_t i = 0; i < j->n_choices; i++)
 		choice_fini(&j->choices[i]);
 	free(j->choices);
-	if (j->fmt && j->fmt->destroy)
-		j->fmt->destroy(j->fmt_ctx);
 	strbuf_free(&j->out);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
@@ -707,7 +705,11 @@ static void job_close(void *ctx, bool aborted)
 		}
 		log_msg(LOG_INFO, "server", "%s: client went away; request aborted", j->id);
 	}
+	const struct oai_job_format *fmt = j->fmt;
+	void *fmt_ctx = j->fmt_ctx;
 	job_free(j);
+	if (fmt)
+		fmt->destroy(fmt_ctx);
 }
 
 /* ---- submission ---- */
@@ -779,11 +781,6 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		      uint32_t n_prompts, char **echo, size_t *echo_len, const struct oai_job_format *fmt,
 		      void *fmt_ctx, struct http_response *resp, struct http_stream *hs)
 {
-	if (fmt && (n_prompts != 1 || r->n != 1 || r->kind != OAI_CHAT)) {
-		fmt->destroy(fmt_ctx);
-		api_error(resp, 400, "invalid_request_error", "n", NULL, "this endpoint answers one choice");
-		return;
-	}
 	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : KERN_SAMPLE_MAX_TOP_LOGPROBS;
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
 		bool prompt = r->prompt_logprobs && r->prompt_top_logprobs > lim;
@@ -791,14 +788,10 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		api_error(resp, 400, "invalid_request_error", param, NULL,
 			  "'%s' asks for %u logprobs; this server's maximum is %u (--max-logprobs)", param,
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
-		if (fmt)
-			fmt->destroy(fmt_ctx);
 		return;
 	}
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
-		if (fmt)
-			fmt->destroy(fmt_ctx);
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
@@ -929,7 +922,13 @@ void oai__start_job_fmt(struct oai_server *s, const struct oai_request *r, int32
 			const struct oai_job_format *fmt, void *fmt_ctx, struct http_response *resp,
 			struct http_stream *hs)
 {
-	start_job(s, r, &prompt_ids, &n_ids, 1, NULL, NULL, fmt, fmt_ctx, resp, hs);
+	resp->stream_ctx = NULL;
+	if (r->n != 1 || r->kind != OAI_CHAT)
+		api_error(resp, 400, "invalid_request_error", "n", NULL, "this endpoint answers one choice");
+	else
+		start_job(s, r, &prompt_ids, &n_ids, 1, NULL, NULL, fmt, fmt_ctx, resp, hs);
+	if (!resp->stream_ctx) /* refused: no job owns the format */
+		fmt->destroy(fmt_ctx);
 }
 
 void oai_server_abort_all(struct oai_server *s)
