@@ -219,6 +219,7 @@ try:
     script_ids = json.loads(body)["tokens"] + [1]
 finally:
     rc = srv.stop()
+check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
 check(rc == 0, "server exit status %r" % rc)
 
 srv = Server("--max-model-len", "8192", "--served-model-name", MODEL,
@@ -314,5 +315,6 @@ try:
           "count_tokens of the conversation = its usage")
 finally:
     rc = srv.stop()
+check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
 check(rc == 0, "scripted server exit status %r" % rc)
 sys.exit(check.finish())

@@ -197,6 +197,7 @@ try:
     script_ids = json.loads(body)["tokens"] + [1]
 finally:
     rc = srv.stop()
+check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
 check(rc == 0, "server exit status %r" % rc)
 
 srv = Server("--max-model-len", "8192", "--served-model-name", MODEL,
@@ -244,5 +245,6 @@ try:
                                                                             r2.usage.input_tokens))
 finally:
     rc = srv.stop()
+check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
 check(rc == 0, "scripted server exit status %r" % rc)
 sys.exit(check.finish())
