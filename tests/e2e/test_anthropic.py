@@ -19,6 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverproc import Check, Server  # noqa: E402
 
 try:
+    import jsonschema
+except ImportError:
+    jsonschema = None
+try:
     import anthropic
 except ImportError:
     print("anthropic SDK not installed (scripts/requirements.txt); skipping")
@@ -179,13 +183,41 @@ try:
     check(st_ == 404 and json.loads(body)["error"]["type"] == "not_found_error", "404 shape: %r" % body)
     st_, body, _ = srv.request("POST", "/v1/messages", {"model": MODEL, "max_tokens": 1, "messages": user})
     check(st_ == 401 and json.loads(body)["error"]["type"] == "authentication_error", "401 shape: %r" % body)
-    # tool_choice any / tool: constrained decoding (structured outputs) or a clear 400 until it exists
-    for tc in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
+    # tool_choice any / tool and output_config.format: constrained decoding (structured outputs), so the
+    # tool input / the text validates against its schema with random weights; or a 400 naming the field
+    # where the server has no constrained decoding
+    CITY = {"name": "get_weather", "description": "Weather for a city", "input_schema": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Lima"]}, "days": {"type": "integer"}},
+        "required": ["city", "days"], "additionalProperties": False}}
+    for i, tc in enumerate(({"type": "any"}, {"type": "tool", "name": "get_weather"})):
         try:
-            r = client.messages.create(model=MODEL, max_tokens=40, messages=user, tools=[WEATHER], tool_choice=tc)
-            check(any(b.type == "tool_use" for b in r.content), "tool_choice %r -> tool_use" % tc)
+            if i == 0:
+                r = client.messages.create(model=MODEL, max_tokens=300, messages=user, tools=[CITY], tool_choice=tc)
+            else:
+                with client.messages.stream(model=MODEL, max_tokens=300, messages=user, tools=[CITY],
+                                            tool_choice=tc) as st:
+                    r = st.get_final_message()
+            uses = [b for b in r.content if b.type == "tool_use"]
+            check(len(uses) >= 1 and r.stop_reason in ("tool_use", "max_tokens"), "tool_choice %r -> tool_use" % tc)
+            if uses and r.stop_reason == "tool_use" and jsonschema:
+                try:
+                    jsonschema.validate(uses[0].input, CITY["input_schema"])
+                    check(True, "tool input validates")
+                except jsonschema.ValidationError as ve:
+                    check(False, "tool_choice %r: input %r does not validate: %s" % (tc, uses[0].input, ve.message))
         except anthropic.BadRequestError as e:
             check("tool_choice" in str(e), "tool_choice %r refused naming it: %s" % (tc, e))
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+              "required": ["n", "ok"], "additionalProperties": False}
+    try:
+        r = client.messages.create(model=MODEL, max_tokens=300, messages=user,
+                                   extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}})
+        if r.stop_reason == "end_turn":
+            out = json.loads(r.content[-1].text)
+            check(not jsonschema or jsonschema.Draft202012Validator(schema).is_valid(out),
+                  "output_config.format: the text validates: %r" % out)
+    except anthropic.BadRequestError as e:
+        check("response_format" in str(e) or "format" in str(e), "output_config.format refused naming it: %s" % e)
     r = client.messages.create(model=MODEL, max_tokens=3, messages=user, tools=[WEATHER], tool_choice={"type": "none"})
     check(r.stop_reason == "max_tokens", "tool_choice none")
     expect(anthropic.BadRequestError, "server tools refused", lambda: client.messages.create(

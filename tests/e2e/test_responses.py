@@ -18,6 +18,11 @@ import sys
 
 import openai
 
+try:
+    import jsonschema
+except ImportError:
+    jsonschema = None
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverproc import Check, Server  # noqa: E402
 
@@ -155,19 +160,33 @@ try:
     expect(openai.BadRequestError, "too long", lambda: client.responses.create(
         model=MODEL, input=q, max_output_tokens=9000), "4096")
     expect(openai.BadRequestError, "missing input", lambda: client.responses.create(model=MODEL), "input")
-    # JSON formats and tool_choice required: constrained (structured outputs) or a clear 400 until then
-    try:
-        j = client.responses.create(model=MODEL, input=q, max_output_tokens=60, text={"format": {
-            "type": "json_schema", "name": "w", "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
-                                                           "required": ["a"], "additionalProperties": False}}})
-        check(isinstance(json.loads(j.output_text).get("a"), int), "json_schema output validates")
-    except openai.BadRequestError as e:
-        check("response_format" in str(e), "json_schema refused naming it: %s" % e)
-    try:
-        tr = client.responses.create(model=MODEL, input=q, max_output_tokens=60, tools=[WEATHER], tool_choice="required")
-        check(any(o.type == "function_call" for o in tr.output), "tool_choice required -> a function_call")
-    except openai.BadRequestError as e:
-        check("tool_choice" in str(e), "tool_choice required refused naming it: %s" % e)
+    # JSON formats and tool_choice required: constrained (structured outputs), so outputs validate against
+    # their schemas with random weights; or a 400 naming the field where the server has none
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}},
+              "required": ["a", "b"], "additionalProperties": False}
+    for fmt in ({"type": "json_schema", "name": "w", "schema": schema, "strict": True}, {"type": "json_object"}):
+        try:
+            j = client.responses.create(model=MODEL, input=q, max_output_tokens=300, text={"format": fmt})
+            if j.status == "completed":
+                out = json.loads(j.output_text)
+                ok = isinstance(out, dict) and (fmt["type"] == "json_object" or not jsonschema or
+                                                jsonschema.Draft202012Validator(schema).is_valid(out))
+                check(ok, "text.format %s: the output validates: %r" % (fmt["type"], out))
+        except openai.BadRequestError as e:
+            check("response_format" in str(e), "text.format %s refused naming it: %s" % (fmt["type"], e))
+    CITY = dict(WEATHER, parameters={"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},
+                                                                     "days": {"type": "integer"}},
+                                     "required": ["city", "days"], "additionalProperties": False})
+    for tc in ("required", {"type": "function", "name": "get_weather"}):
+        try:
+            tr = client.responses.create(model=MODEL, input=q, max_output_tokens=300, tools=[CITY], tool_choice=tc)
+            calls = [o for o in tr.output if o.type == "function_call"]
+            check(len(calls) >= 1, "tool_choice %r -> a function_call" % (tc,))
+            if calls and tr.status == "completed" and jsonschema:
+                check(jsonschema.Draft202012Validator(CITY["parameters"]).is_valid(json.loads(calls[0].arguments)),
+                      "tool_choice %r: arguments validate: %s" % (tc, calls[0].arguments))
+        except openai.BadRequestError as e:
+            check("tool_choice" in str(e), "tool_choice %r refused naming it: %s" % (tc, e))
 
     # ---- the bounded store evicts its oldest answers ----
     ids = []
