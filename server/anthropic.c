@@ -285,13 +285,15 @@ static enum status translate_tools(json_t *tools, json_t *out, struct oai_error 
  * tool -> {"type":"function","function":{"name"}}, which the chat parser
  * takes to its constrained decoding (the structured-outputs machinery) or
  * refuses with a 400 while it has none.
- * HOOK(structured): disable_parallel_tool_use is accepted and not enforced.
+ * disable_parallel_tool_use: the answer keeps its first tool call only (the
+ * model may write more; they are dropped).
  */
-static enum status translate_tool_choice(json_t *v, json_t *out, struct oai_error *why)
+static enum status translate_tool_choice(json_t *v, json_t *out, struct anth_info *info, struct oai_error *why)
 {
 	const char *t = json_string_value(json_object_get(v, "type"));
 	if (!json_is_object(v) || !t)
 		return fail(why, ST_INVALID, "tool_choice", "'tool_choice' must be an object with a 'type'");
+	info->one_tool = json_is_true(json_object_get(v, "disable_parallel_tool_use"));
 	if (!strcmp(t, "auto") || !strcmp(t, "none")) {
 		json_object_set_new(out, "tool_choice", json_string(t));
 	} else if (!strcmp(t, "any")) {
@@ -366,7 +368,7 @@ enum status anth_translate(const char *body, size_t len, bool count_tokens, char
 			if ((st = translate_tools(v, o, why)))
 				goto done;
 		} else if (!strcmp(k, "tool_choice")) {
-			if ((st = translate_tool_choice(v, o, why)))
+			if ((st = translate_tool_choice(v, o, info, why)))
 				goto done;
 		} else if (!strcmp(k, "thinking")) {
 			const char *t = json_string_value(json_object_get(v, "type"));
@@ -477,7 +479,7 @@ struct anth_block {
 struct anth_fmt {
 	char id[48];
 	char *model;
-	bool stream, omit_thinking;
+	bool stream, omit_thinking, one_tool;
 	struct anth_block *blocks;
 	size_t n_blocks, cap_blocks;
 	bool open;           /* stream: the last block has been started and not stopped */
@@ -620,6 +622,8 @@ static void fmt_event(void *ctx, struct strbuf *out, const struct model_oparse_e
 		field = "text";
 		break;
 	case MODEL_OPARSE_TOOL_CALL_START:
+		if (f->one_tool && ev->tool_index > 0)
+			return; /* disable_parallel_tool_use: its arguments find no block either */
 		new_block(f, out, BLK_TOOL, ev->tool_id, ev->tool_name ? ev->tool_name : "", ev->tool_index);
 		return;
 	case MODEL_OPARSE_TOOL_CALL_ARGS:
@@ -821,6 +825,7 @@ static void route_messages(void *ctx, struct api *api, const struct http_request
 		f->model = strdup(api_model_name(api));
 		f->stream = info.stream;
 		f->omit_thinking = info.omit_thinking;
+		f->one_tool = info.one_tool;
 		f->stop = calloc(r.n_stop ? r.n_stop : 1, sizeof *f->stop);
 		for (uint32_t i = 0; f->stop && i < r.n_stop; i++)
 			f->stop[f->n_stop++] = strdup(r.stop[i]);

@@ -29,6 +29,7 @@ struct api;
 struct anth_info {
 	bool stream;
 	bool omit_thinking; /* thinking.display "omitted": thinking blocks without their text */
+	bool one_tool;      /* tool_choice.disable_parallel_tool_use: at most one tool_use block */
 };
 
 /* body -> a malloc'd OpenAI chat completions JSON body in *out (length

@@ -320,11 +320,12 @@ enum status resp_translate(const char *body, size_t len, struct resp_store *stor
 			}
 			json_object_set(ec, k, v);
 		} else if (!strcmp(k, "parallel_tool_calls")) {
-			/* HOOK(structured): false is accepted and not enforced */
+			/* false: the answer keeps its first call (the model may write more; dropped) */
 			if (!json_is_boolean(v)) {
 				st = fail(why, 400, ST_INVALID, k, "'parallel_tool_calls' must be a boolean");
 				goto done;
 			}
+			info->one_call = json_is_false(v);
 			json_object_set(ec, k, v);
 		} else if (!strcmp(k, "reasoning")) {
 			if (!json_is_object(v)) {
@@ -457,7 +458,7 @@ struct resp_fmt {
 	char id[48];
 	long created;
 	char *model;
-	bool stream, store_it;
+	bool stream, store_it, one_call;
 	char *echo, *history;
 	struct resp_item *items;
 	size_t n_items, cap_items;
@@ -667,6 +668,8 @@ static void fmt_event(void *ctx, struct strbuf *out, const struct model_oparse_e
 		type = "response.output_text.delta";
 		break;
 	case MODEL_OPARSE_TOOL_CALL_START:
+		if (f->one_call && ev->tool_index > 0)
+			return; /* parallel_tool_calls false: its arguments find no item either */
 		new_item(f, out, IT_CALL, ev->tool_id, ev->tool_name ? ev->tool_name : "", ev->tool_index);
 		return;
 	case MODEL_OPARSE_TOOL_CALL_ARGS:
@@ -837,6 +840,7 @@ static void route_create(void *ctx, struct api *api, const struct http_request *
 		f->model = strdup(api_model_name(api));
 		f->stream = info.stream;
 		f->store_it = info.store;
+		f->one_call = info.one_call;
 		f->created = (long)time(NULL);
 		f->echo = echo;
 		f->history = history;

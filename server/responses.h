@@ -33,6 +33,7 @@ struct resp_info {
 	bool stream;
 	bool store;                 /* default true */
 	char previous_id[128];      /* "" = none */
+	bool one_call;              /* parallel_tool_calls false: at most one function_call item */
 };
 
 /* body -> *chat (malloc'd chat completions body), *history (malloc'd JSON

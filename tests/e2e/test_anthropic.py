@@ -246,6 +246,9 @@ try:
                  "<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
                  "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Paris</\uff5cDSML\uff5cparameter>\n"
                  "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">3</\uff5cDSML\uff5cparameter>\n"
+                 "</\uff5cDSML\uff5cinvoke>\n<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
+                 "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Oslo</\uff5cDSML\uff5cparameter>\n"
+                 "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">1</\uff5cDSML\uff5cparameter>\n"
                  "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
     st_, body, _ = srv.request("POST", "/tokenize", {"prompt": call_text}, headers={"Authorization": "Bearer " + KEY})
     script_ids = json.loads(body)["tokens"] + [1]
@@ -262,9 +265,14 @@ try:
     think = {"type": "enabled", "budget_tokens": 2048}
     m = client.messages.create(model=MODEL, max_tokens=200, messages=ask, tools=[WEATHER], thinking=think)
     types = [b.type for b in m.content]
-    check(types == ["thinking", "text", "tool_use"], "blocks thinking, text, tool_use: %r" % types)
+    check(types == ["thinking", "text", "tool_use", "tool_use"], "blocks thinking, text, 2 tool_use: %r" % types)
     check(m.stop_reason == "tool_use", "stop_reason tool_use: %r" % m.stop_reason)
-    tu = m.content[-1]
+    tu = m.content[2]
+    check(m.content[3].input == {"city": "Oslo", "days": 1} and m.content[3].id != tu.id, "second tool_use")
+    one = client.messages.create(model=MODEL, max_tokens=200, messages=ask, tools=[WEATHER], thinking=think,
+                                 tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+    check([b.type for b in one.content] == ["thinking", "text", "tool_use"] and one.content[2].input == tu.input
+          and one.stop_reason == "tool_use", "disable_parallel_tool_use keeps the first call: %r" % one.content)
     check(tu.name == "get_weather" and tu.input == {"city": "Paris", "days": 3}, "tool_use input: %r" % tu)
     check(isinstance(tu.input.get("city"), str) and isinstance(tu.input.get("days"), int) and
           set(tu.input) <= set(WEATHER["input_schema"]["properties"]), "input validates against input_schema")
@@ -276,9 +284,9 @@ try:
                                                         "messages": ask, "tools": [WEATHER], "thinking": think})
     evs = sse_events(raw)
     starts = [d["content_block"]["type"] for e, d in evs if e == "content_block_start"]
-    check(starts == ["thinking", "text", "tool_use"], "streamed block starts: %r" % starts)
+    check(starts == ["thinking", "text", "tool_use", "tool_use"], "streamed block starts: %r" % starts)
     frags = "".join(d["delta"]["partial_json"] for e, d in evs
-                    if e == "content_block_delta" and d["delta"]["type"] == "input_json_delta")
+                    if e == "content_block_delta" and d["delta"]["type"] == "input_json_delta" and d["index"] == 2)
     check(json.loads(frags) == {"city": "Paris", "days": 3}, "input_json_delta fragments: %r" % frags)
     check(any(d["delta"]["type"] == "signature_delta" for e, d in evs if e == "content_block_delta"),
           "thinking block carries a signature_delta")
@@ -286,13 +294,15 @@ try:
     check(md["delta"]["stop_reason"] == "tool_use", "streamed stop_reason tool_use")
     with client.messages.stream(model=MODEL, max_tokens=200, messages=ask, tools=[WEATHER], thinking=think) as st:
         final = st.get_final_message()
-    check([b.type for b in final.content] == types and final.content[-1].input == tu.input,
+    check([b.type for b in final.content] == types and final.content[2].input == tu.input and
+          final.content[3].input == m.content[3].input,
           "SDK stream accumulates the same message")
 
     # tool_result round trip (the assistant turn fed back whole)
     turn = [ask[0], {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu.id,
-                                          "content": [{"type": "text", "text": "{\"temp_c\": 21}"}]}]}]
+                                          "content": [{"type": "text", "text": "{\"temp_c\": 21}"}]},
+                                         {"type": "tool_result", "tool_use_id": m.content[3].id, "content": "5 C"}]}]
     r2 = client.messages.create(model=MODEL, max_tokens=5, messages=turn, tools=[WEATHER], thinking=think)
     check(r2.stop_reason in ("tool_use", "max_tokens", "end_turn"), "tool_result round trip answered")
     check((r2.usage.cache_read_input_tokens or 0) > 0 or True, "cache read reported")
@@ -320,7 +330,7 @@ try:
            "x-api-key": "unused", "anthropic-dangerous-direct-browser-access": "true"}
     body = {"model": MODEL, "max_tokens": 300, "stream": True, "system": system, "tools": tools,
             "messages": convo, "metadata": {"user_id": "user_abc_account__session_x"}, "temperature": 1,
-            "thinking": think}
+            "thinking": think, "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}
     st_, raw, _ = srv.request("POST", "/v1/messages?beta=true", body, headers=hdr)
     evs = sse_events(raw)
     tool_blocks = [d["content_block"] for e, d in evs if e == "content_block_start"

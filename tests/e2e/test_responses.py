@@ -211,6 +211,9 @@ try:
                  "<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
                  "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Paris</\uff5cDSML\uff5cparameter>\n"
                  "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">3</\uff5cDSML\uff5cparameter>\n"
+                 "</\uff5cDSML\uff5cinvoke>\n<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
+                 "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Oslo</\uff5cDSML\uff5cparameter>\n"
+                 "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">1</\uff5cDSML\uff5cparameter>\n"
                  "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
     st_, body, _ = srv.request("POST", "/tokenize", {"prompt": call_text}, headers={"Authorization": "Bearer " + KEY})
     script_ids = json.loads(body)["tokens"] + [1]
@@ -227,9 +230,17 @@ try:
     r = client.responses.create(model=MODEL, input=ask, tools=[WEATHER], reasoning={"effort": "high"},
                                 max_output_tokens=200)
     types = [o.type for o in r.output]
-    check(types == ["reasoning", "message", "function_call"], "items reasoning, message, function_call: %r" % types)
+    check(types == ["reasoning", "message", "function_call", "function_call"],
+          "items reasoning, message, 2 function_call: %r" % types)
     check(r.status == "completed", "status completed: %r" % r.status)
-    fc = r.output[-1]
+    fc = r.output[2]
+    check(json.loads(r.output[3].arguments) == {"city": "Oslo", "days": 1} and r.output[3].call_id != fc.call_id,
+          "the second call")
+    one = client.responses.create(model=MODEL, input=ask, tools=[WEATHER], reasoning={"effort": "high"},
+                                  max_output_tokens=200, parallel_tool_calls=False)
+    check([o.type for o in one.output] == ["reasoning", "message", "function_call"] and
+          one.output[2].arguments == fc.arguments and one.parallel_tool_calls is False,
+          "parallel_tool_calls false keeps the first call: %r" % [o.type for o in one.output])
     args = json.loads(fc.arguments)
     check(fc.name == "get_weather" and args == {"city": "Paris", "days": 3} and fc.call_id, "function_call: %r" % fc)
     check(isinstance(args["city"], str) and isinstance(args["days"], int) and
@@ -241,21 +252,25 @@ try:
                                  max_output_tokens=200) as st:
         evs = list(st)
         final = st.get_final_response()
-    frag = "".join(e.delta for e in evs if e.type == "response.function_call_arguments.delta")
+    frag = "".join(e.delta for e in evs if e.type == "response.function_call_arguments.delta" and e.output_index == 2)
     adone = [e for e in evs if e.type == "response.function_call_arguments.done"]
     check(json.loads(frag) == args and adone and adone[0].arguments == frag, "arguments deltas join to .done")
-    check([o.type for o in final.output] == types and json.loads(final.output[-1].arguments) == args,
+    check([o.type for o in final.output] == types and json.loads(final.output[2].arguments) == args and
+          final.output[3].arguments == r.output[3].arguments,
           "get_final_response equals the non-streamed items")
     check(evs[-1].type == "response.completed", "ends response.completed")
 
     # round trip through function_call_output: continuing the stored response ...
     r2 = client.responses.create(model=MODEL, previous_response_id=r.id, tools=[WEATHER], max_output_tokens=3,
                                  reasoning={"effort": "high"},
-                                 input=[{"type": "function_call_output", "call_id": fc.call_id, "output": "21 C"}])
+                                 input=[{"type": "function_call_output", "call_id": fc.call_id, "output": "21 C"},
+                                        {"type": "function_call_output", "call_id": r.output[3].call_id,
+                                         "output": [{"type": "input_text", "text": "5 C"}]}])
     check(r2.status in ("completed", "incomplete") and r2.output, "function_call_output round trip (stored)")
     # ... and with the whole history in input (items fed back, as a client with store: false does)
     items = [{"role": "user", "content": ask}] + [o.model_dump(exclude_none=True) for o in r.output] + [
-        {"type": "function_call_output", "call_id": fc.call_id, "output": "21 C"}]
+        {"type": "function_call_output", "call_id": fc.call_id, "output": "21 C"},
+        {"type": "function_call_output", "call_id": r.output[3].call_id, "output": "5 C"}]
     r3 = client.responses.create(model=MODEL, input=items, tools=[WEATHER], max_output_tokens=3, store=False,
                                  parallel_tool_calls=False, include=["reasoning.encrypted_content"],
                                  reasoning={"effort": "high"}, extra_body={"prompt_cache_key": "k"})

@@ -68,7 +68,7 @@ static void test_anthropic(void)
 			 false, &info, &why);
 	T_CHECKF(j != NULL, "anthropic translation: %s", why.message);
 	if (j) {
-		T_CHECK(info.stream && info.omit_thinking);
+		T_CHECK(info.stream && info.omit_thinking && info.one_tool);
 		T_CHECK(!strcmp(role_at(j, 0), "system") && !strcmp(role_at(j, 1), "user") &&
 			!strcmp(role_at(j, 2), "assistant") && !strcmp(role_at(j, 3), "tool") && !strcmp(role_at(j, 4), "user"));
 		T_CHECK(!strcmp(json_string_value(json_object_get(msg_at(j, 0), "content")), "S1\nS2"));
@@ -155,7 +155,7 @@ static void test_responses(void)
 	T_CHECKF(st == ST_OK, "responses translation: %s", why.message);
 	if (!st) {
 		json_t *j = json_loads(chat, 0, NULL), *h = json_loads(history, 0, NULL), *ec = json_loads(echo, 0, NULL);
-		T_CHECK(!info.store && !info.stream && !strcmp(info.previous_id, "resp_prev"));
+		T_CHECK(!info.store && !info.stream && !strcmp(info.previous_id, "resp_prev") && info.one_call);
 		static const char *roles[] = {"system", "user", "assistant", "assistant", "tool", "system", "user"};
 		for (size_t i = 0; i < 7; i++)
 			T_CHECKF(role_at(j, i) && !strcmp(role_at(j, i), roles[i]), "role %zu: %s", i, role_at(j, i));
