@@ -13,6 +13,7 @@ Random content is seeded (DSV4_TEST_SEED repeats a run)."""
 import json
 import os
 import random
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +67,8 @@ WEATHER = {"name": "get_weather", "description": "Weather for a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                             "required": ["city"]}}
 
-srv = Server("--api-key", KEY, "--max-model-len", "4096", "--served-model-name", MODEL)
+srv = Server("--api-key", KEY, "--max-model-len", "4096", "--served-model-name", MODEL,
+             env={"DSV4_TEST_EXEC_STEP_MS": "1"})
 try:
     client = anthropic.Anthropic(base_url=srv.url, api_key=KEY, max_retries=0, timeout=60)
     user = [{"role": "user", "content": "Hello " + rand_text(5)}]
@@ -153,6 +155,19 @@ try:
         {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],
         extra_body={"context_management": {"edits": []}, "output_config": {"effort": "high"}, "some_beta": 1})
     check(acc.stop_reason == "max_tokens", "cache_control / context_management / effort / unknown beta accepted")
+
+    # ---- a client that goes away mid-stream: the request is aborted, its blocks freed ----
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    conn.request("POST", "/v1/messages", body=json.dumps({"model": MODEL, "max_tokens": 3000, "stream": True, "messages": user}), headers={"Content-Type": "application/json", **{"x-api-key": KEY}})
+    resp = conn.getresponse()
+    first = resp.read1(64)
+    conn.close()
+    g = srv.wait_idle(20)
+    aborted = re.search(r'^dsv4:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)', srv.metrics_text(), re.M)
+    check(first and aborted and float(aborted.group(1)) >= 1, "an abandoned stream is counted as aborted")
+    check(g.get("num_requests_running") == 0 and g.get("kv_cache_usage_perc") == 0,
+          "an abandoned stream is freed: %r" % g)
 
     # ---- errors ----
     bad = anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0)

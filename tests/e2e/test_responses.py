@@ -14,6 +14,7 @@ previous_response_id. Random inputs are seeded (DSV4_TEST_SEED)."""
 import json
 import os
 import random
+import re
 import sys
 
 import openai
@@ -65,7 +66,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Weather fo
                           "required": ["city"]}}
 
 srv = Server("--api-key", KEY, "--max-model-len", "4096", "--served-model-name", MODEL,
-             "--responses-store-bytes", str(STORE_BYTES))
+             "--responses-store-bytes", str(STORE_BYTES), env={"DSV4_TEST_EXEC_STEP_MS": "1"})
 try:
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
     q = "Hello " + rand_text(4)
@@ -146,6 +147,19 @@ try:
           "reasoning.effort high -> a reasoning item: %r" % rr.output[:1])
     rn = client.responses.create(model=MODEL, input=q, max_output_tokens=4, reasoning={"effort": "none"})
     check(rn.output[0].type == "message", "reasoning.effort none -> a message")
+
+    # ---- a client that goes away mid-stream: the request is aborted, its blocks freed ----
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    conn.request("POST", "/v1/responses", body=json.dumps({"model": MODEL, "max_output_tokens": 3000, "stream": True, "input": q}), headers={"Content-Type": "application/json", **{"Authorization": "Bearer " + KEY}})
+    resp = conn.getresponse()
+    first = resp.read1(64)
+    conn.close()
+    g = srv.wait_idle(20)
+    aborted = re.search(r'^dsv4:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)', srv.metrics_text(), re.M)
+    check(first and aborted and float(aborted.group(1)) >= 1, "an abandoned stream is counted as aborted")
+    check(g.get("num_requests_running") == 0 and g.get("kv_cache_usage_perc") == 0,
+          "an abandoned stream is freed: %r" % g)
 
     # ---- errors ----
     bad = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0)
