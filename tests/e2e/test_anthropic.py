@@ -15,6 +15,7 @@ import os
 import random
 import re
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverproc import Check, Server  # noqa: E402
@@ -68,7 +69,7 @@ WEATHER = {"name": "get_weather", "description": "Weather for a city",
                             "required": ["city"]}}
 
 srv = Server("--api-key", KEY, "--max-model-len", "4096", "--served-model-name", MODEL,
-             env={"DSV4_TEST_EXEC_STEP_MS": "1"})
+             "--shutdown-timeout", "1", env={"DSV4_TEST_EXEC_STEP_MS": "1"})
 try:
     client = anthropic.Anthropic(base_url=srv.url, api_key=KEY, max_retries=0, timeout=60)
     user = [{"role": "user", "content": "Hello " + rand_text(5)}]
@@ -159,7 +160,8 @@ try:
     # ---- a client that goes away mid-stream: the request is aborted, its blocks freed ----
     import http.client
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-    conn.request("POST", "/v1/messages", body=json.dumps({"model": MODEL, "max_tokens": 3000, "stream": True, "messages": user}), headers={"Content-Type": "application/json", **{"x-api-key": KEY}})
+    conn.request("POST", "/v1/messages", body=json.dumps({"model": MODEL, "max_tokens": 3000, "stream": True, "messages": user}),
+                 headers=dict({"x-api-key": KEY}, **{"Content-Type": "application/json"}))
     resp = conn.getresponse()
     first = resp.read1(64)
     conn.close()
@@ -267,6 +269,31 @@ try:
                  "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
     st_, body, _ = srv.request("POST", "/tokenize", {"prompt": call_text}, headers={"Authorization": "Bearer " + KEY})
     script_ids = json.loads(body)["tokens"] + [1]
+
+    # ---- a stream that fails midway (the server stops; its drain time passes): it ends with an error event ----
+    import threading
+    got = {}
+
+    def reader():
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        c.request("POST", "/v1/messages", body=json.dumps({"model": MODEL, "max_tokens": 3500, "stream": True, "messages": user}),
+                  headers=dict({"x-api-key": KEY}, **{"Content-Type": "application/json"}))
+        r = c.getresponse()
+        try:
+            got["raw"] = r.read()
+        except http.client.IncompleteRead as ex:
+            got["raw"] = ex.partial
+    th = threading.Thread(target=reader)
+    th.start()
+    for _ in range(200):
+        if srv.gauges().get("num_requests_running", 0) >= 1:
+            break
+        time.sleep(0.05)
+    srv.stop()
+    th.join(60)
+    evs = sse_events(got.get("raw", b""))
+    check(evs and evs[-1][0] == "error" and evs[-1][1]["error"]["type"] == "overloaded_error",
+          "a stream cut by shutdown ends with an error event: %r" % (evs[-1:] if evs else got))
 finally:
     rc = srv.stop()
 check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())

@@ -16,6 +16,7 @@ import os
 import random
 import re
 import sys
+import time
 
 import openai
 
@@ -66,7 +67,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Weather fo
                           "required": ["city"]}}
 
 srv = Server("--api-key", KEY, "--max-model-len", "4096", "--served-model-name", MODEL,
-             "--responses-store-bytes", str(STORE_BYTES), env={"DSV4_TEST_EXEC_STEP_MS": "1"})
+             "--responses-store-bytes", str(STORE_BYTES), "--shutdown-timeout", "1", env={"DSV4_TEST_EXEC_STEP_MS": "1"})
 try:
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
     q = "Hello " + rand_text(4)
@@ -151,7 +152,8 @@ try:
     # ---- a client that goes away mid-stream: the request is aborted, its blocks freed ----
     import http.client
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-    conn.request("POST", "/v1/responses", body=json.dumps({"model": MODEL, "max_output_tokens": 3000, "stream": True, "input": q}), headers={"Content-Type": "application/json", **{"Authorization": "Bearer " + KEY}})
+    conn.request("POST", "/v1/responses", body=json.dumps({"model": MODEL, "max_output_tokens": 3000, "stream": True, "input": q}),
+                 headers=dict({"Authorization": "Bearer " + KEY}, **{"Content-Type": "application/json"}))
     resp = conn.getresponse()
     first = resp.read1(64)
     conn.close()
@@ -231,6 +233,33 @@ try:
                  "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
     st_, body, _ = srv.request("POST", "/tokenize", {"prompt": call_text}, headers={"Authorization": "Bearer " + KEY})
     script_ids = json.loads(body)["tokens"] + [1]
+
+    # ---- a stream that fails midway (the server stops; its drain time passes): it ends with response.failed ----
+    import threading
+    got = {}
+
+    def reader():
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        c.request("POST", "/v1/responses", body=json.dumps({"model": MODEL, "max_output_tokens": 3500, "stream": True, "input": q}),
+                  headers=dict({"Authorization": "Bearer " + KEY}, **{"Content-Type": "application/json"}))
+        r = c.getresponse()
+        try:
+            got["raw"] = r.read()
+        except http.client.IncompleteRead as ex:
+            got["raw"] = ex.partial
+    th = threading.Thread(target=reader)
+    th.start()
+    for _ in range(200):
+        if srv.gauges().get("num_requests_running", 0) >= 1:
+            break
+        time.sleep(0.05)
+    srv.stop()
+    th.join(60)
+    evs = sse_events(got.get("raw", b""))
+    last = evs[-1][1] if evs else {}
+    check(evs and evs[-1][0] == "response.failed" and last["response"]["status"] == "failed" and
+          last["response"]["error"]["message"],
+          "a stream cut by shutdown ends with response.failed: %r" % (evs[-1:] if evs else got))
 finally:
     rc = srv.stop()
 check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
