@@ -132,6 +132,7 @@ try:
     done = [e for e in evs if e.type == "response.output_text.done"]
     check(done and done[0].text == deltas and deltas, "output_text deltas join to .done")
     check(evs[-1].response.output_text == deltas, "the final response carries the text")
+    check(client.responses.retrieve(evs[-1].response.id).output_text == deltas, "a streamed response is stored too")
     for name in ("response.output_item.added", "response.content_part.added", "response.content_part.done",
                  "response.output_item.done"):
         check(name in types, "event %s" % name)
