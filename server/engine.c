@@ -102,7 +102,8 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	struct oai_server_options oo = {.tok = en->tok, .loop = en->loop, .api = en->api,
 					.max_model_len = en->max_model_len,
 					.vocab_size = model_tokenizer_vocab_size(en->tok),
-					.max_logprobs = opt->max_logprobs, .model_dir = opt->model_dir};
+					.max_logprobs = opt->max_logprobs, .model_dir = opt->model_dir,
+					.responses_store_bytes = opt->responses_store_bytes};
 	if (opt->exec->info.vocab_size && (int32_t)opt->exec->info.vocab_size < oo.vocab_size)
 		oo.vocab_size = (int32_t)opt->exec->info.vocab_size;
 	if ((st = oai_server_create(&en->oai, &oo, e))) {

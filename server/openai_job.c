@@ -94,6 +94,8 @@ struct oai_job {
 	char error_msg[256];
 	double last_write_s, t_arrival;
 	struct oai_usage usage;
+	const struct oai_job_format *fmt; /* another API's shapes (openai_internal.h), or NULL */
+	void *fmt_ctx;
 };
 
 /* ---- detokenize callback for the scheduler ---- */
@@ -204,6 +206,11 @@ static void on_parse(void *user, const struct model_oparse_event *ev)
 	struct choice *c = user;
 	struct oai_job *j = c->job;
 	struct oai_delta d = {0};
+	if (j->fmt) {
+		if (ev->kind != MODEL_OPARSE_REASONING || j->include_reasoning)
+			j->fmt->event(j->fmt_ctx, &j->out, ev);
+		return;
+	}
 	switch (ev->kind) {
 	case MODEL_OPARSE_REASONING:
 		if (!j->include_reasoning || !ev->len)
@@ -454,7 +461,9 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 		snprintf(j->error_msg, sizeof j->error_msg, "the engine failed while generating this request");
 	}
 	j->n_finished++;
-	if (j->stream) {
+	if (j->fmt) {
+		j->fmt->finish(j->fmt_ctx, &j->out, ev);
+	} else if (j->stream) {
 		if (j->kind == OAI_CHAT) {
 			struct oai_delta d = {.kind = OAI_DELTA_EMPTY, .finish_reason = c->finish_reason};
 			emit_chat_delta(c, &d);
@@ -563,7 +572,10 @@ static void render_full(struct oai_job *j)
 static void finalize(struct oai_job *j)
 {
 	j->finalized = true;
-	if (j->stream) {
+	if (j->fmt) {
+		j->fmt->final(j->fmt_ctx, &j->out, &j->usage,
+			      j->error ? (j->error_msg[0] ? j->error_msg : "internal error") : NULL);
+	} else if (j->stream) {
 		if (j->error)
 			oai_sse_error(&j->out, 500, "server_error", j->error_msg[0] ? j->error_msg : "internal error");
 		if (j->head.usage_null)
@@ -611,8 +623,12 @@ static ssize_t job_read(void *ctx, char *buf, size_t max)
 			pump(j);
 	}
 	if (j->out_off >= j->out.len && !j->finalized && j->stream &&
-	    time_mono_s() - j->last_write_s > OAI_PING_INTERVAL_S)
-		strbuf_puts(&j->out, ": ping\n\n");
+	    time_mono_s() - j->last_write_s > OAI_PING_INTERVAL_S) {
+		if (j->fmt)
+			j->fmt->ping(j->fmt_ctx, &j->out);
+		else
+			strbuf_puts(&j->out, ": ping\n\n");
+	}
 	if (strbuf_failed(&j->out)) {
 		pthread_mutex_unlock(&j->mu);
 		return HTTP_STREAM_END;
@@ -689,7 +705,11 @@ static void job_close(void *ctx, bool aborted)
 		}
 		log_msg(LOG_INFO, "server", "%s: client went away; request aborted", j->id);
 	}
+	const struct oai_job_format *fmt = j->fmt;
+	void *fmt_ctx = j->fmt_ctx;
 	job_free(j);
+	if (fmt)
+		fmt->destroy(fmt_ctx);
 }
 
 /* ---- submission ---- */
@@ -756,9 +776,10 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->score_only = r->score_only;
 }
 
-/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
-		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
-		    struct http_stream *hs)
+/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */
+static void start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
+		      uint32_t n_prompts, char **echo, size_t *echo_len, const struct oai_job_format *fmt,
+		      void *fmt_ctx, struct http_response *resp, struct http_stream *hs)
 {
 	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : KERN_SAMPLE_MAX_TOP_LOGPROBS;
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
@@ -774,6 +795,8 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
+	j->fmt = fmt;
+	j->fmt_ctx = fmt_ctx;
 	pthread_mutex_init(&j->mu, NULL);
 	strbuf_init(&j->out);
 	j->srv = s;
@@ -850,7 +873,9 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		sb->n_prompt = (uint32_t)n_ids[i]; /* metrics of a request aborted before its FINISH event */
 	}
 	/* Chunks the client gets at once: the role (chat) or the echoed prompt (completions). */
-	if (j->stream) {
+	if (j->fmt) {
+		j->fmt->start(j->fmt_ctx, &j->out, (uint32_t)n_ids[0]);
+	} else if (j->stream) {
 		for (uint32_t i = 0; i < j->n_choices; i++) {
 			if (r->kind == OAI_CHAT) {
 				struct oai_delta d = {.kind = OAI_DELTA_ROLE};
@@ -884,6 +909,26 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	resp->stream.read = job_read;
 	resp->stream.close = job_close;
 	resp->stream_ctx = j;
+}
+
+void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
+		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
+		    struct http_stream *hs)
+{
+	start_job(s, r, prompt_ids, n_ids, n_prompts, echo, echo_len, NULL, NULL, resp, hs);
+}
+
+void oai__start_job_fmt(struct oai_server *s, const struct oai_request *r, int32_t *prompt_ids, size_t n_ids,
+			const struct oai_job_format *fmt, void *fmt_ctx, struct http_response *resp,
+			struct http_stream *hs)
+{
+	resp->stream_ctx = NULL;
+	if (r->n != 1 || r->kind != OAI_CHAT)
+		api_error(resp, 400, "invalid_request_error", "n", NULL, "this endpoint answers one choice");
+	else
+		start_job(s, r, &prompt_ids, &n_ids, 1, NULL, NULL, fmt, fmt_ctx, resp, hs);
+	if (!resp->stream_ctx) /* refused: no job owns the format */
+		fmt->destroy(fmt_ctx);
 }
 
 void oai_server_abort_all(struct oai_server *s)

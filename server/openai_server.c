@@ -15,7 +15,9 @@
 
 #include "common/strbuf.h"
 #include "model/chat.h"
+#include "server/anthropic.h"
 #include "server/openai_format.h"
+#include "server/responses.h"
 
 /* ---- request handling ---- */
 
@@ -337,7 +339,8 @@ enum status oai_server_create(struct oai_server **out, const struct oai_server_o
 	    api_route(a, "POST", "/v1/completions", "/v1/completions", route_completions, s) ||
 	    api_route(a, "POST", "/tokenize", "/tokenize", route_tokenize, s) ||
 	    api_route(a, "POST", "/detokenize", "/detokenize", route_detokenize, s) ||
-	    api_route(a, "GET", "/tokenizer_info", "/tokenizer_info", route_tokenizer_info, s)) {
+	    api_route(a, "GET", "/tokenizer_info", "/tokenizer_info", route_tokenizer_info, s) ||
+	    anth_register(s, a) || resp_register(s, a)) {
 		oai_server_destroy(s);
 		return err_set(e, ST_INVALID, "server: cannot register the OpenAI routes");
 	}
@@ -358,6 +361,7 @@ void oai_server_destroy(struct oai_server *s)
 		return;
 	for (int c = 0; c < s->n_chunks; c++)
 		free(s->chunks[c]);
+	resp_store_destroy(s->resp_store);
 	pthread_mutex_destroy(&s->wake_mu);
 	free(s);
 }
