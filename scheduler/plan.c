@@ -19,6 +19,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "model/gram.h"
 
 static inline uint32_t blocks_for(const struct sched *s, uint32_t tokens)
 {
@@ -212,6 +213,12 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 	if (r->score_only) {
 		/* echo with max_tokens 0: the prompt was the point; the sample is dropped */
 		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
+		return;
+	}
+	if (q->gs && gram_state_accept_token(q->gs, tok) != ST_OK) {
+		/* cannot happen: the token came from the grammar's own mask */
+		log_msg(LOG_ERROR, "sched", "request %" PRIu64 ": sampled token %d outside its grammar", r->id, tok);
+		sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
 		return;
 	}
 	if (!sched__seq_push_token(q, tok)) {
@@ -425,6 +432,14 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 		if (q->sched_sample) {
 			bool below_min = q->n_tokens - r->n_prompt < r->min_tokens;
 			es->sampling = below_min ? &q->sampling_min : &q->sampling;
+			if (q->gs) {
+				/* structured outputs: the tokens the grammar allows now; once
+				 * the output is complete min_tokens no longer holds eos back */
+				gram_state_fill_mask(q->gs, q->gmask);
+				q->sampling_g = gram_state_is_complete(q->gs) ? q->sampling : *es->sampling;
+				q->sampling_g.allow_mask = q->gmask;
+				es->sampling = &q->sampling_g;
+			}
 			es->prompt_ids = r->prompt;
 			es->n_prompt = r->n_prompt;
 			es->output_ids = q->tokens + r->n_prompt;
