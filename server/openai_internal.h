@@ -36,6 +36,7 @@ struct oai_server {
 	int32_t free_head; /* slot index, -1 = none */
 	uint32_t n_jobs;
 	atomic_uint_fast64_t next_id;
+	struct gram_vocab *gvocab; /* structured outputs: the tokenizer's byte trie (NULL: unavailable) */
 };
 
 /* Submit the request's prompts (n_prompts id arrays; echo texts may be NULL,
@@ -44,5 +45,12 @@ struct oai_server {
 void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
 		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
 		    struct http_stream *hs);
+
+/* Structured outputs (openai_structured.c): the grammar the request asks
+ * for in *out (NULL for none; the caller releases it). false: resp holds
+ * the error reply (400 for a schema that cannot be compiled). */
+struct gram;
+bool oai__grammar(const struct oai_server *s, const struct oai_request *r, struct gram **out,
+		  struct http_response *resp);
 
 #endif

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/timeutil.h"
+#include "model/gram.h"
 #include "model/output_parser.h"
 #include "server/openai_format.h"
 
@@ -769,8 +770,12 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
 		return;
 	}
+	struct gram *grammar = NULL; /* structured outputs; the scheduler retains it per request */
+	if (!oai__grammar(s, r, &grammar, resp))
+		return;
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
+		gram_release(grammar);
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
@@ -799,6 +804,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		j->n_subs = 0;
 		j->n_choices = 0;
 		job_free(j);
+		gram_release(grammar);
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
@@ -817,6 +823,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 			struct err e = {0};
 			if (model_oparse_create(&c->parser, &po, &e)) {
 				job_free(j);
+				gram_release(grammar);
 				api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
 				return;
 			}
@@ -824,6 +831,8 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	}
 	struct sched_request_params p;
 	fill_sched_params(r, &p);
+	p.grammar = grammar;
+	p.gram_vocab = s->gvocab;
 	for (uint32_t i = 0; i < n_prompts; i++) {
 		struct sub *sb = &j->subs[i];
 		sb->first_choice = i * r->n;
@@ -833,6 +842,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		enum sched_refusal why = SCHED_ACCEPTED;
 		if (sched_loop_submit(s->opt.loop, &p, &sb->ss, &sb->rid, &why, &e)) {
 			sb->ss = NULL;
+			gram_release(grammar);
 			job_free(j);
 			refusal_reply(resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
 			return;
@@ -849,6 +859,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		}
 		sb->n_prompt = (uint32_t)n_ids[i]; /* metrics of a request aborted before its FINISH event */
 	}
+	gram_release(grammar);
 	/* Chunks the client gets at once: the role (chat) or the echoed prompt (completions). */
 	if (j->stream) {
 		for (uint32_t i = 0; i < j->n_choices; i++) {
