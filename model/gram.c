@@ -31,7 +31,11 @@ struct trie {
 	uint32_t n, cap;
 };
 
-enum { CLASS_STR = 0, CLASS_RAW = 1, N_CLASSES = 2 };
+/* Byte classes of the fast path: a token made only of its class's bytes
+ * (and valid UTF-8, for strings) leaves a looping terminal where it was.
+ * STR_X / RAW_EF: strings and raw text that must not contain "｜DSML｜"
+ * (bytes EF BD 9C ...) inside a DSML block. */
+enum { CLASS_STR = 0, CLASS_STR_X, CLASS_RAW, CLASS_RAW_EF, N_CLASSES };
 
 struct gram_vocab {
 	uint32_t n_tokens, mask_words;
@@ -141,7 +145,9 @@ enum status gram_vocab_create(struct gram_vocab **out, const struct gram_vocab_o
 	v->eos = opt->eos_id;
 	for (int b = 0; b < 256; b++) {
 		v->in_class[CLASS_STR][b] = b >= 0x20 && b != '"' && b != '\\';
+		v->in_class[CLASS_STR_X][b] = v->in_class[CLASS_STR][b] && b != 0xEF;
 		v->in_class[CLASS_RAW][b] = b != '<';
+		v->in_class[CLASS_RAW_EF][b] = b != 0xEF;
 	}
 	v->tok_next = malloc((size_t)v->n_tokens * sizeof(uint32_t));
 	for (int c = 0; c < N_CLASSES; c++)
@@ -149,7 +155,9 @@ enum status gram_vocab_create(struct gram_vocab **out, const struct gram_vocab_o
 	v->tok_off = calloc((size_t)v->n_tokens + 1, sizeof(uint32_t));
 	size_t cap_bytes = 1 << 20, n_bytes = 0;
 	v->tok_bytes = malloc(cap_bytes);
-	bool ok = v->tok_next && v->class_mask[0] && v->class_mask[1] && v->tok_off && v->tok_bytes;
+	bool ok = v->tok_next && v->tok_off && v->tok_bytes;
+	for (int c = 0; c < N_CLASSES; c++)
+		ok = ok && v->class_mask[c];
 	uint32_t *tok_next_x[N_CLASSES] = {0};
 	for (int c = 0; ok && c < N_CLASSES; c++)
 		ok = (tok_next_x[c] = malloc((size_t)v->n_tokens * sizeof(uint32_t))) != NULL;
@@ -177,7 +185,8 @@ enum status gram_vocab_create(struct gram_vocab **out, const struct gram_vocab_o
 			v->max_len = (uint32_t)len;
 		ok = trie_insert(&v->full, (const uint8_t *)p, len, id, v->tok_next);
 		for (int c = 0; ok && c < N_CLASSES; c++) {
-			bool all = c != CLASS_STR || model_utf8_valid_prefix((const uint8_t *)p, len) == len;
+			bool all = (c != CLASS_STR && c != CLASS_STR_X) ||
+				   model_utf8_valid_prefix((const uint8_t *)p, len) == len;
 			for (size_t i = 0; i < len && all; i++)
 				all = v->in_class[c][(uint8_t)p[i]];
 			if (all)
@@ -187,24 +196,24 @@ enum status gram_vocab_create(struct gram_vocab **out, const struct gram_vocab_o
 		}
 	}
 	if (!ok) {
-		free(tok_next_x[0]);
-		free(tok_next_x[1]);
+		for (int c = 0; c < N_CLASSES; c++)
+			free(tok_next_x[c]);
 		gram_vocab_destroy(v);
 		return err_set(e, ST_NOMEM, "gram vocab: %u tokens", opt->n_tokens);
 	}
 	/* one array of chains: the full trie's, then each exception trie's */
-	uint32_t *all = realloc(v->tok_next, (size_t)v->n_tokens * 3 * sizeof(uint32_t));
+	uint32_t *all = realloc(v->tok_next, (size_t)v->n_tokens * (1 + N_CLASSES) * sizeof(uint32_t));
+	if (all) {
+		v->tok_next = all;
+		for (int c = 0; c < N_CLASSES; c++)
+			memcpy(all + (size_t)(c + 1) * v->n_tokens, tok_next_x[c], (size_t)v->n_tokens * sizeof(uint32_t));
+	}
+	for (int c = 0; c < N_CLASSES; c++)
+		free(tok_next_x[c]);
 	if (!all) {
-		free(tok_next_x[0]);
-		free(tok_next_x[1]);
 		gram_vocab_destroy(v);
 		return err_set(e, ST_NOMEM, "gram vocab");
 	}
-	v->tok_next = all;
-	memcpy(all + v->n_tokens, tok_next_x[0], (size_t)v->n_tokens * sizeof(uint32_t));
-	memcpy(all + 2 * (size_t)v->n_tokens, tok_next_x[1], (size_t)v->n_tokens * sizeof(uint32_t));
-	free(tok_next_x[0]);
-	free(tok_next_x[1]);
 	if (v->full.n == 0 && trie_node(&v->full, 0) == NONE) {
 		gram_vocab_destroy(v);
 		return err_set(e, ST_NOMEM, "gram vocab");
@@ -394,7 +403,7 @@ static void expand(struct gram_state *st, uint32_t f)
 		return;
 	case GRAM__STR:
 		add_top(st, f);
-		if (fr.sub == 0)
+		if ((fr.sub & 255) == 0)
 			pop(st, f);
 		return;
 	case GRAM__NUM:
@@ -415,6 +424,18 @@ static void expand(struct gram_state *st, uint32_t f)
 }
 
 static bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+/* Matched bytes of the excluded string x[0..n) after byte c, given s
+ * matched before (the longest suffix that is a prefix of x); n = found. */
+static uint32_t excl_step(const uint8_t *x, uint32_t n, uint32_t s, uint8_t c)
+{
+	if (s < n && x[s] == c)
+		return s + 1;
+	for (uint32_t k = s; k > 0; k--)
+		if (x[k - 1] == c && memcmp(x, x + s - k + 1, k - 1) == 0)
+			return k;
+	return 0;
+}
 
 /* JSON string body: sub 0 plain, 1 after '\', 2..5 hex digits left - 1
  * (5: four left), 6: after "\uD" (the next digit must be 0-7: no
@@ -475,8 +496,13 @@ static uint32_t term_step(const struct gram *g, const struct frame *fr, uint8_t 
 	switch ((enum gram__kind)nd->kind) {
 	case GRAM__LIT:
 		return g->bytes[nd->a + s] == c ? s + 1 : NONE;
-	case GRAM__STR:
-		return str_step(s, c);
+	case GRAM__STR: { /* sub = string state | excluded-string bytes matched << 8 */
+		uint32_t b = str_step(s & 255, c);
+		if (b == NONE || !nd->b)
+			return b;
+		uint32_t m = excl_step(g->bytes + nd->a, nd->b, s >> 8, c);
+		return m == nd->b ? NONE : b | m << 8;
+	}
 	case GRAM__NUM: {
 		/* sub = state | bytes << 4 | digits in the current run << 12 */
 		uint32_t q = s & 15, n = ((s >> 4) & 255) + 1, run = s >> 12, r = NONE;
@@ -509,6 +535,9 @@ static uint32_t term_step(const struct gram *g, const struct frame *fr, uint8_t 
 		}
 		if (r == NONE)
 			return NONE;
+		/* after '-', '.', 'e' or an exponent sign a digit must still fit */
+		if ((r == 1 || r == 4 || r == 6 || r == 7) && n + 1 > GRAM_MAX_NUM_BYTES)
+			return NONE;
 		run = d && r == q ? run + 1 : d ? 1 : 0;
 		if (run > (r == 8 ? GRAM_MAX_EXP_DIGITS : GRAM_MAX_RUN_DIGITS))
 			return NONE;
@@ -517,16 +546,8 @@ static uint32_t term_step(const struct gram *g, const struct frame *fr, uint8_t 
 	case GRAM__RAW: {
 		if (nd->b == 0)
 			return 0;
-		const uint8_t *x = g->bytes + nd->a;
-		if (x[s] == c)
-			return s + 1 < nd->b ? s + 1 : NONE;
-		/* longest suffix of x[0..s) + c that is a prefix of x */
-		for (uint32_t k = s; k > 0; k--) {
-			/* candidate prefix length k: x[0..k-1) == x[s-k+1..s) and x[k-1] == c */
-			if (x[k - 1] == c && memcmp(x, x + s - k + 1, k - 1) == 0)
-				return k;
-		}
-		return 0;
+		uint32_t m = excl_step(g->bytes + nd->a, nd->b, s, c);
+		return m == nd->b ? NONE : m;
 	}
 	case GRAM__WS:
 		return (c == ' ' || c == '\n' || c == '\t' || c == '\r') && s < GRAM_MAX_WS ? s + 1 : NONE;
@@ -747,9 +768,9 @@ static int fast_class(const struct gram_state *st)
 		const struct gram__node *nd = &g->nodes[st->ar[f].node];
 		int c = -1;
 		if (nd->kind == GRAM__STR && st->ar[f].sub == 0)
-			c = CLASS_STR;
-		else if (nd->kind == GRAM__RAW && st->ar[f].sub == 0 && (nd->b == 0 || g->bytes[nd->a] == '<'))
-			c = CLASS_RAW;
+			c = nd->b ? (g->bytes[nd->a] == 0xEF ? CLASS_STR_X : -1) : CLASS_STR;
+		else if (nd->kind == GRAM__RAW && st->ar[f].sub == 0)
+			c = nd->b == 0 || g->bytes[nd->a] == '<' ? CLASS_RAW : g->bytes[nd->a] == 0xEF ? CLASS_RAW_EF : -1;
 		if (c >= 0 && loop == NONE) {
 			loop = f;
 			cls = c;

@@ -89,8 +89,9 @@ enum gram_tool_mode {
  * function. max_calls: calls per block (>= 1). thinking: the output starts
  * inside reasoning (free text up to "</think>", then the above). The block
  * is what model/output_parser.h parses: parameters whose schema is a plain
- * string are string="true" raw text (no "</｜DSML｜" inside), the others
- * string="false" JSON valid against their schema. */
+ * string are string="true" raw text, the others string="false" JSON valid
+ * against their schema; no value or JSON string contains "｜DSML｜" (the
+ * parser would take it for markup). */
 enum status gram_compile_tool_calls(struct gram **out, const char *tools_json, size_t len, enum gram_tool_mode mode,
 				    const char *only_name, uint32_t max_calls, bool thinking, struct err *e) DSV4_WUR;
 

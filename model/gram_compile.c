@@ -30,6 +30,7 @@ struct gb {
 	struct ref_memo *refs;
 	uint32_t n_refs, cap_refs;
 	uint32_t any, ws, str_q;
+	bool dsml; /* inside a DSML block: strings and raw values must not contain "｜DSML｜" */
 };
 
 static uint32_t fail(struct gb *b, enum status st, const char *msg, const char *arg)
@@ -132,8 +133,15 @@ static uint32_t ws(struct gb *b)
 
 static uint32_t str_q(struct gb *b)
 {
-	if (b->str_q == GRAM__NONE)
-		b->str_q = SEQ(b, lits(b, "\""), node_new(b, GRAM__STR, 0, 0, 0, 0), lits(b, "\""));
+	if (b->str_q == GRAM__NONE) {
+		uint32_t body = node_new(b, GRAM__STR, 0, 0, 0, 0);
+		if (b->dsml && body != GRAM__NONE) { /* the output parser would take it for markup */
+			uint32_t x = lits(b, DSML);
+			if (x != GRAM__NONE)
+				b->g->nodes[body].a = b->g->nodes[x].a, b->g->nodes[body].b = b->g->nodes[x].b;
+		}
+		b->str_q = SEQ(b, lits(b, "\""), body, lits(b, "\""));
+	}
 	return b->str_q;
 }
 
@@ -674,7 +682,7 @@ static uint32_t dsml_param(struct gb *b, void *ctx, size_t i)
 		 raw || raw_enum ? "true" : "false");
 	uint32_t value;
 	if (raw)
-		value = lits(b, "</" DSML), value = node_new(b, GRAM__RAW, b->g->nodes[value].a, b->g->nodes[value].b, 0, 0);
+		value = lits(b, DSML), value = node_new(b, GRAM__RAW, b->g->nodes[value].a, b->g->nodes[value].b, 0, 0);
 	else if (raw_enum)
 		value = enum_of(b, en, true);
 	else
@@ -756,6 +764,7 @@ enum status gram_compile_tool_calls(struct gram **out, const char *tools_json, s
 		return st;
 	}
 	size_t n = json_array_size(tools);
+	b.dsml = true;
 	uint32_t *inv = calloc(n, sizeof *inv), n_inv = 0;
 	uint32_t root = GRAM__NONE;
 	if (!inv) {

@@ -21,7 +21,8 @@ enum gram__kind {
 	GRAM__ALT,       /* one of kids[a .. a+b) */
 	GRAM__STAR,      /* kid a repeated lo..hi times (hi UINT32_MAX = unbounded); sub = count */
 	GRAM__REF,       /* node a (set once the target is compiled) */
-	GRAM__STR,       /* JSON string body (no quotes); sub: 0 plain, 1 after '\', 2..5 hex left */
+	GRAM__STR,       /* JSON string body (no quotes) not containing bytes[a .. a+b) (b = 0: any);
+			    sub: string state (gram.c str_step) | excluded bytes matched << 8 */
 	GRAM__NUM,       /* JSON number; lo = 1: integer only; sub = state | bytes << 4 */
 	GRAM__RAW,       /* any bytes not containing bytes[a .. a+b) (b = 0: no restriction); sub = matched */
 	GRAM__WS,        /* 0..GRAM_MAX_WS of space, \t, \n, \r; sub = count */

@@ -272,6 +272,26 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
 }
 
+/* A grammar that allows no token would fail the whole step in the sampling
+ * op: allow eos instead (the choice stops there) and say so once. */
+static void gram_guard_mask(struct sched *s, struct sched__seq *q)
+{
+	uint32_t nw = (s->ex->info.vocab_size + 31) / 32, any = 0;
+	for (uint32_t i = 0; i < nw && !any; i++)
+		any = q->gmask[i];
+	int32_t eos = s->ex->info.eos_token_id;
+	if (any || eos < 0)
+		return;
+	q->gmask[eos >> 5] |= 1u << (eos & 31);
+	char tail[256];
+	uint32_t n = 0, n_out = q->n_tokens - q->req->n_prompt;
+	for (uint32_t t = n_out > 64 ? q->n_tokens - 64 : q->req->n_prompt; s->opt.detokenize && t < q->n_tokens; t++)
+		n += s->opt.detokenize(s->opt.detok_ctx, q->tokens[t], tail + n, (uint32_t)(sizeof tail - 1 - n));
+	tail[n] = 0;
+	log_msg(LOG_ERROR, "sched", "request %" PRIu64 ": the grammar allows no token after %u tokens (ending '%s'); "
+		"stopping it", q->req->id, n_out, tail);
+}
+
 /* Publish q's newly completed blocks in the prefix cache. */
 static void publish_blocks(struct sched *s, struct sched__seq *q, uint32_t old_computed)
 {
@@ -436,6 +456,7 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 				/* structured outputs: the tokens the grammar allows now; once
 				 * the output is complete min_tokens no longer holds eos back */
 				gram_state_fill_mask(q->gs, q->gmask);
+				gram_guard_mask(s, q);
 				q->sampling_g = gram_state_is_complete(q->gs) ? q->sampling : *es->sampling;
 				q->sampling_g.allow_mask = q->gmask;
 				es->sampling = &q->sampling_g;

@@ -499,6 +499,17 @@ static void check_refusals(const struct gram_vocab *v)
 			gram_release(g);
 	}
 	free(s);
+	/* no dead ends at the number length limit: an 'e' that leaves no room for a digit is refused */
+	const char *num = "{\"type\":\"number\"}";
+	T_CHECK(gram_compile_json_schema(&g, num, strlen(num), &e) == ST_OK);
+	if (g) {
+		struct gram_state *st = NULL;
+		T_CHECK(gram_state_create(&st, g, v, &e) == ST_OK);
+		T_CHECK(st && gram_state_accept_bytes(st, "420867747541275.1762792", 23) == ST_OK);
+		T_CHECK(st && gram_state_accept_bytes(st, "e", 1) == ST_INVALID && gram_state_is_complete(st));
+		gram_state_destroy(st);
+		gram_release(g);
+	}
 	/* guided_choice */
 	const char *ch[] = {"yes", "no", "maybe", "no way"};
 	T_CHECK(gram_compile_choice(&g, ch, 4, &e) == ST_OK);
