@@ -132,11 +132,14 @@ static enum status sample_step(struct model_exec_cpu *x, const struct exec_step 
 	/* the plan's sample op over the rows, where the logits are; the token
 	 * histories go along only for rows with a penalty (nothing else reads them) */
 	uint32_t k = 0;
+	bool masked = false; /* structured outputs: only the reference applies allow_mask, so a device
+				step with a masked row samples on the host (below) */
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		if (!sq->sample)
 			continue;
 		const struct kern_sampling_params *p = sq->sampling;
+		masked |= p->allow_mask != NULL;
 		bool pen = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 		x->sp[k] = *p;
 		x->sh[k] = pen ? (struct kern_sample_history){.prompt_ids = sq->prompt_ids, .n_prompt = sq->n_prompt,
@@ -152,7 +155,7 @@ static enum status sample_step(struct model_exec_cpu *x, const struct exec_step 
 					    .work_bytes = x->mem.device ? x->sample_dev_bytes
 									: kern_sample_workspace_bytes(x->vocab),
 					    .stream = x->mem.stream};
-	if (!x->mem.device || kern_sample_batch_aux_count(x->sp, x->sh, n) <= x->sample_aux_cap) {
+	if (!x->mem.device || (!masked && kern_sample_batch_aux_count(x->sp, x->sh, n) <= x->sample_aux_cap)) {
 		if ((st = x->w.gops.sample(&sa)))
 			return err_set(e, st, "sampling %u sequences", n);
 		for (uint32_t i = 0; i < n; i++)
@@ -160,7 +163,7 @@ static enum status sample_step(struct model_exec_cpu *x, const struct exec_step 
 		return ST_OK;
 	}
 	/* a device step whose biases and penalty histories exceed the sample
-	 * op's scratch: the rows to the host and the reference */
+	 * op's scratch, or with a masked row: the rows to the host and the reference */
 	const float *lg = x->logits;
 	if (x->mem.device) {
 		/* the sampled rows only; download synchronises the step */

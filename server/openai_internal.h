@@ -38,6 +38,7 @@ struct oai_server {
 	uint32_t n_jobs;
 	atomic_uint_fast64_t next_id;
 	struct resp_store *resp_store; /* /v1/responses answers (server/responses.c) */
+	struct gram_vocab *gvocab; /* structured outputs: the tokenizer's byte trie (NULL: unavailable) */
 };
 
 /* Submit the request's prompts (n_prompts id arrays; echo texts may be NULL,
@@ -71,5 +72,11 @@ struct oai_job_format {
 void oai__start_job_fmt(struct oai_server *s, const struct oai_request *r, int32_t *prompt_ids, size_t n_ids,
 			const struct oai_job_format *fmt, void *fmt_ctx, struct http_response *resp,
 			struct http_stream *hs);
+/* Structured outputs (openai_structured.c): the grammar the request asks
+ * for in *out (NULL for none; the caller releases it). false: resp holds
+ * the error reply (400 for a schema that cannot be compiled). */
+struct gram;
+bool oai__grammar(const struct oai_server *s, const struct oai_request *r, struct gram **out,
+		  struct http_response *resp);
 
 #endif

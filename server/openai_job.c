@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/timeutil.h"
+#include "model/gram.h"
 #include "model/output_parser.h"
 #include "server/openai_format.h"
 
@@ -790,8 +791,12 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
 		return;
 	}
+	struct gram *grammar = NULL; /* structured outputs; the scheduler retains it per request */
+	if (!oai__grammar(s, r, &grammar, resp))
+		return;
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
+		gram_release(grammar);
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
@@ -822,6 +827,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		j->n_subs = 0;
 		j->n_choices = 0;
 		job_free(j);
+		gram_release(grammar);
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
@@ -840,6 +846,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			struct err e = {0};
 			if (model_oparse_create(&c->parser, &po, &e)) {
 				job_free(j);
+				gram_release(grammar);
 				api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
 				return;
 			}
@@ -847,6 +854,8 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	}
 	struct sched_request_params p;
 	fill_sched_params(r, &p);
+	p.grammar = grammar;
+	p.gram_vocab = s->gvocab;
 	for (uint32_t i = 0; i < n_prompts; i++) {
 		struct sub *sb = &j->subs[i];
 		sb->first_choice = i * r->n;
@@ -856,6 +865,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		enum sched_refusal why = SCHED_ACCEPTED;
 		if (sched_loop_submit(s->opt.loop, &p, &sb->ss, &sb->rid, &why, &e)) {
 			sb->ss = NULL;
+			gram_release(grammar);
 			job_free(j);
 			refusal_reply(resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
 			return;
@@ -872,6 +882,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		}
 		sb->n_prompt = (uint32_t)n_ids[i]; /* metrics of a request aborted before its FINISH event */
 	}
+	gram_release(grammar);
 	/* Chunks the client gets at once: the role (chat) or the echoed prompt (completions). */
 	if (j->fmt) {
 		j->fmt->start(j->fmt_ctx, &j->out, (uint32_t)n_ids[0]);
