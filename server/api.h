@@ -25,6 +25,8 @@ struct api_options {
 	const char *served_model_name; /* id in /v1/models and "model" checks */
 	const char *api_key;           /* NULL or "" = no authentication */
 	int max_model_len;             /* reported by /v1/models */
+	bool check_host;               /* refuse a Host header that is not a loopback name (421): a keyless
+					* loopback server against DNS rebinding (server/serve_guard.h) */
 };
 
 /* A route handler: req is complete; fill resp (and use stream for SSE). */

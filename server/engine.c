@@ -8,6 +8,7 @@
  * the scheduler loop (no more notify callbacks), then the routes' state.
  */
 #include "engine.h"
+#include "server/serve_guard.h" /* hardening: defaults */
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@
 #include "server/openai.h"
 
 /* Request bodies above this get 413: 64 MiB holds ~16M tokens of text. */
-#define ENGINE_MAX_BODY_BYTES (64u << 20)
+#define ENGINE_MAX_BODY_BYTES ((size_t)SERVE_GUARD_DEFAULT_BODY_MB << 20)
 #define ENGINE_DEFAULT_HTTP_THREADS 8
 #define ENGINE_CONNECTION_TIMEOUT_S 600
 
@@ -81,6 +82,8 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	const struct sched_options *ro = sched_resolved_options(sched_loop_core(en->loop));
 	en->max_model_len = ro->max_model_len;
 	struct api_options ao = {.served_model_name = opt->served_model_name, .api_key = opt->api_key,
+				 .check_host = !(opt->api_key && opt->api_key[0]) &&
+					       serve_guard_is_loopback(opt->host ? opt->host : "127.0.0.1"),
 				 .max_model_len = (int)en->max_model_len};
 	if ((st = api_create(&en->api, &ao, e))) {
 		engine_destroy(en);
@@ -111,8 +114,10 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	}
 	struct http_options ho = {.host = opt->host ? opt->host : "127.0.0.1", .port = opt->port,
 				  .n_threads = opt->n_http_threads > 0 ? opt->n_http_threads : ENGINE_DEFAULT_HTTP_THREADS,
-				  .max_body_bytes = ENGINE_MAX_BODY_BYTES,
-				  .connection_timeout_s = ENGINE_CONNECTION_TIMEOUT_S};
+				  .max_body_bytes = opt->max_body_bytes ? opt->max_body_bytes : ENGINE_MAX_BODY_BYTES,
+				  .connection_timeout_s = ENGINE_CONNECTION_TIMEOUT_S,
+				  .max_connections = opt->max_connections,
+				  .max_connections_per_ip = opt->max_connections_per_ip};
 	api_http_bind(en->api, &ho);
 	if ((st = http_server_create(&en->http, &ho, e))) {
 		engine_destroy(en);

@@ -54,6 +54,10 @@ struct http_conn {
 };
 
 #define HTTP_DEFAULT_REQUEST_TIMEOUT_S 30u
+/* Open connections at most: below a default RLIMIT_NOFILE of 1024 with room
+ * for the process's other files; past it new connections are refused at
+ * accept instead of starving the ones being served (issue 17). */
+#define HTTP_DEFAULT_MAX_CONNECTIONS 1000u
 
 struct http_server {
 	struct MHD_Daemon *d;
@@ -448,6 +452,9 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 				MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 				MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+				MHD_OPTION_CONNECTION_LIMIT,
+				opt->max_connections ? opt->max_connections : HTTP_DEFAULT_MAX_CONNECTIONS,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, opt->max_connections_per_ip,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				MHD_OPTION_END);
 	freeaddrinfo(ai);

@@ -83,6 +83,8 @@ struct http_options {
 	 * slot this long, not connection_timeout_s); 0 = 30 s, at most
 	 * connection_timeout_s. The response phase uses connection_timeout_s. */
 	unsigned request_timeout_s;
+	unsigned max_connections;        /* open connections at most; 0 = HTTP_DEFAULT_MAX_CONNECTIONS */
+	unsigned max_connections_per_ip; /* per client address; 0 = no limit */
 	http_handler_fn handler;
 	void *app;
 	/* Called after every response with route-independent facts, for metrics. Optional. */

@@ -1,0 +1,130 @@
+"""tests/e2e/test_hardening.py: the secure-service defaults and HTTP budgets of
+issue 17, each one a reproducer that failed before the fix (test executor, no
+weights read, loopback only):
+
+1. `--host 0.0.0.0` without an API key refuses to start (exit 2, the message
+   names --allow-unauthenticated); with --allow-unauthenticated it serves.
+2. `--api-key-file`: the key comes from the file (not the command line); /v1
+   and now /tokenize and /detokenize need it; /health does not.
+3. A keyless loopback server answers 421 to a Host header that is not a
+   loopback name (DNS rebinding), 200 to localhost / 127.0.0.1 / [::1]; /health
+   answers any Host.
+4. The request body limit: 8 MB by default (a 9 MB body gets 413 where 64 MB
+   used to be accepted), `--max-request-body-mb 1` refuses 1.5 MB.
+5. `--max-connections-per-ip 4`: a fifth idle connection from the same address
+   is refused while the four are open, and the server serves again once they
+   close.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serverproc import BIN, Check, Server, stop_and_check  # noqa: E402
+
+check = Check()
+TMP = tempfile.mkdtemp(prefix="dsv4-hard-")
+
+
+def raw(port, data, timeout=10):
+    """Sends data, returns the status code of the answer (0: closed without one)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        got = b""
+        try:
+            while b"\r\n" not in got:
+                b = s.recv(4096)
+                if not b:
+                    break
+                got += b
+        except (ConnectionResetError, socket.timeout):
+            pass
+    try:
+        return int(got.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+# ---- 1. non-loopback without a key ----
+p = subprocess.run([BIN, "serve", "--model", "tiny", "--executor", "test", "--host", "0.0.0.0", "--port", "0"],
+                   capture_output=True, text=True, timeout=120, env=dict(os.environ, DSV4_API_KEY=""))
+check(p.returncode == 2 and "--allow-unauthenticated" in p.stderr,
+      "0.0.0.0 without a key: exit %d (want 2), stderr %r" % (p.returncode, p.stderr[-500:]))
+srv = Server("--host", "0.0.0.0", "--allow-unauthenticated", env={"DSV4_API_KEY": ""})
+check(srv.get("/v1/models")[0] == 200, "0.0.0.0 --allow-unauthenticated serves /v1/models")
+check("without an API key" in srv.logtext(), "the open server logs a warning")
+stop_and_check(srv, check, "0.0.0.0 --allow-unauthenticated")
+
+# ---- 2. --api-key-file ----
+KEY = "sk-" + os.urandom(16).hex()
+kf = os.path.join(TMP, "key")
+with open(os.open(kf, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+    f.write(KEY + "\n")
+srv = Server("--api-key-file", kf, "--host", "0.0.0.0", env={"DSV4_API_KEY": ""})
+auth = {"Authorization": "Bearer " + KEY}
+check(KEY not in " ".join(open("/proc/%d/cmdline" % srv.p.pid).read().split("\0")), "the key is not in cmdline")
+check(srv.get("/v1/models")[0] == 401, "/v1/models without the key: 401")
+check(srv.request("GET", "/v1/models", headers=auth)[0] == 200, "/v1/models with the file's key: 200")
+for path, body in (("/tokenize", {"prompt": "hello"}), ("/detokenize", {"tokens": [1, 2]})):
+    check(srv.request("POST", path, body)[0] == 401, "%s without the key: 401 (was open)" % path)
+    check(srv.request("POST", path, body, headers=auth)[0] == 200, "%s with the key: 200" % path)
+check(srv.get("/health")[0] == 200, "/health needs no key")
+stop_and_check(srv, check, "--api-key-file")
+bad = os.path.join(TMP, "missing")
+p = subprocess.run([BIN, "serve", "--model", "tiny", "--executor", "test", "--api-key-file", bad],
+                   capture_output=True, text=True, timeout=120)
+check(p.returncode == 2 and bad in p.stderr, "a missing key file: exit %d, %r" % (p.returncode, p.stderr[-300:]))
+
+# ---- 3. Host header on a keyless loopback server; 4. body limit ----
+srv = Server(env={"DSV4_API_KEY": ""})
+get_models = "GET /v1/models HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+for host, want in (("evil.example", 421), ("evil.example:%d" % srv.port, 421), ("127.0.0.1.nip.io", 421),
+                   ("localhost", 200), ("localhost:%d" % srv.port, 200), ("127.0.0.1:%d" % srv.port, 200),
+                   ("[::1]:%d" % srv.port, 200)):
+    st = raw(srv.port, (get_models % host).encode())
+    check(st == want, "Host %s: %d (want %d)" % (host, st, want))
+st = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+check(st == 200, "/health with any Host: %d" % st)
+big = b'{"model":"tiny-e2e","prompt":"' + b"a" * (9 << 20) + b'"}'
+st = raw(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\n\r\n" % len(big) + big[:65536])
+check(st == 413, "a 9 MB body by default: %d (want 413)" % st)
+stop_and_check(srv, check, "keyless loopback")
+
+srv = Server("--max-request-body-mb", "1")
+st = raw(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\n\r\n" % (3 << 19))
+check(st == 413, "1.5 MB with --max-request-body-mb 1: %d (want 413)" % st)
+body = json.dumps({"model": "tiny-e2e", "prompt": "a b c", "max_tokens": 1}).encode()
+check(srv.request("POST", "/v1/completions", body)[0] == 200, "a small body still 200")
+stop_and_check(srv, check, "--max-request-body-mb 1")
+
+# ---- 5. per-address connection limit ----
+srv = Server("--max-connections-per-ip", "4")
+held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(4)]
+time.sleep(0.3)
+st = 0
+try:
+    st = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", timeout=5)
+except OSError:
+    st = 0
+check(st == 0, "a fifth connection from one address while four are open: refused (got %d)" % st)
+for s in held:
+    s.close()
+ok = False
+for _ in range(50):
+    try:
+        if srv.get("/health", timeout=5)[0] == 200:
+            ok = True
+            break
+    except OSError:
+        pass
+    time.sleep(0.1)
+check(ok, "after the four close, /health answers again")
+stop_and_check(srv, check, "--max-connections-per-ip 4")
+
+sys.exit(check.finish())
