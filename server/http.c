@@ -71,6 +71,13 @@ struct http_server {
 	bool hk_running;
 	pthread_cond_t hk_cv;
 	bool stopping;
+	/* Open connections per client address (--max-connections-per-ip): kept
+	 * here because libmicrohttpd 0.9.75's own per-IP limit was enforced in
+	 * some runs and not in others. Under ip_mu; linear search (at most
+	 * max_connections entries, once per accept). */
+	pthread_mutex_t ip_mu;
+	struct http_ip_count { struct sockaddr_storage a; unsigned n; } *ips;
+	size_t n_ips, cap_ips;
 };
 
 /* ---- helpers for handlers ---- */
@@ -362,12 +369,83 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	return ret;
 }
 
+/* ---- per-address connection counts (hardening) ---- */
+
+static bool ip_same(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+	if (a->sa_family != b->ss_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return false;
+}
+
+/* The count of addr's connections (NULL: not seen). Under ip_mu. */
+static struct http_ip_count *ip_find(struct http_server *s, const struct sockaddr *addr)
+{
+	for (size_t i = 0; i < s->n_ips; i++)
+		if (ip_same(addr, &s->ips[i].a))
+			return &s->ips[i];
+	return NULL;
+}
+
+/* Accept policy: refuse an address that already has its share. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+	(void)addrlen;
+	struct http_server *s = cls;
+	if (!s->opt.max_connections_per_ip || !addr)
+		return MHD_YES;
+	pthread_mutex_lock(&s->ip_mu);
+	struct http_ip_count *ic = ip_find(s, addr);
+	bool ok = !ic || ic->n < s->opt.max_connections_per_ip;
+	pthread_mutex_unlock(&s->ip_mu);
+	return ok ? MHD_YES : MHD_NO;
+}
+
+static void ip_track(struct http_server *s, struct MHD_Connection *c, int delta)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	if (!s->opt.max_connections_per_ip || !ci || !ci->client_addr)
+		return;
+	const struct sockaddr *addr = ci->client_addr;
+	pthread_mutex_lock(&s->ip_mu);
+	struct http_ip_count *ic = ip_find(s, addr);
+	if (!ic && delta > 0) {
+		if (s->n_ips == s->cap_ips) {
+			size_t cap = s->cap_ips ? 2 * s->cap_ips : 64;
+			struct http_ip_count *p = realloc(s->ips, cap * sizeof *p);
+			if (p) {
+				s->ips = p;
+				s->cap_ips = cap;
+			}
+		}
+		if (s->n_ips < s->cap_ips) {
+			ic = &s->ips[s->n_ips++];
+			memset(ic, 0, sizeof *ic);
+			memcpy(&ic->a, addr, addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+								     : sizeof(struct sockaddr_in));
+		}
+	}
+	if (ic) {
+		if (delta > 0)
+			ic->n++;
+		else if (ic->n > 0 && --ic->n == 0)
+			*ic = s->ips[--s->n_ips]; /* drop the entry: the table holds open addresses only */
+	}
+	pthread_mutex_unlock(&s->ip_mu);
+}
+
 /* A new connection gets the short request-phase timeout until its request is in. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 			  enum MHD_ConnectionNotificationCode toe)
 {
 	(void)socket_context;
 	struct http_server *s = cls;
+	ip_track(s, c, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED && s->request_timeout_s != s->opt.connection_timeout_s)
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout_s);
 }
@@ -445,7 +523,8 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	s->d = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, on_access, s,
+	pthread_mutex_init(&s->ip_mu, NULL);
+	s->d = MHD_start_daemon(flags, (uint16_t)opt->port, on_accept, s, on_access, s,
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opt->n_threads,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -454,12 +533,12 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 				MHD_OPTION_CONNECTION_LIMIT,
 				opt->max_connections ? opt->max_connections : HTTP_DEFAULT_MAX_CONNECTIONS,
-				MHD_OPTION_PER_IP_CONNECTION_LIMIT, opt->max_connections_per_ip,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->d) {
 		pthread_mutex_destroy(&s->mu);
+		pthread_mutex_destroy(&s->ip_mu);
 		pthread_cond_destroy(&s->hk_cv);
 		free(s);
 		return err_set(e, ST_IO, "cannot listen on %s:%d (address in use, or not permitted)", opt->host,
@@ -499,6 +578,8 @@ void http_server_destroy(struct http_server *s)
 	if (s->d)
 		MHD_stop_daemon(s->d);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->ip_mu);
+	free(s->ips);
 	pthread_cond_destroy(&s->hk_cv);
 	free(s);
 }

@@ -769,6 +769,26 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
 		return;
 	}
+	if (!r->stream && r->max_tokens) { /* ---- hardening: the size of a buffered answer ---- */
+		uint64_t per_tok = r->logprobs ? 72u * (1u + r->top_logprobs) : 8u, ctx = s->opt.max_model_len, est = 0;
+		uint64_t toks = 0;
+		for (uint32_t i = 0; i < n_prompts; i++) {
+			uint64_t room = ctx > n_ids[i] ? ctx - n_ids[i] : 0;
+			uint64_t t = r->max_tokens < room ? r->max_tokens : room;
+			toks = t > toks ? t : toks;
+			est += (uint64_t)r->n * t * per_tok;
+		}
+		if (est > OAI_MAX_RESPONSE_BYTES) {
+			api_error(resp, 400, "invalid_request_error", "max_tokens", NULL,
+				  "this non-streamed answer could reach %llu MB: %u prompt(s) x n %u x max_tokens %llu x "
+				  "%llu bytes per token (logprobs %u) > the limit of %llu MB; lower n, max_tokens or "
+				  "top_logprobs, or stream it",
+				  (unsigned long long)(est >> 20), n_prompts, r->n, (unsigned long long)toks,
+				  (unsigned long long)per_tok, r->logprobs ? 1 + r->top_logprobs : 0,
+				  (unsigned long long)(OAI_MAX_RESPONSE_BYTES >> 20));
+			return;
+		}
+	}
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
