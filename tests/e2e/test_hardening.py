@@ -15,9 +15,12 @@ weights read, loopback only):
    at most four stay open, and the server serves again once they close.
 6. A non-streamed n=128, top_logprobs=20, max_tokens=600 request is a 400
    naming the product (it built a 117 MB answer); a small one still works.
+7. A shard truncated while the CPU executor serves it: the step fails with a
+   message naming the cause, instead of the process dying of SIGBUS.
 """
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -152,5 +155,41 @@ for _ in range(50):
     time.sleep(0.1)
 check(ok, "after the four close, /health answers again")
 stop_and_check(srv, check, "--max-connections-per-ip 4")
+
+# ---- 7. a shard truncated while the CPU executor serves it ----
+def tiny_dir():
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.environ.get("DSV4_SOURCE_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    for d in (os.environ.get("DSV4_TINY_MODEL"), os.path.join(root, "models", "tiny-bf16"),
+              os.path.join(xdg, "dsv4", "tiny-bf16")):
+        if d and os.path.exists(os.path.join(d, ".make_tiny_model.stamp")):
+            return d
+    return None
+
+
+src = tiny_dir()  # section 1 served --model tiny, which builds it when missing
+check(src is not None, "the tiny checkpoint exists")
+if src:
+    ck = os.path.join(TMP, "tiny-copy")
+    shutil.copytree(src, ck)
+    srv = Server("--device", "cpu", executor="model", model=ck)
+    req = {"model": "tiny-e2e", "prompt": "hello there", "max_tokens": 4, "temperature": 0}
+    check(srv.request("POST", "/v1/completions", req)[0] == 200, "the copy serves")
+    for f in os.listdir(ck):
+        if f.endswith(".safetensors"):
+            os.truncate(os.path.join(ck, f), 4096)
+    try:
+        st, body, _ = srv.request("POST", "/v1/completions", dict(req, prompt="a different prompt now"), timeout=60)
+    except OSError as ex:
+        st, body = 0, str(ex).encode()
+    alive = srv.p.poll() is None
+    print("truncated shard: answer %d %s; server %s" % (st, body[:160], "alive" if alive else "exited"), flush=True)
+    rc = srv.stop() if alive else srv.p.poll()
+    log = srv.logtext()
+    check(rc != -7 and "SIGBUS reading the weights" in log,
+          "truncated shard: the step fails with a message instead of a SIGBUS crash (rc %r, answer %d %r)\n%s"
+          % (rc, st, body[:200], log[-1500:]))
+    check(not srv.sanitizer_report(), "truncated shard: no sanitizer report:\n" + srv.sanitizer_report())
+    srv.cleanup()
 
 sys.exit(check.finish())
