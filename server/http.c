@@ -51,6 +51,14 @@ struct http_conn {
 	int status;
 	const char *route; /* static label from the handler, for metrics */
 	struct http_stream *stream;
+	/* A buffered stream (http_response.stream_buffered): the body so far;
+	 * nothing is queued until the read returns END. */
+	bool buffered;
+	char *out;
+	size_t out_len, out_cap;
+	const char *content_type;
+	char *hdrs;   /* the handler's extra headers, "name\0value\0" n_hdrs times */
+	int n_hdrs;
 };
 
 #define HTTP_DEFAULT_REQUEST_TIMEOUT_S 30u
@@ -254,6 +262,71 @@ static bool framing_ok(struct MHD_Connection *c)
 	return n_cl <= 1 && (!te || !strcasecmp(te, "chunked"));
 }
 
+/* A buffered stream: read until the producer has nothing more for now
+ * (suspend until its wake; libmicrohttpd calls on_access again on resume) or
+ * until the end (answer with the whole body and the producer's status). */
+static enum MHD_Result buffered_pump(struct http_server *s, struct MHD_Connection *c, struct http_conn *hc)
+{
+	(void)s;
+	struct http_stream *st = hc->stream;
+	for (;;) {
+		pthread_mutex_lock(&st->mu);
+		st->wake_pending = false;
+		bool gone = st->peer_gone;
+		pthread_mutex_unlock(&st->mu);
+		if (gone)
+			return MHD_NO; /* close; the completion callback reports the abort */
+		if (hc->out_cap - hc->out_len < 16 * 1024) {
+			size_t cap = hc->out_cap ? hc->out_cap * 2 : 64 * 1024;
+			char *p = realloc(hc->out, cap);
+			if (!p)
+				return MHD_NO;
+			hc->out = p;
+			hc->out_cap = cap;
+		}
+		ssize_t n = st->ops.read(st->ctx, hc->out + hc->out_len, hc->out_cap - hc->out_len);
+		if (n > 0) {
+			hc->out_len += (size_t)n;
+			continue;
+		}
+		pthread_mutex_lock(&st->mu);
+		if (n < 0) {
+			st->ended = true;
+			pthread_mutex_unlock(&st->mu);
+			break;
+		}
+		if (st->wake_pending) {
+			pthread_mutex_unlock(&st->mu);
+			continue;
+		}
+		st->suspended = true;
+		MHD_suspend_connection(c);
+		pthread_mutex_unlock(&st->mu);
+		return MHD_YES;
+	}
+	int status = st->ops.status ? st->ops.status(st->ctx) : hc->status;
+	struct MHD_Response *r =
+		hc->out ? MHD_create_response_from_buffer(hc->out_len, hc->out, MHD_RESPMEM_MUST_FREE)
+			: MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	hc->out = NULL; /* the response owns it */
+	hc->out_len = hc->out_cap = 0;
+	if (hc->content_type)
+		MHD_add_response_header(r, "Content-Type", hc->content_type);
+	const char *h = hc->hdrs;
+	for (int i = 0; i < hc->n_hdrs; i++) {
+		const char *v = h + strlen(h) + 1;
+		MHD_add_response_header(r, h, v);
+		h = v + strlen(v) + 1;
+	}
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+	MHD_destroy_response(r);
+	hc->status = status;
+	hc->answered = true;
+	return ret;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 				 const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
 {
@@ -289,6 +362,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	if (hc->buffered) /* resumed: read what is ready */
+		return buffered_pump(s, c, hc);
 	if (*upload_size) {
 		size_t n = *upload_size;
 		*upload_size = 0;
@@ -333,6 +408,33 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	s->opt.handler(s->opt.app, &req, &resp, &st);
 
 	struct MHD_Response *r;
+	if (resp.stream.read && resp.stream_buffered) {
+		st->ops = resp.stream;
+		st->ctx = resp.stream_ctx;
+		hc->stream = st;
+		hc->buffered = true;
+		hc->status = resp.status;
+		hc->route = resp.route;
+		hc->content_type = resp.content_type; /* static strings (http.h) */
+		size_t hn = 0;
+		for (size_t i = 0; i < sizeof resp.headers / sizeof resp.headers[0] && resp.headers[i].name; i++)
+			hn += strlen(resp.headers[i].name) + strlen(resp.headers[i].value) + 2;
+		if (hn && (hc->hdrs = malloc(hn))) {
+			char *p = hc->hdrs;
+			for (size_t i = 0; i < sizeof resp.headers / sizeof resp.headers[0] && resp.headers[i].name; i++) {
+				p = stpcpy(p, resp.headers[i].name) + 1;
+				p = stpcpy(p, resp.headers[i].value) + 1;
+				hc->n_hdrs++;
+			}
+		}
+		pthread_mutex_lock(&s->mu);
+		st->next = s->streams;
+		if (s->streams)
+			s->streams->prev = st;
+		s->streams = st;
+		pthread_mutex_unlock(&s->mu);
+		return buffered_pump(s, c, hc);
+	}
 	if (resp.stream.read) {
 		st->ops = resp.stream;
 		st->ctx = resp.stream_ctx;
@@ -481,6 +583,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	if (s->opt.on_complete && hc->answered)
 		s->opt.on_complete(s->opt.app, hc->route ? hc->route : "other", hc->status, time_mono_s() - hc->t0);
 	free(hc->body);
+	free(hc->out);
+	free(hc->hdrs);
 	free(hc);
 	atomic_fetch_sub(&s->in_flight, 1);
 }

@@ -59,8 +59,15 @@ struct http_response {
 		/* Called exactly once when the response is done or the client went
 		 * away (aborted = true). ctx may be freed here. */
 		void (*close)(void *ctx, bool aborted);
+		/* (optional, with buffered) the status to answer with, asked once the
+		 * whole body has been read; NULL = the handler's status. */
+		int (*status)(void *ctx);
 	} stream;
 	void *stream_ctx;
+	/* With stream.read: read the whole body before answering (a non-streamed
+	 * answer made over time), so that the status line can still say whether
+	 * it failed (stream.status), instead of a 200 sent up front. */
+	bool stream_buffered;
 };
 
 #define HTTP_STREAM_WAIT ((ssize_t)0)

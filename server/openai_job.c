@@ -600,6 +600,16 @@ static void pump(struct oai_job *j)
 
 /* ---- HTTP stream callbacks ---- */
 
+/* A non-streamed answer, once whole: 500 when generation failed. */
+static int job_status(void *ctx)
+{
+	struct oai_job *j = ctx;
+	pthread_mutex_lock(&j->mu);
+	int st = j->error ? 500 : 200;
+	pthread_mutex_unlock(&j->mu);
+	return st;
+}
+
 static ssize_t job_read(void *ctx, char *buf, size_t max)
 {
 	struct oai_job *j = ctx;
@@ -903,6 +913,8 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	resp->content_type = j->stream ? "text/event-stream" : "application/json";
 	resp->stream.read = job_read;
 	resp->stream.close = job_close;
+	resp->stream.status = job_status;  /* hardening: a failed non-streamed answer is a 500 */
+	resp->stream_buffered = !j->stream;
 	resp->stream_ctx = j;
 }
 

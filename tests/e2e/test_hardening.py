@@ -16,7 +16,8 @@ weights read, loopback only):
 6. A non-streamed n=128, top_logprobs=20, max_tokens=600 request is a 400
    naming the product (it built a 117 MB answer); a small one still works.
 7. A shard truncated while the CPU executor serves it: the step fails with a
-   message naming the cause, instead of the process dying of SIGBUS.
+   message naming the cause, instead of the process dying of SIGBUS, and the
+   non-streamed request that failed answers 500 (it was 200 with an error body).
 """
 import json
 import os
@@ -189,6 +190,8 @@ if src:
     check(rc != -7 and "SIGBUS reading the weights" in log,
           "truncated shard: the step fails with a message instead of a SIGBUS crash (rc %r, answer %d %r)\n%s"
           % (rc, st, body[:200], log[-1500:]))
+    check(st == 500 and b"engine failed" in body,
+          "truncated shard: the non-streamed request that failed answers 500, not 200 (got %d)" % st)
     check(not srv.sanitizer_report(), "truncated shard: no sanitizer report:\n" + srv.sanitizer_report())
     srv.cleanup()
 
