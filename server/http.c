@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -66,6 +67,9 @@ struct http_conn {
  * for the process's other files; past it new connections are refused at
  * accept instead of starving the ones being served (issue 17). */
 #define HTTP_DEFAULT_MAX_CONNECTIONS 1000u
+/* Requests or buffered answers larger than this return freed memory to the
+ * system when they end (malloc_trim: a few ms, only after large ones). */
+#define HTTP_TRIM_AFTER_BYTES ((size_t)1 << 20)
 
 struct http_server {
 	struct MHD_Daemon *d;
@@ -582,10 +586,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	}
 	if (s->opt.on_complete && hc->answered)
 		s->opt.on_complete(s->opt.app, hc->route ? hc->route : "other", hc->status, time_mono_s() - hc->t0);
+	/* A large request leaves its parse tree's memory in this thread's
+	 * malloc arena (an 8 MB body of nested arrays kept ~700 MB resident
+	 * after four requests): give it back to the system (issue 17). */
+	bool large = hc->cap > HTTP_TRIM_AFTER_BYTES || hc->out_cap > HTTP_TRIM_AFTER_BYTES;
 	free(hc->body);
 	free(hc->out);
 	free(hc->hdrs);
 	free(hc);
+	if (large)
+		malloc_trim(0);
 	atomic_fetch_sub(&s->in_flight, 1);
 }
 
