@@ -15,6 +15,8 @@ weights read, loopback only):
    at most four stay open, and the server serves again once they close.
 6. A non-streamed n=128, top_logprobs=20, max_tokens=600 request is a 400
    naming the product (it built a 117 MB answer); a small one still works.
+9. A tool call whose arguments hold integers beyond 64 bits (and 1e400) can be
+   echoed back: rendered as Python's json.dumps would (it was a 400).
 8. Memory is returned after large requests (three 7.8 MB bodies of nested
    empty arrays left ~700 MB resident); skipped in a sanitizer build.
 7. A shard truncated while the CPU executor serves it: the step fails with a
@@ -158,6 +160,29 @@ for _ in range(50):
     time.sleep(0.1)
 check(ok, "after the four close, /health answers again")
 stop_and_check(srv, check, "--max-connections-per-ip 4")
+
+# ---- 9. tool-call arguments with numbers beyond 64 bits / double, echoed back ----
+srv = Server()
+args = '{"n": 123456789012345678901234567890, "f": 1e400, "m": -98765432109876543210, ' \
+       '"o": {"k": [1, 123456789012345678901234567890, 2.5]}, "s": "12345678901234567890123"}'
+msgs = [{"role": "user", "content": "go"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"}]
+st, body, _ = srv.request("POST", "/tokenize", {"messages": msgs})
+check(st == 200, "a tool call with a > 64-bit integer echoed back: %d %r (was 400 'too big integer')" % (st, body[:200]))
+if st == 200:
+    toks = json.loads(body)["tokens"]
+    st2, body2, _ = srv.request("POST", "/detokenize", {"tokens": toks})
+    text = json.loads(body2)["prompt"] if st2 == 200 else ""
+    py = json.loads(args)
+    for k, v in py.items():
+        if isinstance(v, str):
+            want = 'name="%s" string="true">%s<' % (k, v)
+        else:
+            want = 'name="%s" string="false">%s<' % (k, json.dumps(v, ensure_ascii=False))
+        check(want in text, "tool argument %s rendered as Python's json.dumps: %r not in %r" % (k, want, text[-600:]))
+stop_and_check(srv, check, "big numbers")
 
 # ---- 8. memory returned after large requests (not under a sanitizer: its allocator keeps memory) ----
 def rss_mb(pid):
