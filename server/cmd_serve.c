@@ -557,6 +557,7 @@ int cmd_serve(int argc, char **argv)
 		.max_body_bytes = (size_t)ga.max_body_mb << 20, /* ---- hardening ---- */
 		.max_connections = (unsigned)ga.max_connections,
 		.max_connections_per_ip = (unsigned)ga.max_connections_per_ip,
+		.request_deadline_s = (unsigned)ga.max_request_seconds,
 		.max_model_len = (uint32_t)a.max_model_len,
 		.max_num_seqs = (uint32_t)a.max_num_seqs,
 		.max_num_batched_tokens = (uint32_t)a.max_num_batched_tokens,

@@ -117,7 +117,8 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 				  .max_body_bytes = opt->max_body_bytes ? opt->max_body_bytes : ENGINE_MAX_BODY_BYTES,
 				  .connection_timeout_s = ENGINE_CONNECTION_TIMEOUT_S,
 				  .max_connections = opt->max_connections,
-				  .max_connections_per_ip = opt->max_connections_per_ip};
+				  .max_connections_per_ip = opt->max_connections_per_ip,
+				  .request_deadline_s = opt->request_deadline_s};
 	api_http_bind(en->api, &ho);
 	if ((st = http_server_create(&en->http, &ho, e))) {
 		engine_destroy(en);

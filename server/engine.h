@@ -32,6 +32,7 @@ struct engine_options {
 	size_t max_body_bytes;           /* 0 = 8 MB (--max-request-body-mb) */
 	unsigned max_connections;        /* 0 = http.h's default (--max-connections) */
 	unsigned max_connections_per_ip; /* 0 = none (--max-connections-per-ip) */
+	unsigned request_deadline_s;     /* 0 = http.h's default (--max-request-seconds) */
 	uint32_t max_model_len;          /* 0 = the executor's */
 	uint32_t max_num_seqs;           /* 0 = scheduler default */
 	uint32_t max_num_batched_tokens; /* 0 = scheduler default */

@@ -70,6 +70,8 @@ struct http_conn {
 /* Requests or buffered answers larger than this return freed memory to the
  * system when they end (malloc_trim: a few ms, only after large ones). */
 #define HTTP_TRIM_AFTER_BYTES ((size_t)1 << 20)
+/* A request's headers and body must arrive within this (see http.h). */
+#define HTTP_DEFAULT_REQUEST_DEADLINE_S 60u
 
 struct http_server {
 	struct MHD_Daemon *d;
@@ -90,7 +92,52 @@ struct http_server {
 	pthread_mutex_t ip_mu;
 	struct http_ip_count { struct sockaddr_storage a; unsigned n; } *ips;
 	size_t n_ips, cap_ips;
+	/* Open connections and when their current request started (under
+	 * ip_mu), for the request deadline the housekeeper enforces. */
+	struct http_sock *socks;
+	double request_deadline_s;
 };
+
+struct http_sock {
+	struct http_sock *next, *prev;
+	struct MHD_Connection *c;
+	double t0;             /* start of the current request phase */
+	bool receiving;        /* headers / body still arriving */
+	bool cut;              /* shut down by the housekeeper */
+};
+
+/* The request phase of c is over (true) or begins again (false). */
+static void sock_phase(struct http_server *s, struct MHD_Connection *c, bool receiving)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	if (!ci || !ci->socket_context)
+		return;
+	struct http_sock *k = ci->socket_context;
+	pthread_mutex_lock(&s->ip_mu);
+	k->receiving = receiving;
+	k->t0 = time_mono_s();
+	pthread_mutex_unlock(&s->ip_mu);
+}
+
+/* Housekeeper: shut the connections whose request is late. A shutdown, not
+ * a close: libmicrohttpd sees the end on its next read and cleans up. */
+static void socks_enforce(struct http_server *s)
+{
+	double now = time_mono_s();
+	pthread_mutex_lock(&s->ip_mu);
+	for (struct http_sock *k = s->socks; k; k = k->next) {
+		if (!k->receiving || k->cut || now - k->t0 < s->request_deadline_s)
+			continue;
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(k->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (ci) {
+			(void)shutdown(ci->connect_fd, SHUT_RDWR);
+			k->cut = true;
+			log_msg(LOG_WARN, "http", "closed a connection whose request took over %.0f s to arrive (slow client)",
+				s->request_deadline_s);
+		}
+	}
+	pthread_mutex_unlock(&s->ip_mu);
+}
 
 /* ---- helpers for handlers ---- */
 
@@ -216,6 +263,7 @@ static void *housekeeper_main(void *arg)
 			stream_check_peer(st);
 			http_stream_wake(st); /* lock order: srv->mu then st->mu, same everywhere */
 		}
+		socks_enforce(s);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
@@ -392,6 +440,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	if (hc->too_big)
 		return queue_plain(c, hc, 413, "application/json", too_large_body);
 
+	sock_phase(s, c, false); /* the request is in: no more deadline */
 	/* The request is in: the response may take long (generation, suspended streams). */
 	if (s->request_timeout_s != s->opt.connection_timeout_s)
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->opt.connection_timeout_s);
@@ -549,9 +598,35 @@ static void ip_track(struct http_server *s, struct MHD_Connection *c, int delta)
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 			  enum MHD_ConnectionNotificationCode toe)
 {
-	(void)socket_context;
 	struct http_server *s = cls;
 	ip_track(s, c, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct http_sock *k = calloc(1, sizeof *k);
+		if (k) {
+			k->c = c;
+			k->t0 = time_mono_s();
+			k->receiving = true;
+			pthread_mutex_lock(&s->ip_mu);
+			k->next = s->socks;
+			if (s->socks)
+				s->socks->prev = k;
+			s->socks = k;
+			pthread_mutex_unlock(&s->ip_mu);
+		}
+		*socket_context = k;
+	} else if (*socket_context) {
+		struct http_sock *k = *socket_context;
+		pthread_mutex_lock(&s->ip_mu);
+		if (k->prev)
+			k->prev->next = k->next;
+		else
+			s->socks = k->next;
+		if (k->next)
+			k->next->prev = k->prev;
+		pthread_mutex_unlock(&s->ip_mu);
+		free(k);
+		*socket_context = NULL;
+	}
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED && s->request_timeout_s != s->opt.connection_timeout_s)
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout_s);
 }
@@ -564,6 +639,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	 * (only after a normal end: the connection is live and in libmicrohttpd's lists). */
 	if (c && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && s->request_timeout_s != s->opt.connection_timeout_s)
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout_s);
+	if (c && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		sock_phase(s, c, true); /* keep-alive: the next request's deadline starts now */
 	if (!hc)
 		return;
 	*con_cls = NULL;
@@ -638,6 +715,7 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	pthread_mutex_init(&s->ip_mu, NULL);
+	s->request_deadline_s = opt->request_deadline_s ? opt->request_deadline_s : HTTP_DEFAULT_REQUEST_DEADLINE_S;
 	s->d = MHD_start_daemon(flags, (uint16_t)opt->port, on_accept, s, on_access, s,
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opt->n_threads,

@@ -92,6 +92,11 @@ struct http_options {
 	unsigned request_timeout_s;
 	unsigned max_connections;        /* open connections at most; 0 = HTTP_DEFAULT_MAX_CONNECTIONS */
 	unsigned max_connections_per_ip; /* per client address; 0 = no limit */
+	/* Absolute limit on receiving one request's headers and body (from the
+	 * connection's start or the previous request's end): a client that
+	 * trickles a byte every few seconds resets the idle timeout forever
+	 * (slowloris); past this its connection is shut. 0 = 60 s. */
+	unsigned request_deadline_s;
 	http_handler_fn handler;
 	void *app;
 	/* Called after every response with route-independent facts, for metrics. Optional. */

@@ -36,9 +36,10 @@ int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
 {
 	*g = (struct serve_guard_args){.max_body_mb = SERVE_GUARD_DEFAULT_BODY_MB,
 				       .max_connections = SERVE_GUARD_DEFAULT_MAX_CONNECTIONS,
-				       .max_connections_per_ip = SERVE_GUARD_DEFAULT_MAX_CONNECTIONS_PER_IP};
+				       .max_connections_per_ip = SERVE_GUARD_DEFAULT_MAX_CONNECTIONS_PER_IP,
+				       .max_request_seconds = 60};
 	static const char *names[] = {"--api-key-file", "--allow-unauthenticated", "--max-request-body-mb",
-				      "--max-connections", "--max-connections-per-ip"};
+				      "--max-connections", "--max-connections-per-ip", "--max-request-seconds"};
 	int out = 1;
 	for (int i = 1; i < *argc; i++) {
 		const char *arg = argv[i];
@@ -91,6 +92,10 @@ int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
 			if (!guard__long(v, 0, 1000000, &g->max_connections_per_ip))
 				return guard__bad("--max-connections-per-ip", v, "an integer in 0..1000000 (0 = no limit)");
 			break;
+		case 5:
+			if (!guard__long(v, 1, 86400, &g->max_request_seconds))
+				return guard__bad("--max-request-seconds", v, "an integer in 1..86400");
+			break;
 		}
 	}
 	argv[out] = NULL;
@@ -105,7 +110,8 @@ const char *serve_guard_usage(void)
 	       "  --allow-unauthenticated      allow a non-loopback --host without an API key (refused otherwise)\n"
 	       "  --max-request-body-mb N      largest request body, MB (default 8); larger ones get 413\n"
 	       "  --max-connections N          open HTTP connections at most (default 1000)\n"
-	       "  --max-connections-per-ip N   open connections per client address (default 128; 0 = no limit)\n";
+	       "  --max-connections-per-ip N   open connections per client address (default 128; 0 = no limit)\n"
+	       "  --max-request-seconds S      a request's headers and body must arrive within S (default 60)\n";
 }
 
 bool serve_guard_is_loopback(const char *host)

@@ -33,6 +33,7 @@ struct serve_guard_args {
 	long max_body_mb;              /* --max-request-body-mb */
 	long max_connections;          /* --max-connections */
 	long max_connections_per_ip;   /* --max-connections-per-ip (0 = no per-address limit) */
+	long max_request_seconds;      /* --max-request-seconds: headers + body must arrive within it */
 	const char *key_storage;       /* the key read from api_key_file (a static buffer) */
 };
 

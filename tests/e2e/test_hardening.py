@@ -15,6 +15,9 @@ weights read, loopback only):
    at most four stay open, and the server serves again once they close.
 6. A non-streamed n=128, top_logprobs=20, max_tokens=600 request is a 400
    naming the product (it built a 117 MB answer); a small one still works.
+10. Slowloris: connections trickling header bytes are shut once their request
+   is older than --max-request-seconds (the idle timeout restarted with every
+   byte, so they were held forever); /health answers throughout.
 9. A tool call whose arguments hold integers beyond 64 bits (and 1e400) can be
    echoed back: rendered as Python's json.dumps would (it was a 400).
 8. Memory is returned after large requests (three 7.8 MB bodies of nested
@@ -160,6 +163,41 @@ for _ in range(50):
     time.sleep(0.1)
 check(ok, "after the four close, /health answers again")
 stop_and_check(srv, check, "--max-connections-per-ip 4")
+
+# ---- 10. slowloris: a byte every 0.4 s no longer holds a connection forever ----
+srv = Server("--max-request-seconds", "2")
+slow = []
+for _ in range(5):
+    h = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    h.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
+    slow.append([h, None])
+t0 = time.time()
+health_ok = health_n = 0
+while time.time() - t0 < 8 and any(e is None for _, e in slow):
+    for rec in slow:
+        if rec[1] is None:
+            try:
+                rec[0].sendall(b"X")
+                rec[0].settimeout(0.01)
+                if rec[0].recv(1) == b"":
+                    rec[1] = time.time() - t0
+            except socket.timeout:
+                pass
+            except OSError:
+                rec[1] = time.time() - t0
+    health_n += 1
+    try:
+        health_ok += srv.get("/health", timeout=5)[0] == 200
+    except OSError:
+        pass
+    time.sleep(0.4)
+ends = [e for _, e in slow]
+check(all(e is not None and e < 6 for e in ends),
+      "5 connections trickling a header byte every 0.4 s with --max-request-seconds 2: closed after %r s" % ends)
+check(health_ok == health_n, "/health answered %d of %d polls during the slow connections" % (health_ok, health_n))
+for h, _ in slow:
+    h.close()
+stop_and_check(srv, check, "slowloris")
 
 # ---- 9. tool-call arguments with numbers beyond 64 bits / double, echoed back ----
 srv = Server()
