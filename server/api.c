@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/strbuf.h"
+#include "common/timeutil.h"     /* hardening: /health stall */
 #include "server/serve_guard.h" /* hardening: Host check */
 
 #define API_MAX_ROUTES 32
@@ -32,6 +33,9 @@ struct api {
 	char *api_key;
 	int max_model_len;
 	bool check_host;
+	double (*last_beat_s)(void *ctx); /* api_set_liveness */
+	void *beat_ctx;
+	double stall_s;
 	long created;
 	atomic_int state;
 	atomic_ullong next_id;
@@ -167,11 +171,22 @@ static void set_request_id(struct api *a, const struct http_request *req, struct
 		}
 }
 
+void api_set_liveness(struct api *a, double (*last_beat_s)(void *ctx), void *ctx, double stall_s)
+{
+	a->last_beat_s = last_beat_s;
+	a->beat_ctx = ctx;
+	a->stall_s = stall_s;
+}
+
 static void route_health(struct api *a, struct http_response *resp)
 {
 	static const char *names[] = {"loading", "ready", "draining", "failed"};
 	enum api_state st = api_get_state(a);
 	char body[64];
+	if (st == API_READY && a->last_beat_s && a->stall_s > 0 && time_mono_s() - a->last_beat_s(a->beat_ctx) > a->stall_s) {
+		http_reply_copy(resp, 503, "application/json", "{\"status\":\"stalled\"}");
+		return;
+	}
 	snprintf(body, sizeof body, "{\"status\":\"%s\"}", names[st]);
 	http_reply_copy(resp, st == API_READY ? 200 : 503, "application/json", body);
 }

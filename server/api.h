@@ -45,6 +45,12 @@ enum api_state api_get_state(const struct api *api);
 struct metrics *api_metrics(struct api *api);
 const char *api_model_name(const struct api *api);
 
+/* /health answers 503 {"status":"stalled"} while last_beat_s(ctx) (a
+ * time_mono_s() value) is older than stall_s: the step loop is stuck (a
+ * tensor-parallel rank that stopped answering keeps it in a collective for
+ * up to --tp-timeout). Call before serving. */
+void api_set_liveness(struct api *api, double (*last_beat_s)(void *ctx), void *ctx, double stall_s);
+
 /* Fill http_options' handler/app/on_complete for this api. */
 void api_http_bind(struct api *api, struct http_options *opt);
 

@@ -568,6 +568,7 @@ int cmd_serve(int argc, char **argv)
 		.plan = cpu ? model_exec_cpu_plan(cpu) : tp ? tp_serve_plan(tp) : NULL,
 		.heartbeat = tp ? on_tp_heartbeat : on_heartbeat, /* ---- tensor parallel ---- */
 		.heartbeat_ctx = tp,
+		.health_stall_s = tp ? 10.0 : 0, /* ---- hardening: /health 503 when a rank is late ---- */
 	};
 	struct engine *en = NULL;
 	if (engine_create(&en, &eo, &e)) {

@@ -36,7 +36,24 @@ struct engine {
 	struct oai_server *oai;
 	struct http_server *http;
 	uint32_t max_model_len;
+	void (*user_heartbeat)(void *ctx); /* engine_options.heartbeat */
+	void *user_heartbeat_ctx;
+	_Atomic double last_beat_s;        /* for /health's stall check */
 };
+
+static void engine__heartbeat(void *ctx)
+{
+	struct engine *en = ctx;
+	atomic_store(&en->last_beat_s, time_mono_s());
+	if (en->user_heartbeat)
+		en->user_heartbeat(en->user_heartbeat_ctx);
+}
+
+static double engine__last_beat(void *ctx)
+{
+	struct engine *en = ctx;
+	return atomic_load(&en->last_beat_s);
+}
 
 static void engine_stats(void *ctx, struct metrics_engine_stats *out)
 {
@@ -72,9 +89,12 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 		.policy = opt->priority_scheduling ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS,
 		.detokenize = oai_detok_piece,
 		.detok_ctx = en->tok,
-		.heartbeat = opt->heartbeat,
-		.heartbeat_ctx = opt->heartbeat_ctx,
+		.heartbeat = engine__heartbeat,
+		.heartbeat_ctx = en,
 	};
+	en->user_heartbeat = opt->heartbeat;
+	en->user_heartbeat_ctx = opt->heartbeat_ctx;
+	atomic_store(&en->last_beat_s, time_mono_s());
 	if ((st = sched_loop_create(&en->loop, &so, opt->exec, e))) {
 		engine_destroy(en);
 		return st;
@@ -119,6 +139,7 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 				  .max_connections = opt->max_connections,
 				  .max_connections_per_ip = opt->max_connections_per_ip,
 				  .request_deadline_s = opt->request_deadline_s};
+	api_set_liveness(en->api, engine__last_beat, en, opt->health_stall_s);
 	api_http_bind(en->api, &ho);
 	if ((st = http_server_create(&en->http, &ho, e))) {
 		engine_destroy(en);

@@ -45,6 +45,9 @@ struct engine_options {
 	 * once a second while idle (the systemd watchdog's liveness signal). */
 	void (*heartbeat)(void *ctx);
 	void *heartbeat_ctx;
+	/* /health 503 "stalled" when the step loop has not beaten for this long
+	 * (seconds; 0 = never): a tensor-parallel rank that stopped answering. */
+	double health_stall_s;
 };
 
 enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e) DSV4_WUR;

@@ -9,7 +9,8 @@
 2. Two processes on loopback (`--nnodes 2 --node-rank 0` and `--node-rank 1 --master-addr
    127.0.0.1`): the bootstrap handshake runs, the TCP data channel carries the collectives, and
    the completions equal the threads' TP=2 exactly (both sum in rank order). SIGTERM on rank 0
-   stops both with exit 0. Both share a --tp-secret-file; a stray HTTP request at the bootstrap
+   stops both with exit 0. A SIGSTOPped worker makes /health 503 within seconds (not after
+   --tp-timeout) and SIGCONT brings it back. Both share a --tp-secret-file; a stray HTTP request at the bootstrap
    port before the worker comes is dropped (rank 0 used to exit on it).
 3. Failures, each a non-zero exit with a clear message and no hang: a worker with another
    checkpoint (the tiny model with another seed) -> both name the fingerprint; a worker that never
@@ -233,6 +234,22 @@ if m.wait_http():
     check("worker rank 1 joined" in m.text(), "rank 0 log lacks the bootstrap join")
     check("running rank 0's step plans" in w.text(), "worker log lacks its start")
     check("on http://" not in w.text(), "the worker started an HTTP server")
+    # issue 17: a stopped worker (SIGSTOP) turns /health to 503 within seconds, not after --tp-timeout;
+    # SIGCONT before the timeout: 200 again, the group goes on
+    check(health(m.port) == 200, "pair: /health 200 before SIGSTOP")
+    w.p.send_signal(signal.SIGSTOP)
+    t0 = time.time()
+    while time.time() - t0 < 20 and health(m.port) != 503:
+        time.sleep(0.5)
+    t_503 = time.time() - t0
+    check(t_503 < 20, "SIGSTOPped worker: /health still not 503 after %.0f s" % t_503)
+    w.p.send_signal(signal.SIGCONT)
+    t1 = time.time()
+    while time.time() - t1 < 20 and health(m.port) != 200:
+        time.sleep(0.5)
+    check(health(m.port) == 200, "SIGCONT: /health back to 200")
+    print("SIGSTOP worker: /health 503 after %.1f s, 200 again %.1f s after SIGCONT" % (t_503, time.time() - t1),
+          flush=True)
     stop(m, "two processes: rank 0")
     rc = w.wait_exit(30)
     check(rc == 0, "two processes: worker exit %s after rank 0's shutdown\n%s" % (rc, w.text()[-3000:]))
