@@ -38,7 +38,11 @@ enum boot_type {
 	BOOT_WELCOME = 2,
 	BOOT_REJECT = 3,
 	BOOT_BYE = 4,
+	BOOT_CHALLENGE = 5,
 };
+
+#define BOOT_HELLO_FIXED_BYTES 18 /* rank, n_ranks, fingerprint, version bytes */
+#define BOOT_WELCOME_BYTES (4 + COMM_UNIQUE_ID_BYTES + COMM_MAC_BYTES)
 
 #define BOOT_HEADER_BYTES 12
 
@@ -46,6 +50,7 @@ struct boot_peer {
 	int fd;         /* -1 once closed */
 	int rank;
 	char addr[80];  /* "host:port" for messages */
+	uint8_t challenge[COMM_CHALLENGE_BYTES]; /* master: the worker's, answered in the welcome */
 };
 
 struct comm_boot {
@@ -299,20 +304,34 @@ static enum status boot__listen(const struct comm_boot_options *opt, int *out_fd
 	return st;
 }
 
-/* Checks one worker's hello. On a mismatch: ST_INVALID with the reason (also
- * what the worker is told). */
-static enum status boot__check_hello(struct comm_boot *b, const struct comm_boot_options *opt, const uint8_t *p,
-				     size_t n, const char *who, int *rank_out, struct err *e)
+/* Checks the form of a hello and its MAC over the master's challenge. ST_IO:
+ * malformed (garbage); ST_INVALID: the MAC does not match (another secret, or
+ * a hello replayed from an earlier connection). */
+static enum status boot__auth_hello(const struct comm_boot_options *opt, const uint8_t *challenge, const uint8_t *p,
+				    size_t n, const char *who, struct err *e)
 {
-	if (n < 18)
-		return err_set(e, ST_IO, "bootstrap master: %s: hello of %zu bytes is too short: garbage on the socket",
-			       who, n);
+	if (n < BOOT_HELLO_FIXED_BYTES + 2 * COMM_MAC_BYTES)
+		return err_set(e, ST_IO, "bootstrap master: %s: hello of %zu bytes is too short: garbage", who, n);
+	uint16_t vlen = get_u16(p + 16);
+	if (vlen > COMM_BOOT_MAX_VERSION_BYTES || (size_t)BOOT_HELLO_FIXED_BYTES + vlen + 2 * COMM_MAC_BYTES != n)
+		return err_set(e, ST_IO, "bootstrap master: %s: malformed hello (version of %u bytes in %zu): garbage",
+			       who, vlen, n);
+	uint8_t mac[COMM_MAC_BYTES];
+	comm_auth_mac(opt->secret, "dsv4 boot hello", challenge, COMM_CHALLENGE_BYTES, p, n - COMM_MAC_BYTES, mac);
+	if (!comm_mac_equal(mac, p + n - COMM_MAC_BYTES))
+		return err_set(e, ST_INVALID, "bootstrap master: %s: hello failed authentication (a different "
+			       "--tp-secret-file, or a replayed hello)", who);
+	return ST_OK;
+}
+
+/* Checks one worker's authenticated hello (form checked by boot__auth_hello).
+ * On a mismatch: ST_INVALID with the reason (also what the worker is told). */
+static enum status boot__check_hello(struct comm_boot *b, const struct comm_boot_options *opt, const uint8_t *p,
+				     const char *who, int *rank_out, struct err *e)
+{
 	uint32_t rank = get_u32(p), n_ranks = get_u32(p + 4);
 	uint64_t fp = get_u64(p + 8);
 	uint16_t vlen = get_u16(p + 16);
-	if (vlen > COMM_BOOT_MAX_VERSION_BYTES || 18u + vlen != n)
-		return err_set(e, ST_IO, "bootstrap master: %s: malformed hello (version of %u bytes in %zu): garbage",
-			       who, vlen, n);
 	char version[COMM_BOOT_MAX_VERSION_BYTES + 1];
 	memcpy(version, p + 18, vlen);
 	version[vlen] = '\0';
@@ -406,21 +425,49 @@ static enum status boot__master(struct comm_boot *b, const struct comm_boot_opti
 		double hello_deadline_s = time_mono_s() + COMM_BOOT_HELLO_TIMEOUT_MS / 1000.0;
 		if (hello_deadline_s > deadline_s)
 			hello_deadline_s = deadline_s;
-		st = boot__recv_frame(fd, &type, payload, &n, hello_deadline_s, who, &eof, e);
-		if ((st == ST_IO && eof) || (st == ST_TIMEOUT && time_mono_s() < deadline_s)) {
-			log_msg(LOG_WARN, "comm", "bootstrap master: connection from %s %s without a hello (a port probe?); "
-				"still waiting", who, eof ? "closed" : "stayed silent");
+		uint8_t challenge[COMM_CHALLENGE_BYTES];
+		eof = false;
+		st = comm_random_bytes(challenge, sizeof challenge, e);
+		if (st == ST_OK)
+			st = boot__send_frame(fd, BOOT_CHALLENGE, challenge, sizeof challenge, hello_deadline_s, who, e);
+		if (st == ST_OK)
+			st = boot__recv_frame(fd, &type, payload, &n, hello_deadline_s, who, &eof, e);
+		if (st == ST_OK && type != BOOT_HELLO)
+			st = err_set(e, ST_IO, "bootstrap master: %s: expected a hello, got message type %d", who,
+				     (int)type);
+		if (st == ST_OK)
+			st = boot__auth_hello(opt, challenge, payload, n, who, e);
+		if (st != ST_OK && st != ST_NOMEM) {
+			/* Not (yet) a member: whatever it sent, it cannot end the group. */
+			if (st == ST_IO && eof)
+				log_msg(LOG_WARN, "comm", "bootstrap master: connection from %s closed without a hello "
+					"(a port probe?); still waiting", who);
+			else if (st == ST_TIMEOUT)
+				log_msg(LOG_WARN, "comm", "bootstrap master: connection from %s stayed silent (a port "
+					"probe?); dropped, still waiting", who);
+			else
+				log_msg(LOG_WARN, "comm", "bootstrap master: dropped a connection: %s; still waiting", e->msg);
+			if (st == ST_INVALID) { /* a worker with another secret or build: tell it why */
+				struct err ignore;
+				(void)boot__send_frame(fd, BOOT_REJECT, e->msg, strnlen(e->msg, COMM_BOOT_MAX_REASON_BYTES),
+						       time_mono_s() + 1.0, who, &ignore);
+			}
 			close(fd);
 			st = ST_OK;
 			err_clear(e);
-			continue;
+			if (time_mono_s() < deadline_s)
+				continue;
+			st = err_set(e, ST_TIMEOUT, "bootstrap master: timed out after %d ms on port %d waiting for "
+				     "worker(s) (%d of %d joined)", opt->timeout_ms, opt->master_port, n_joined,
+				     b->n_ranks - 1);
+			boot__reject_all(b, -1, e->msg, deadline_s);
+			break;
 		}
-		if (st == ST_OK && type != BOOT_HELLO)
-			st = err_set(e, ST_IO, "bootstrap master: %s: expected a hello, got message type %d: garbage", who,
-				     (int)type);
 		int rank = -1;
 		if (st == ST_OK)
-			st = boot__check_hello(b, opt, payload, n, who, &rank, e);
+			st = boot__check_hello(b, opt, payload, who, &rank, e);
+		if (st == ST_OK)
+			memcpy(b->peers[rank - 1].challenge, payload + n - 2 * COMM_MAC_BYTES, COMM_CHALLENGE_BYTES);
 		if (st != ST_OK) {
 			boot__context(e, "bootstrap master");
 			boot__reject_all(b, fd, e->msg, deadline_s);
@@ -440,10 +487,12 @@ static enum status boot__master(struct comm_boot *b, const struct comm_boot_opti
 	if (st != ST_OK)
 		return st;
 	/* Everyone is here: ship the id. */
-	uint8_t welcome[4 + COMM_UNIQUE_ID_BYTES];
+	uint8_t welcome[BOOT_WELCOME_BYTES];
 	put_u32(welcome, (uint32_t)b->n_ranks);
 	memcpy(welcome + 4, b->unique_id, COMM_UNIQUE_ID_BYTES);
 	for (int i = 0; i < b->n_peers; i++) {
+		comm_auth_mac(opt->secret, "dsv4 boot welcome", b->peers[i].challenge, COMM_CHALLENGE_BYTES, welcome,
+			      BOOT_WELCOME_BYTES - COMM_MAC_BYTES, welcome + BOOT_WELCOME_BYTES - COMM_MAC_BYTES);
 		st = boot__send_frame(b->peers[i].fd, BOOT_WELCOME, welcome, sizeof welcome, deadline_s, b->peers[i].addr,
 				      e);
 		if (st != ST_OK)
@@ -504,6 +553,15 @@ static int boot__try_connect(const struct comm_boot_options *opt, double deadlin
 	return fd;
 }
 
+/* The welcome's MAC over this worker's challenge. */
+static bool boot__welcome_ok(const struct comm_boot_options *opt, const uint8_t *my_challenge, const uint8_t *welcome)
+{
+	uint8_t mac[COMM_MAC_BYTES];
+	comm_auth_mac(opt->secret, "dsv4 boot welcome", my_challenge, COMM_CHALLENGE_BYTES, welcome,
+		      BOOT_WELCOME_BYTES - COMM_MAC_BYTES, mac);
+	return comm_mac_equal(mac, welcome + BOOT_WELCOME_BYTES - COMM_MAC_BYTES);
+}
+
 static enum status boot__worker(struct comm_boot *b, const struct comm_boot_options *opt, double deadline_s,
 				struct err *e)
 {
@@ -534,26 +592,42 @@ static enum status boot__worker(struct comm_boot *b, const struct comm_boot_opti
 	p->rank = 0;
 	snprintf(p->addr, sizeof p->addr, "%s:%d", opt->master_addr, opt->master_port);
 
-	size_t vlen = strlen(opt->version);
-	uint8_t hello[18 + COMM_BOOT_MAX_VERSION_BYTES];
-	put_u32(hello, (uint32_t)b->rank);
-	put_u32(hello + 4, (uint32_t)b->n_ranks);
-	put_u64(hello + 8, opt->checkpoint_fingerprint);
-	put_u16(hello + 16, (uint16_t)vlen);
-	memcpy(hello + 18, opt->version, vlen);
-	enum status st = boot__send_frame(fd, BOOT_HELLO, hello, 18 + vlen, deadline_s, who, e);
 	char ctx[64];
 	snprintf(ctx, sizeof ctx, "bootstrap worker rank %d", b->rank);
-	if (st != ST_OK)
-		return boot__context(e, ctx);
-
 	uint8_t *payload = malloc(COMM_BOOT_MAX_PAYLOAD_BYTES + 1);
 	if (!payload)
 		return err_set(e, ST_NOMEM, "bootstrap: out of memory");
 	enum boot_type type;
 	size_t n;
 	bool eof;
-	st = boot__recv_frame(fd, &type, payload, &n, deadline_s, who, &eof, e);
+	/* The master speaks first: its challenge. */
+	enum status st = boot__recv_frame(fd, &type, payload, &n, deadline_s, who, &eof, e);
+	if (st == ST_OK && type == BOOT_REJECT)
+		st = err_set(e, ST_INVALID, "bootstrap worker rank %d: %s refused this node: %s", b->rank, who,
+			     (const char *)payload);
+	else if (st == ST_OK && (type != BOOT_CHALLENGE || n != COMM_CHALLENGE_BYTES))
+		st = err_set(e, ST_IO, "bootstrap worker rank %d: %s: unexpected message type %d of %zu bytes: garbage",
+			     b->rank, who, (int)type, n);
+	uint8_t my_challenge[COMM_CHALLENGE_BYTES];
+	if (st == ST_OK)
+		st = comm_random_bytes(my_challenge, sizeof my_challenge, e);
+	if (st == ST_OK) {
+		size_t vlen = strlen(opt->version);
+		uint8_t hello[BOOT_HELLO_FIXED_BYTES + COMM_BOOT_MAX_VERSION_BYTES + 2 * COMM_MAC_BYTES];
+		put_u32(hello, (uint32_t)b->rank);
+		put_u32(hello + 4, (uint32_t)b->n_ranks);
+		put_u64(hello + 8, opt->checkpoint_fingerprint);
+		put_u16(hello + 16, (uint16_t)vlen);
+		memcpy(hello + 18, opt->version, vlen);
+		size_t hn = BOOT_HELLO_FIXED_BYTES + vlen;
+		memcpy(hello + hn, my_challenge, COMM_CHALLENGE_BYTES);
+		hn += COMM_CHALLENGE_BYTES;
+		comm_auth_mac(opt->secret, "dsv4 boot hello", payload, COMM_CHALLENGE_BYTES, hello, hn, hello + hn);
+		hn += COMM_MAC_BYTES;
+		st = boot__send_frame(fd, BOOT_HELLO, hello, hn, deadline_s, who, e);
+	}
+	if (st == ST_OK)
+		st = boot__recv_frame(fd, &type, payload, &n, deadline_s, who, &eof, e);
 	if (st == ST_TIMEOUT)
 		err_set(e, ST_TIMEOUT,
 			"bootstrap worker rank %d: %s accepted the connection but did not answer within %d ms "
@@ -564,9 +638,12 @@ static enum status boot__worker(struct comm_boot *b, const struct comm_boot_opti
 	else if (type == BOOT_REJECT)
 		st = err_set(e, ST_INVALID, "bootstrap worker rank %d: %s refused this node: %s", b->rank, who,
 			     (const char *)payload);
-	else if (type != BOOT_WELCOME || n != 4 + COMM_UNIQUE_ID_BYTES)
+	else if (type != BOOT_WELCOME || n != BOOT_WELCOME_BYTES)
 		st = err_set(e, ST_IO, "bootstrap worker rank %d: %s: unexpected message type %d of %zu bytes: garbage",
 			     b->rank, who, (int)type, n);
+	else if (!boot__welcome_ok(opt, my_challenge, payload))
+		st = err_set(e, ST_INVALID, "bootstrap worker rank %d: %s failed authentication (not the master of "
+			     "this group, or a different --tp-secret-file)", b->rank, who);
 	else if ((int)get_u32(payload) != b->n_ranks)
 		st = err_set(e, ST_INVALID, "bootstrap worker rank %d: %s: world size %u, expected %d", b->rank, who,
 			     get_u32(payload), b->n_ranks);

@@ -28,25 +28,40 @@
  * are parameters (model_dsv4_version() and the checkpoint's fingerprint in
  * the server).
  *
+ * Authentication (protocol 2, comm/auth.h): the master opens every accepted
+ * connection with a fresh random challenge; the hello carries the worker's
+ * own challenge and an HMAC with the group secret over the master's challenge
+ * and the hello; the welcome an HMAC over the worker's challenge and the
+ * welcome. A connection whose hello is missing, malformed, or fails the MAC
+ * (a stranger, a port scan, a wrong-secret worker, a replayed hello) is
+ * logged and dropped (a wrong-secret worker is told why) and the master
+ * keeps waiting for the real workers: nothing a stranger sends ends the
+ * group. Checks of an authenticated hello (version, fingerprint, world size,
+ * rank) still fail the group, as before, with the reason on both sides.
+ *
  * Wire format (all integers little-endian), one frame per message:
- *   header  u32 magic 'DSV4' (0x34565344), u16 protocol version, u16 type,
- *           u32 payload bytes (<= COMM_BOOT_MAX_PAYLOAD_BYTES)
- *   HELLO   (worker -> master) u32 rank, u32 n_ranks, u64 fingerprint,
- *           u16 version bytes, version (no NUL)
- *   WELCOME (master -> worker) u32 n_ranks, 128 bytes unique id
- *   REJECT  (master -> worker) reason text
- *   BYE     (either way, after the handshake) reason text
+ *   header    u32 magic 'DSV4' (0x34565344), u16 protocol version, u16 type,
+ *             u32 payload bytes (<= COMM_BOOT_MAX_PAYLOAD_BYTES)
+ *   CHALLENGE (master -> worker, first) 32 random bytes
+ *   HELLO     (worker -> master) u32 rank, u32 n_ranks, u64 fingerprint,
+ *             u16 version bytes, version (no NUL), 32-byte worker challenge,
+ *             32-byte MAC("dsv4 boot hello", master challenge, all before it)
+ *   WELCOME   (master -> worker) u32 n_ranks, 128 bytes unique id,
+ *             32-byte MAC("dsv4 boot welcome", worker challenge, all before it)
+ *   REJECT    (master -> worker) reason text
+ *   BYE       (either way, after the handshake) reason text
  */
 #ifndef DSV4_COMM_BOOTSTRAP_H
 #define DSV4_COMM_BOOTSTRAP_H
 
 #include <stdint.h>
 
+#include "comm/auth.h"
 #include "comm/comm.h"
 #include "common/status.h"
 
 #define COMM_BOOT_MAGIC 0x34565344u /* "DSV4" in little-endian byte order */
-#define COMM_BOOT_PROTOCOL_VERSION 1
+#define COMM_BOOT_PROTOCOL_VERSION 2
 
 struct comm_boot;
 
@@ -61,6 +76,7 @@ struct comm_boot_options {
 	uint64_t checkpoint_fingerprint; /* compared exactly */
 	const uint8_t *unique_id; /* master: COMM_UNIQUE_ID_BYTES to ship (NULL = zeros); worker: ignored */
 	int timeout_ms;       /* deadline of the whole handshake; 0 = COMM_BOOT_DEFAULT_TIMEOUT_MS */
+	const struct comm_secret *secret; /* the group secret; NULL = the empty key (tests only) */
 };
 
 /* Runs the handshake: the master returns when every worker has joined, a

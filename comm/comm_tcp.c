@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/auth.h"
 #include "comm/internal.h"
 #include "comm/limits.h"
 #include "common/log.h"
@@ -43,7 +44,10 @@
 #define TCP_ACK_MAGIC 0x41435444u   /* "DTCA" */
 #define TCP_ID_MAGIC "DSV4TCP"
 #define TCP_HEADER_BYTES 24
-#define TCP_HELLO_BYTES 24
+#define TCP_HELLO_BYTES (24 + COMM_CHALLENGE_BYTES + COMM_MAC_BYTES)
+#define TCP_CHAL_MAGIC 0x4b435444u  /* "DTCK" */
+#define TCP_CHAL_BYTES (4 + COMM_CHALLENGE_BYTES)
+#define TCP_ACK_BYTES (4 + COMM_MAC_BYTES)
 /* Poll slice: how quickly a wait notices comm_abort() from another thread
  * even if the socket shutdown did not wake it. */
 #define TCP_POLL_SLICE_MS 100
@@ -64,6 +68,7 @@ struct comm_tcp_listener {
 	int fd;
 	int port;
 	uint64_t nonce;
+	struct comm_secret secret; /* n_bytes 0: the empty key */
 };
 
 struct tcp_ctx {
@@ -263,7 +268,7 @@ static enum status tcp__master(struct comm *c, const struct tcp_hdr *mine, const
 			memmove(recv, send, slot);
 	}
 	for (int r = 1; r < n_ranks; r++) {
-		struct tcp_hdr h;
+		struct tcp_hdr h = {0};
 		if ((st = tcp__recv_hdr(c, r, &h, dl, e)))
 			return st;
 		size_t want = tcp__contrib_bytes(&h, r);
@@ -332,7 +337,7 @@ static enum status tcp__worker(struct comm *c, const struct tcp_hdr *mine, const
 		st = tcp__io(c, 0, true, (void *)send, h.payload_bytes, dl, e);
 	if (st)
 		return st;
-	struct tcp_hdr a;
+	struct tcp_hdr a = {0}; /* -O2 release: gcc cannot see tcp__recv_hdr fill it on ST_OK */
 	if ((st = tcp__recv_hdr(c, 0, &a, dl, e)))
 		return st;
 	if (a.op == TCP_OP_ERROR) {
@@ -452,13 +457,16 @@ static void tcp__nodelay(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-enum status comm_tcp_listen(struct comm_tcp_listener **out, const char *addr, int port, struct err *e)
+enum status comm_tcp_listen(struct comm_tcp_listener **out, const char *addr, int port,
+			    const struct comm_secret *secret, struct err *e)
 {
 	*out = NULL;
 	struct comm_tcp_listener *l = calloc(1, sizeof *l);
 	if (!l)
 		return err_set(e, ST_NOMEM, "comm tcp: out of memory");
 	l->fd = -1;
+	if (secret)
+		l->secret = *secret;
 	int rnd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
 	if (rnd < 0 || read(rnd, &l->nonce, sizeof l->nonce) != (ssize_t)sizeof l->nonce)
 		l->nonce = (uint64_t)time_wall_s() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
@@ -487,7 +495,7 @@ enum status comm_tcp_listen(struct comm_tcp_listener **out, const char *addr, in
 	if (l->fd < 0 && node) {
 		/* not an address of this machine (as the bootstrap): all interfaces */
 		comm_tcp_listener_destroy(l);
-		return comm_tcp_listen(out, NULL, port, e);
+		return comm_tcp_listen(out, NULL, port, secret, e);
 	}
 	if (l->fd < 0) {
 		int en = errno;
@@ -616,12 +624,24 @@ enum status comm_tcp_accept(struct comm **out, struct comm_tcp_listener *l, int 
 		int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0)
 			continue;
-		uint8_t h[TCP_HELLO_BYTES];
+		uint8_t h[TCP_HELLO_BYTES], ch[TCP_CHAL_BYTES], mac[COMM_MAC_BYTES];
 		double hdl = time_mono_s() + TCP_HELLO_TIMEOUT_MS / 1000.0;
 		if (hdl > dl)
 			hdl = dl;
-		if (!tcp__read_raw(fd, h, sizeof h, hdl) || get_u32(h) != TCP_HELLO_MAGIC || get_u64(h + 16) != l->nonce) {
-			log_msg(LOG_WARN, "comm", "comm tcp: dropped a connection that is not a worker of this group");
+		put_u32(ch, TCP_CHAL_MAGIC);
+		bool ok = comm_random_bytes(ch + 4, COMM_CHALLENGE_BYTES, e) == ST_OK;
+		ok = ok && tcp__write_raw(fd, ch, sizeof ch) && tcp__read_raw(fd, h, sizeof h, hdl) &&
+		     get_u32(h) == TCP_HELLO_MAGIC && get_u64(h + 16) == l->nonce;
+		if (ok) {
+			comm_auth_mac(&l->secret, "dsv4 tcp hello", ch + 4, COMM_CHALLENGE_BYTES, h,
+				      TCP_HELLO_BYTES - COMM_MAC_BYTES, mac);
+			ok = comm_mac_equal(mac, h + TCP_HELLO_BYTES - COMM_MAC_BYTES);
+		}
+		if (!ok) {
+			/* a stranger, a replay, another group: it cannot end this one */
+			log_msg(LOG_WARN, "comm", "comm tcp: dropped a connection that is not an authenticated worker of "
+				"this group");
+			err_clear(e);
 			close(fd);
 			continue;
 		}
@@ -632,8 +652,9 @@ enum status comm_tcp_accept(struct comm **out, struct comm_tcp_listener *l, int 
 				     nr, n_ranks, rank >= 1 && rank < n_ranks && fds[rank] >= 0 ? " (duplicate)" : "");
 			break;
 		}
-		uint8_t ack[4];
+		uint8_t ack[TCP_ACK_BYTES];
 		put_u32(ack, TCP_ACK_MAGIC);
+		comm_auth_mac(&l->secret, "dsv4 tcp ack", h + 24, COMM_CHALLENGE_BYTES, ack, 4, ack + 4);
 		if (!tcp__write_raw(fd, ack, sizeof ack)) {
 			close(fd);
 			continue;
@@ -653,8 +674,8 @@ enum status comm_tcp_accept(struct comm **out, struct comm_tcp_listener *l, int 
 	return st;
 }
 
-enum status comm_tcp_connect(struct comm **out, const char *host, int port, uint64_t nonce, int rank, int n_ranks,
-			     int timeout_ms, struct err *e)
+enum status comm_tcp_connect(struct comm **out, const char *host, int port, uint64_t nonce,
+			     const struct comm_secret *secret, int rank, int n_ranks, int timeout_ms, struct err *e)
 {
 	*out = NULL;
 	if (rank < 1 || rank >= n_ranks || n_ranks > COMM_MAX_RANKS)
@@ -693,16 +714,32 @@ enum status comm_tcp_connect(struct comm **out, const char *host, int port, uint
 		return err_set(e, ST_TIMEOUT, "comm tcp rank %d: cannot reach rank 0's data channel at %s:%d within %d ms "
 					      "(last error: %s)",
 			       rank, host, port, tmo, last);
-	uint8_t h[TCP_HELLO_BYTES] = {0};
+	uint8_t h[TCP_HELLO_BYTES] = {0}, ch[TCP_CHAL_BYTES], ack[TCP_ACK_BYTES], mac[COMM_MAC_BYTES];
 	put_u32(h, TCP_HELLO_MAGIC);
 	put_u32(h + 4, (uint32_t)rank);
 	put_u32(h + 8, (uint32_t)n_ranks);
 	put_u64(h + 16, nonce);
-	uint8_t ack[4];
+	if (comm_random_bytes(h + 24, COMM_CHALLENGE_BYTES, e)) {
+		close(fd);
+		return e->st;
+	}
+	if (!tcp__read_raw(fd, ch, sizeof ch, dl) || get_u32(ch) != TCP_CHAL_MAGIC) {
+		close(fd);
+		return err_set(e, ST_IO, "comm tcp rank %d: %s:%d is not rank 0's data channel", rank, host, port);
+	}
+	comm_auth_mac(secret, "dsv4 tcp hello", ch + 4, COMM_CHALLENGE_BYTES, h, TCP_HELLO_BYTES - COMM_MAC_BYTES,
+		      h + TCP_HELLO_BYTES - COMM_MAC_BYTES);
 	if (!tcp__write_raw(fd, h, sizeof h) || !tcp__read_raw(fd, ack, sizeof ack, dl) ||
 	    get_u32(ack) != TCP_ACK_MAGIC) {
 		close(fd);
-		return err_set(e, ST_IO, "comm tcp rank %d: rank 0 at %s:%d did not accept this worker", rank, host, port);
+		return err_set(e, ST_IO, "comm tcp rank %d: rank 0 at %s:%d did not accept this worker (another "
+			       "--tp-secret-file?)", rank, host, port);
+	}
+	comm_auth_mac(secret, "dsv4 tcp ack", h + 24, COMM_CHALLENGE_BYTES, ack, 4, mac);
+	if (!comm_mac_equal(mac, ack + 4)) {
+		close(fd);
+		return err_set(e, ST_INVALID, "comm tcp rank %d: %s:%d failed authentication (not rank 0 of this "
+			       "group, or another --tp-secret-file)", rank, host, port);
 	}
 	tcp__nodelay(fd);
 	int *fds = malloc(sizeof *fds);

@@ -24,22 +24,30 @@
  * Setting up: rank 0 opens a listener (an ephemeral port by default) before
  * the bootstrap, packs its port and a random nonce into the 128-byte id that
  * the bootstrap ships (comm_tcp_id_pack), and accepts the workers; each
- * worker unpacks the id and connects to the master's address. The nonce
- * keeps a stray connection from joining.
+ * worker unpacks the id and connects to the master's address. Every data
+ * connection is authenticated with the group secret (comm/auth.h): rank 0
+ * sends a fresh challenge, the worker's hello carries the nonce, its own
+ * challenge and a MAC over rank 0's challenge, rank 0's ack a MAC over the
+ * worker's. A connection that fails any of it (a stranger, a replay, another
+ * group) is logged and dropped; rank 0 keeps accepting until its deadline.
  */
 #ifndef DSV4_COMM_COMM_TCP_H
 #define DSV4_COMM_COMM_TCP_H
 
 #include <stdint.h>
 
+#include "comm/auth.h"
 #include "comm/comm.h"
 #include "common/status.h"
 
 struct comm_tcp_listener;
 
-/* Rank 0: listens on addr (NULL / "" = all interfaces) and port (0 = an
- * ephemeral one); a nonce is drawn from /dev/urandom. */
-DSV4_WUR enum status comm_tcp_listen(struct comm_tcp_listener **out, const char *addr, int port, struct err *e);
+/* Rank 0: listens on addr (NULL / "" = all interfaces; an address that is
+ * not this machine's falls back to all interfaces) and port (0 = an
+ * ephemeral one); a nonce is drawn from /dev/urandom. secret (copied; NULL =
+ * the empty key, tests only) authenticates the workers. */
+DSV4_WUR enum status comm_tcp_listen(struct comm_tcp_listener **out, const char *addr, int port,
+				     const struct comm_secret *secret, struct err *e);
 int comm_tcp_listener_port(const struct comm_tcp_listener *l);
 /* The id for comm_boot_options.unique_id: "DSV4TCP" magic, port, nonce. */
 void comm_tcp_id_pack(const struct comm_tcp_listener *l, uint8_t id[COMM_UNIQUE_ID_BYTES]);
@@ -56,8 +64,9 @@ DSV4_WUR enum status comm_tcp_accept(struct comm **out, struct comm_tcp_listener
 				     struct err *e);
 
 /* Rank 1..n_ranks-1: connects to host:port (retrying until the timeout) and
- * joins with the nonce. */
-DSV4_WUR enum status comm_tcp_connect(struct comm **out, const char *host, int port, uint64_t nonce, int rank,
-				      int n_ranks, int timeout_ms, struct err *e);
+ * joins with the nonce and the group secret (NULL = the empty key). */
+DSV4_WUR enum status comm_tcp_connect(struct comm **out, const char *host, int port, uint64_t nonce,
+				      const struct comm_secret *secret, int rank, int n_ranks, int timeout_ms,
+				      struct err *e);
 
 #endif

@@ -12,6 +12,7 @@
  */
 #include "model/chat.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -159,6 +160,162 @@ static void py_dump_real(struct sbuf *b, double x)
 	}
 }
 
+/* ---- Numbers jansson cannot hold (issue 17) ----
+ * Python's json keeps integers of any size and reads 1e400 as inf; jansson
+ * refuses both ("too big integer", "real number overflow"). During a render,
+ * such literals (outside strings) are swapped for placeholder strings
+ * "\u0000dsv4num\u0000<index>" and read again; the thread-local table below
+ * turns them back into the literal (integers) or Python's value (Infinity)
+ * when dumped. */
+struct chat__bignums {
+	char **lit;
+	size_t n, cap;
+};
+static _Thread_local const struct chat__bignums *chat__nums; /* set during a render */
+static _Thread_local struct chat__bignums chat__tl_nums;      /* its storage */
+#define CHAT_NUM_TAG "\0dsv4num\0"
+#define CHAT_NUM_TAG_BYTES 9
+
+static void chat__bignums_free(struct chat__bignums *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		free(t->lit[i]);
+	free(t->lit);
+	t->lit = NULL;
+	t->n = t->cap = 0;
+}
+
+/* The literal behind a placeholder string, or NULL. */
+static const char *chat__bignum(const char *s, size_t n)
+{
+	if (!chat__nums || n <= CHAT_NUM_TAG_BYTES || memcmp(s, CHAT_NUM_TAG, CHAT_NUM_TAG_BYTES))
+		return NULL;
+	size_t i = 0;
+	for (size_t k = CHAT_NUM_TAG_BYTES; k < n; k++) {
+		if (s[k] < '0' || s[k] > '9' || i > chat__nums->n)
+			return NULL;
+		i = i * 10 + (size_t)(s[k] - '0');
+	}
+	return i < chat__nums->n ? chat__nums->lit[i] : NULL;
+}
+
+/* Copies json with every number literal that overflows int64 / double
+ * replaced by a placeholder; NULL when out of memory. */
+static char *chat__shield_numbers(const char *json, size_t n, struct chat__bignums *t, size_t *out_len)
+{
+	struct sbuf o = {0};
+	bool in_str = false;
+	for (size_t i = 0; i < n;) {
+		char c = json[i];
+		if (in_str) {
+			if (c == '\\' && i + 1 < n) {
+				sb_put(&o, json + i, 2);
+				i += 2;
+				continue;
+			}
+			if (c == '"')
+				in_str = false;
+			sb_putc(&o, c);
+			i++;
+			continue;
+		}
+		if (c == '"') {
+			in_str = true;
+			sb_putc(&o, c);
+			i++;
+			continue;
+		}
+		if (c != '-' && (c < '0' || c > '9')) {
+			sb_putc(&o, c);
+			i++;
+			continue;
+		}
+		size_t j = i + 1;
+		bool real = false;
+		while (j < n && ((json[j] >= '0' && json[j] <= '9') || json[j] == '.' || json[j] == 'e' || json[j] == 'E' ||
+				 ((json[j] == '+' || json[j] == '-') && (json[j - 1] == 'e' || json[j - 1] == 'E')))) {
+			real |= json[j] == '.' || json[j] == 'e' || json[j] == 'E';
+			j++;
+		}
+		char lit[512];
+		bool big;
+		if (j - i >= sizeof lit) {
+			big = true;
+		} else {
+			memcpy(lit, json + i, j - i);
+			lit[j - i] = '\0';
+			errno = 0;
+			if (real) {
+				big = isinf(strtod(lit, NULL));
+			} else {
+				(void)strtoll(lit, NULL, 10);
+				big = errno == ERANGE;
+			}
+		}
+		if (!big) {
+			sb_put(&o, json + i, j - i);
+			i = j;
+			continue;
+		}
+		if (t->n == t->cap) {
+			size_t cap = t->cap ? 2 * t->cap : 8;
+			char **p = realloc(t->lit, cap * sizeof *p);
+			if (!p) {
+				free(o.p);
+				return NULL;
+			}
+			t->lit = p;
+			t->cap = cap;
+		}
+		char *keep = malloc(j - i + 1);
+		if (!keep) {
+			free(o.p);
+			return NULL;
+		}
+		memcpy(keep, json + i, j - i);
+		keep[j - i] = '\0';
+		char ph[64];
+		snprintf(ph, sizeof ph, "\"\\u0000dsv4num\\u0000%zu\"", t->n);
+		t->lit[t->n++] = keep;
+		sb_puts(&o, ph);
+		i = j;
+	}
+	if (o.oom) {
+		free(o.p);
+		return NULL;
+	}
+	*out_len = o.len;
+	sb_put(&o, "", 0);
+	return o.p;
+}
+
+/* After a json_loadb that failed on a number out of range: load again with
+ * such numbers as placeholders (only during a render). */
+static json_t *chat__load_shielded(json_t *v, const char *text, size_t len, json_error_t *je)
+{
+	if (v || !chat__nums || json_error_code(je) != json_error_numeric_overflow)
+		return v;
+	size_t n = 0;
+	char *t = chat__shield_numbers(text, len, &chat__tl_nums, &n);
+	if (!t)
+		return NULL;
+	json_error_t je2;
+	v = json_loadb(t, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je2);
+	free(t);
+	if (!v)
+		*je = je2;
+	return v;
+}
+
+/* A placeholder's value as Python's json.dumps writes it. */
+static void py_dump_bignum(struct sbuf *b, const char *lit)
+{
+	if (strpbrk(lit, ".eE"))
+		py_dump_real(b, strtod(lit, NULL)); /* inf: "Infinity" */
+	else
+		sb_puts(b, lit);
+}
+
 static void py_dump(struct sbuf *b, const json_t *v)
 {
 	char tmp[32];
@@ -189,9 +346,14 @@ static void py_dump(struct sbuf *b, const json_t *v)
 		}
 		sb_putc(b, ']');
 		break;
-	case JSON_STRING:
-		py_dump_string(b, json_string_value(v), json_string_length(v));
+	case JSON_STRING: {
+		const char *lit = chat__bignum(json_string_value(v), json_string_length(v));
+		if (lit)
+			py_dump_bignum(b, lit);
+		else
+			py_dump_string(b, json_string_value(v), json_string_length(v));
 		break;
+	}
 	case JSON_INTEGER:
 		snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
 		sb_puts(b, tmp);
@@ -211,6 +373,7 @@ static enum status json_parse(const char *what, const char *text, size_t len, js
 {
 	json_error_t je;
 	*out = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+	*out = chat__load_shielded(*out, text, len, &je);
 	if (!*out && json_error_code(&je) == json_error_numeric_overflow)
 		return err_set(e, ST_UNSUPPORTED, "%s: number out of range: %s", what, je.text);
 	if (!*out)
@@ -219,8 +382,25 @@ static enum status json_parse(const char *what, const char *text, size_t len, js
 	return ST_OK;
 }
 
+static enum status chat__pydumps(const char *json, size_t json_len, char **out, size_t *out_len, struct err *e);
+
+/* Runs one render with the big-number table live (see chat__nums). */
+#define CHAT_WITH_BIGNUMS(call)                        \
+	do {                                           \
+		chat__nums = &chat__tl_nums;           \
+		enum status st_ = (call);              \
+		chat__nums = NULL;                     \
+		chat__bignums_free(&chat__tl_nums);    \
+		return st_;                            \
+	} while (0)
+
 enum status model_chat_json_pydumps(const char *json, size_t json_len, char **out,
 				    size_t *out_len, struct err *e)
+{
+	CHAT_WITH_BIGNUMS(chat__pydumps(json, json_len, out, out_len, e));
+}
+
+static enum status chat__pydumps(const char *json, size_t json_len, char **out, size_t *out_len, struct err *e)
 {
 	json_t *v;
 	*out = NULL;
@@ -478,6 +658,7 @@ static enum status render_tool_call(struct enc *x, const struct model_chat_tool_
 	const char *args = nz(tc->arguments_json);
 	json_error_t je;
 	json_t *obj = json_loadb(args, strlen(args), JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+	obj = chat__load_shielded(obj, args, strlen(args), &je);
 	if (!obj && json_error_code(&je) == json_error_numeric_overflow)
 		return err_set(x->e, ST_UNSUPPORTED, "chat: tool call %s: arguments: %s", nz(tc->name),
 			       je.text);
@@ -508,7 +689,7 @@ static enum status render_tool_call(struct enc *x, const struct model_chat_tool_
 			}
 			sb_puts(b, "<" DSML "parameter name=\"");
 			sb_put(b, key, key_len);
-			if (json_is_string(val)) {
+			if (json_is_string(val) && !chat__bignum(json_string_value(val), json_string_length(val))) {
 				sb_puts(b, "\" string=\"true\">");
 				enum status st = put_raw_json_string(x, val, "tool call argument");
 				if (st) {
@@ -667,9 +848,20 @@ static enum status prepare_tools(struct enc *x, size_t *n_tools)
 	return ST_OK;
 }
 
+static enum status chat__encode(const struct model_chat_message *messages, size_t n_messages,
+				const struct model_chat_options *opt, char **out_prompt, size_t *out_len,
+				struct err *e);
+
 enum status model_chat_encode(const struct model_chat_message *messages, size_t n_messages,
 			      const struct model_chat_options *opt, char **out_prompt,
 			      size_t *out_len, struct err *e)
+{
+	CHAT_WITH_BIGNUMS(chat__encode(messages, n_messages, opt, out_prompt, out_len, e));
+}
+
+static enum status chat__encode(const struct model_chat_message *messages, size_t n_messages,
+				const struct model_chat_options *opt, char **out_prompt, size_t *out_len,
+				struct err *e)
 {
 	static const struct model_chat_options defaults;
 	struct enc x = {.opt = opt ? opt : &defaults, .e = e};

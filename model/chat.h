@@ -107,7 +107,8 @@ struct model_chat_options {
  * tools / arguments / response_format, an empty developer message, text with
  * a NUL from a JSON \u0000 that would have to be rendered raw;
  * ST_UNSUPPORTED for JSON the encoder accepts but this one cannot render the
- * same (integers beyond 64 bits); ST_NOMEM.
+ * same; ST_NOMEM. (Integers beyond 64 bits and reals beyond double are
+ * rendered as Python does: the digits, Infinity.)
  * On error *out_prompt is NULL.
  */
 enum status model_chat_encode(const struct model_chat_message *messages, size_t n_messages,

@@ -6,6 +6,9 @@
  */
 #include "model/exec_cpu.h"
 
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,8 +96,57 @@ static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_s
 
 static enum status sample_step(struct model_exec_cpu *x, const struct exec_step *step, struct exec_sample *out,
 			       struct err *e);
+/* ---- hardening: a checkpoint shard truncated while serving ----
+ * The weights are read through the file mapping; a shard truncated under it
+ * raises SIGBUS on the next access, which killed the process. The step (and
+ * a TP rank's forward) runs with a thread-local jump target: the handler
+ * returns there and the step fails with ST_IO (the engine then answers 503
+ * and exits non-zero, as for any executor failure). A SIGBUS anywhere else
+ * goes to the previous handler. */
+static _Thread_local sigjmp_buf *exec_cpu__bus_jmp;
+static struct sigaction exec_cpu__old_bus;
+static pthread_once_t exec_cpu__bus_once = PTHREAD_ONCE_INIT;
+
+static void exec_cpu__on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	if (exec_cpu__bus_jmp)
+		siglongjmp(*exec_cpu__bus_jmp, 1);
+	/* not ours: the previous disposition, then the fault repeats under it */
+	sigaction(SIGBUS, &exec_cpu__old_bus, NULL);
+	if (exec_cpu__old_bus.sa_flags & SA_SIGINFO && exec_cpu__old_bus.sa_sigaction)
+		exec_cpu__old_bus.sa_sigaction(sig, si, uc);
+}
+
+static void exec_cpu__install_bus(void)
+{
+	struct sigaction sa = {0};
+	sa.sa_sigaction = exec_cpu__on_sigbus;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	(void)sigaction(SIGBUS, &sa, &exec_cpu__old_bus);
+}
+
+#define EXEC_CPU_BUS_MSG                                                                                   \
+	"cpu executor: SIGBUS reading the weights: a checkpoint file was truncated or replaced while being "   \
+	"served (never modify a served checkpoint); restart the server"
+
+static enum status cpu_step_run(void *ctx, const struct exec_step *step, struct exec_sample *out, struct err *e);
 
 static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec_sample *out, struct err *e)
+{
+	sigjmp_buf jb;
+	if (sigsetjmp(jb, 1)) {
+		exec_cpu__bus_jmp = NULL;
+		log_msg(LOG_ERROR, "exec", "%s", EXEC_CPU_BUS_MSG);
+		return err_set(e, ST_IO, "%s", EXEC_CPU_BUS_MSG);
+	}
+	exec_cpu__bus_jmp = &jb;
+	enum status st = cpu_step_run(ctx, step, out, e);
+	exec_cpu__bus_jmp = NULL;
+	return st;
+}
+
+static enum status cpu_step_run(void *ctx, const struct exec_step *step, struct exec_sample *out, struct err *e)
 {
 	struct model_exec_cpu *x = ctx;
 	struct err lp_e = {0};
@@ -247,6 +299,7 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	*out = NULL;
 	if (!opt || !opt->ck)
 		return err_set(e, ST_INVALID, "exec_cpu: no checkpoint");
+	pthread_once(&exec_cpu__bus_once, exec_cpu__install_bus); /* hardening: SIGBUS -> a failed step */
 	bool gpu = opt->dev && (opt->dev->cc_major || opt->dev->cc_minor);
 	if (gpu && opt->dev->simulated)
 		return err_set(e, ST_INVALID, "executor: device %s is simulated: it plans, but runs nothing",
@@ -428,8 +481,26 @@ struct exec *model_exec_cpu_exec(struct model_exec_cpu *x)
 	return &x->ex;
 }
 
+static enum status exec_cpu__forward(struct model_exec_cpu *x, const struct exec_step *step, const uint32_t *rows,
+				     uint32_t n_rows, float *logits, struct err *e);
+
 enum status model_exec_cpu_forward(struct model_exec_cpu *x, const struct exec_step *step, const uint32_t *rows,
 				   uint32_t n_rows, float *logits, struct err *e)
+{
+	sigjmp_buf jb; /* see cpu_step */
+	if (sigsetjmp(jb, 1)) {
+		exec_cpu__bus_jmp = NULL;
+		log_msg(LOG_ERROR, "exec", "%s", EXEC_CPU_BUS_MSG);
+		return err_set(e, ST_IO, "%s", EXEC_CPU_BUS_MSG);
+	}
+	exec_cpu__bus_jmp = &jb;
+	enum status st = exec_cpu__forward(x, step, rows, n_rows, logits, e);
+	exec_cpu__bus_jmp = NULL;
+	return st;
+}
+
+static enum status exec_cpu__forward(struct model_exec_cpu *x, const struct exec_step *step, const uint32_t *rows,
+				     uint32_t n_rows, float *logits, struct err *e)
 {
 	enum status st = model_fwd_run(x->fwd, step, e);
 	if (st || !n_rows)

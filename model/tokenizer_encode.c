@@ -23,6 +23,11 @@
 #include "common/check.h"
 #include "tokenizer_internal.h"
 
+/* Largest JIT stack one encode may grow to: an 8 MB request body of one
+ * repeated letter needs a few hundred MB of it in the DeepSeek pre-tokenizer;
+ * the next step up is refused as an error instead. */
+#define TOK_JIT_STACK_MAX_BYTES ((size_t)1 << 30)
+
 struct span {
 	size_t start, end; /* byte offsets into enc.text */
 	bool match;
@@ -57,6 +62,8 @@ struct enc {
 	pcre2_match_data *md;
 	pcre2_match_context *mctx;
 	pcre2_jit_stack *jit_stack;
+	size_t jit_stack_bytes; /* its maximum; 0 = none yet */
+	bool limits_lifted;     /* match / depth / heap limits set to the maximum */
 	/* scratch: starts in the inline arrays below (no malloc for short text) */
 	struct spans spans[TOK_MAX_STEPS];
 	struct sym *syms;
@@ -315,14 +322,35 @@ static bool find_matches(struct enc *x, const struct tok__step *st, size_t start
 		/* The text is valid UTF-8 (sanitized), so the JIT entry needs no checks. */
 		int rc = st->jit ? pcre2_jit_match(st->re, subj, len, from, 0, x->md, x->mctx)
 				 : pcre2_match(st->re, subj, len, from, PCRE2_NO_UTF_CHECK, x->md, x->mctx);
-		if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !x->jit_stack) {
-			x->jit_stack = pcre2_jit_stack_create(64 * 1024, 16 * 1024 * 1024, NULL);
-			x->mctx = pcre2_match_context_create(NULL);
-			if (!x->jit_stack || !x->mctx) {
-				x->st = err_set(x->e, ST_NOMEM, "encode: out of memory (jit stack)");
+		/* A long run (700,000 letters, a million CJK characters, 20 MB of
+		 * spaces) is one pre-token whose match needs a deep JIT stack and
+		 * many match steps: grow the stack (x4 up to TOK_JIT_STACK_MAX_BYTES,
+		 * memory is touched only as used) and lift the match limits, so that
+		 * any input the server accepts encodes, with the same ids. */
+		if ((rc == PCRE2_ERROR_JIT_STACKLIMIT && x->jit_stack_bytes < TOK_JIT_STACK_MAX_BYTES) ||
+		    ((rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT) &&
+		     !x->limits_lifted)) {
+			if (!x->mctx && !(x->mctx = pcre2_match_context_create(NULL))) {
+				x->st = err_set(x->e, ST_NOMEM, "encode: out of memory (match context)");
 				return false;
 			}
-			pcre2_jit_stack_assign(x->mctx, NULL, x->jit_stack);
+			if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+				x->jit_stack_bytes = x->jit_stack_bytes ? x->jit_stack_bytes * 4 : 16u << 20;
+				if (x->jit_stack)
+					pcre2_jit_stack_free(x->jit_stack);
+				x->jit_stack = pcre2_jit_stack_create(64 * 1024, x->jit_stack_bytes, NULL);
+				if (!x->jit_stack) {
+					x->st = err_set(x->e, ST_NOMEM, "encode: out of memory (jit stack of %zu MB)",
+							x->jit_stack_bytes >> 20);
+					return false;
+				}
+				pcre2_jit_stack_assign(x->mctx, NULL, x->jit_stack);
+			} else {
+				pcre2_set_match_limit(x->mctx, UINT32_MAX);
+				pcre2_set_depth_limit(x->mctx, UINT32_MAX);
+				pcre2_set_heap_limit(x->mctx, UINT32_MAX);
+				x->limits_lifted = true;
+			}
 			continue;
 		}
 		if (rc == PCRE2_ERROR_NOMATCH)

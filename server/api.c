@@ -16,6 +16,8 @@
 
 #include "common/strbuf.h"
 #include "server/anthropic.h"
+#include "common/timeutil.h"     /* hardening: /health stall */
+#include "server/serve_guard.h" /* hardening: Host check */
 
 #define API_MAX_ROUTES 32
 
@@ -31,6 +33,10 @@ struct api {
 	char *model;
 	char *api_key;
 	int max_model_len;
+	bool check_host;
+	double (*last_beat_s)(void *ctx); /* api_set_liveness */
+	void *beat_ctx;
+	double stall_s;
 	long created;
 	atomic_int state;
 	atomic_ullong next_id;
@@ -78,6 +84,7 @@ enum status api_create(struct api **out, const struct api_options *opt, struct e
 	a->model = strdup(opt->served_model_name ? opt->served_model_name : "dsv4");
 	a->api_key = (opt->api_key && opt->api_key[0]) ? strdup(opt->api_key) : NULL;
 	a->max_model_len = opt->max_model_len;
+	a->check_host = opt->check_host;
 	a->created = (long)time(NULL);
 	if (!a->model || (opt->api_key && opt->api_key[0] && !a->api_key)) {
 		api_destroy(a);
@@ -169,11 +176,22 @@ static void set_request_id(struct api *a, const struct http_request *req, struct
 		}
 }
 
+void api_set_liveness(struct api *a, double (*last_beat_s)(void *ctx), void *ctx, double stall_s)
+{
+	a->last_beat_s = last_beat_s;
+	a->beat_ctx = ctx;
+	a->stall_s = stall_s;
+}
+
 static void route_health(struct api *a, struct http_response *resp)
 {
 	static const char *names[] = {"loading", "ready", "draining", "failed"};
 	enum api_state st = api_get_state(a);
 	char body[64];
+	if (st == API_READY && a->last_beat_s && a->stall_s > 0 && time_mono_s() - a->last_beat_s(a->beat_ctx) > a->stall_s) {
+		http_reply_copy(resp, 503, "application/json", "{\"status\":\"stalled\"}");
+		return;
+	}
 	snprintf(body, sizeof body, "{\"status\":\"%s\"}", names[st]);
 	http_reply_copy(resp, st == API_READY ? 200 : 503, "application/json", body);
 }
@@ -254,7 +272,15 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 	const char *p = req->path;
 	bool get = !strcmp(req->method, "GET");
 	bool v1 = !strncmp(p, "/v1/", 4);
-	if (v1 && !authorized(a, req)) {
+	/* ---- hardening: the tokenizer routes cost CPU too; DNS rebinding ---- */
+	bool keyed = v1 || !strcmp(p, "/tokenize") || !strcmp(p, "/detokenize");
+	if (a->check_host && strcmp(p, "/health") && strcmp(p, "/metrics") &&
+	    !serve_guard_host_header_ok(http_request_header(req, "Host"))) {
+		resp->route = "bad_host";
+		api_error(resp, 421, "invalid_request_error", NULL, "misdirected_request",
+			  "Host header names another server: this server without an API key answers only to "
+			  "loopback names (localhost, 127.0.0.1, [::1])");
+	} else if (keyed && !authorized(a, req)) {
 		resp->route = "unauthorized";
 		api_error(resp, 401, "authentication_error", NULL, "invalid_api_key",
 			  "Missing or invalid API key (expected 'Authorization: Bearer <key>')");

@@ -25,6 +25,8 @@ struct api_options {
 	const char *served_model_name; /* id in /v1/models and "model" checks */
 	const char *api_key;           /* NULL or "" = no authentication */
 	int max_model_len;             /* reported by /v1/models */
+	bool check_host;               /* refuse a Host header that is not a loopback name (421): a keyless
+					* loopback server against DNS rebinding (server/serve_guard.h) */
 };
 
 /* A route handler: req is complete; fill resp (and use stream for SSE). */
@@ -44,6 +46,12 @@ void api_set_state(struct api *api, enum api_state st);
 enum api_state api_get_state(const struct api *api);
 struct metrics *api_metrics(struct api *api);
 const char *api_model_name(const struct api *api);
+
+/* /health answers 503 {"status":"stalled"} while last_beat_s(ctx) (a
+ * time_mono_s() value) is older than stall_s: the step loop is stuck (a
+ * tensor-parallel rank that stopped answering keeps it in a collective for
+ * up to --tp-timeout). Call before serving. */
+void api_set_liveness(struct api *api, double (*last_beat_s)(void *ctx), void *ctx, double stall_s);
 
 /* Fill http_options' handler/app/on_complete for this api. */
 void api_http_bind(struct api *api, struct http_options *opt);

@@ -8,6 +8,7 @@
  * the scheduler loop (no more notify callbacks), then the routes' state.
  */
 #include "engine.h"
+#include "server/serve_guard.h" /* hardening: defaults */
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@
 #include "server/openai.h"
 
 /* Request bodies above this get 413: 64 MiB holds ~16M tokens of text. */
-#define ENGINE_MAX_BODY_BYTES (64u << 20)
+#define ENGINE_MAX_BODY_BYTES ((size_t)SERVE_GUARD_DEFAULT_BODY_MB << 20)
 #define ENGINE_DEFAULT_HTTP_THREADS 8
 #define ENGINE_CONNECTION_TIMEOUT_S 600
 
@@ -35,7 +36,24 @@ struct engine {
 	struct oai_server *oai;
 	struct http_server *http;
 	uint32_t max_model_len;
+	void (*user_heartbeat)(void *ctx); /* engine_options.heartbeat */
+	void *user_heartbeat_ctx;
+	_Atomic double last_beat_s;        /* for /health's stall check */
 };
+
+static void engine__heartbeat(void *ctx)
+{
+	struct engine *en = ctx;
+	atomic_store(&en->last_beat_s, time_mono_s());
+	if (en->user_heartbeat)
+		en->user_heartbeat(en->user_heartbeat_ctx);
+}
+
+static double engine__last_beat(void *ctx)
+{
+	struct engine *en = ctx;
+	return atomic_load(&en->last_beat_s);
+}
 
 static void engine_stats(void *ctx, struct metrics_engine_stats *out)
 {
@@ -71,9 +89,12 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 		.policy = opt->priority_scheduling ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS,
 		.detokenize = oai_detok_piece,
 		.detok_ctx = en->tok,
-		.heartbeat = opt->heartbeat,
-		.heartbeat_ctx = opt->heartbeat_ctx,
+		.heartbeat = engine__heartbeat,
+		.heartbeat_ctx = en,
 	};
+	en->user_heartbeat = opt->heartbeat;
+	en->user_heartbeat_ctx = opt->heartbeat_ctx;
+	atomic_store(&en->last_beat_s, time_mono_s());
 	if ((st = sched_loop_create(&en->loop, &so, opt->exec, e))) {
 		engine_destroy(en);
 		return st;
@@ -81,6 +102,8 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	const struct sched_options *ro = sched_resolved_options(sched_loop_core(en->loop));
 	en->max_model_len = ro->max_model_len;
 	struct api_options ao = {.served_model_name = opt->served_model_name, .api_key = opt->api_key,
+				 .check_host = !(opt->api_key && opt->api_key[0]) &&
+					       serve_guard_is_loopback(opt->host ? opt->host : "127.0.0.1"),
 				 .max_model_len = (int)en->max_model_len};
 	if ((st = api_create(&en->api, &ao, e))) {
 		engine_destroy(en);
@@ -112,8 +135,12 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	}
 	struct http_options ho = {.host = opt->host ? opt->host : "127.0.0.1", .port = opt->port,
 				  .n_threads = opt->n_http_threads > 0 ? opt->n_http_threads : ENGINE_DEFAULT_HTTP_THREADS,
-				  .max_body_bytes = ENGINE_MAX_BODY_BYTES,
-				  .connection_timeout_s = ENGINE_CONNECTION_TIMEOUT_S};
+				  .max_body_bytes = opt->max_body_bytes ? opt->max_body_bytes : ENGINE_MAX_BODY_BYTES,
+				  .connection_timeout_s = ENGINE_CONNECTION_TIMEOUT_S,
+				  .max_connections = opt->max_connections,
+				  .max_connections_per_ip = opt->max_connections_per_ip,
+				  .request_deadline_s = opt->request_deadline_s};
+	api_set_liveness(en->api, engine__last_beat, en, opt->health_stall_s);
 	api_http_bind(en->api, &ho);
 	if ((st = http_server_create(&en->http, &ho, e))) {
 		engine_destroy(en);

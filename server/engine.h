@@ -29,6 +29,10 @@ struct engine_options {
 	const char *host;
 	int port;                        /* 0 = any free port */
 	int n_http_threads;              /* 0 = default */
+	size_t max_body_bytes;           /* 0 = 8 MB (--max-request-body-mb) */
+	unsigned max_connections;        /* 0 = http.h's default (--max-connections) */
+	unsigned max_connections_per_ip; /* 0 = none (--max-connections-per-ip) */
+	unsigned request_deadline_s;     /* 0 = http.h's default (--max-request-seconds) */
 	uint32_t max_model_len;          /* 0 = the executor's */
 	uint32_t max_num_seqs;           /* 0 = scheduler default */
 	uint32_t max_num_batched_tokens; /* 0 = scheduler default */
@@ -42,6 +46,9 @@ struct engine_options {
 	 * once a second while idle (the systemd watchdog's liveness signal). */
 	void (*heartbeat)(void *ctx);
 	void *heartbeat_ctx;
+	/* /health 503 "stalled" when the step loop has not beaten for this long
+	 * (seconds; 0 = never): a tensor-parallel rank that stopped answering. */
+	double health_stall_s;
 };
 
 enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e) DSV4_WUR;

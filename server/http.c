@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -51,9 +52,26 @@ struct http_conn {
 	int status;
 	const char *route; /* static label from the handler, for metrics */
 	struct http_stream *stream;
+	/* A buffered stream (http_response.stream_buffered): the body so far;
+	 * nothing is queued until the read returns END. */
+	bool buffered;
+	char *out;
+	size_t out_len, out_cap;
+	const char *content_type;
+	char *hdrs;   /* the handler's extra headers, "name\0value\0" n_hdrs times */
+	int n_hdrs;
 };
 
 #define HTTP_DEFAULT_REQUEST_TIMEOUT_S 30u
+/* Open connections at most: below a default RLIMIT_NOFILE of 1024 with room
+ * for the process's other files; past it new connections are refused at
+ * accept instead of starving the ones being served (issue 17). */
+#define HTTP_DEFAULT_MAX_CONNECTIONS 1000u
+/* Requests or buffered answers larger than this return freed memory to the
+ * system when they end (malloc_trim: a few ms, only after large ones). */
+#define HTTP_TRIM_AFTER_BYTES ((size_t)1 << 20)
+/* A request's headers and body must arrive within this (see http.h). */
+#define HTTP_DEFAULT_REQUEST_DEADLINE_S 60u
 
 struct http_server {
 	struct MHD_Daemon *d;
@@ -67,7 +85,59 @@ struct http_server {
 	bool hk_running;
 	pthread_cond_t hk_cv;
 	bool stopping;
+	/* Open connections per client address (--max-connections-per-ip): kept
+	 * here because libmicrohttpd 0.9.75's own per-IP limit was enforced in
+	 * some runs and not in others. Under ip_mu; linear search (at most
+	 * max_connections entries, once per accept). */
+	pthread_mutex_t ip_mu;
+	struct http_ip_count { struct sockaddr_storage a; unsigned n; } *ips;
+	size_t n_ips, cap_ips;
+	/* Open connections and when their current request started (under
+	 * ip_mu), for the request deadline the housekeeper enforces. */
+	struct http_sock *socks;
+	double request_deadline_s;
 };
+
+struct http_sock {
+	struct http_sock *next, *prev;
+	struct MHD_Connection *c;
+	double t0;             /* start of the current request phase */
+	bool receiving;        /* headers / body still arriving */
+	bool cut;              /* shut down by the housekeeper */
+};
+
+/* The request phase of c is over (true) or begins again (false). */
+static void sock_phase(struct http_server *s, struct MHD_Connection *c, bool receiving)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	if (!ci || !ci->socket_context)
+		return;
+	struct http_sock *k = ci->socket_context;
+	pthread_mutex_lock(&s->ip_mu);
+	k->receiving = receiving;
+	k->t0 = time_mono_s();
+	pthread_mutex_unlock(&s->ip_mu);
+}
+
+/* Housekeeper: shut the connections whose request is late. A shutdown, not
+ * a close: libmicrohttpd sees the end on its next read and cleans up. */
+static void socks_enforce(struct http_server *s)
+{
+	double now = time_mono_s();
+	pthread_mutex_lock(&s->ip_mu);
+	for (struct http_sock *k = s->socks; k; k = k->next) {
+		if (!k->receiving || k->cut || now - k->t0 < s->request_deadline_s)
+			continue;
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(k->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (ci) {
+			(void)shutdown(ci->connect_fd, SHUT_RDWR);
+			k->cut = true;
+			log_msg(LOG_WARN, "http", "closed a connection whose request took over %.0f s to arrive (slow client)",
+				s->request_deadline_s);
+		}
+	}
+	pthread_mutex_unlock(&s->ip_mu);
+}
 
 /* ---- helpers for handlers ---- */
 
@@ -193,6 +263,7 @@ static void *housekeeper_main(void *arg)
 			stream_check_peer(st);
 			http_stream_wake(st); /* lock order: srv->mu then st->mu, same everywhere */
 		}
+		socks_enforce(s);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
@@ -243,6 +314,71 @@ static bool framing_ok(struct MHD_Connection *c)
 	return n_cl <= 1 && (!te || !strcasecmp(te, "chunked"));
 }
 
+/* A buffered stream: read until the producer has nothing more for now
+ * (suspend until its wake; libmicrohttpd calls on_access again on resume) or
+ * until the end (answer with the whole body and the producer's status). */
+static enum MHD_Result buffered_pump(struct http_server *s, struct MHD_Connection *c, struct http_conn *hc)
+{
+	(void)s;
+	struct http_stream *st = hc->stream;
+	for (;;) {
+		pthread_mutex_lock(&st->mu);
+		st->wake_pending = false;
+		bool gone = st->peer_gone;
+		pthread_mutex_unlock(&st->mu);
+		if (gone)
+			return MHD_NO; /* close; the completion callback reports the abort */
+		if (hc->out_cap - hc->out_len < 16 * 1024) {
+			size_t cap = hc->out_cap ? hc->out_cap * 2 : 64 * 1024;
+			char *p = realloc(hc->out, cap);
+			if (!p)
+				return MHD_NO;
+			hc->out = p;
+			hc->out_cap = cap;
+		}
+		ssize_t n = st->ops.read(st->ctx, hc->out + hc->out_len, hc->out_cap - hc->out_len);
+		if (n > 0) {
+			hc->out_len += (size_t)n;
+			continue;
+		}
+		pthread_mutex_lock(&st->mu);
+		if (n < 0) {
+			st->ended = true;
+			pthread_mutex_unlock(&st->mu);
+			break;
+		}
+		if (st->wake_pending) {
+			pthread_mutex_unlock(&st->mu);
+			continue;
+		}
+		st->suspended = true;
+		MHD_suspend_connection(c);
+		pthread_mutex_unlock(&st->mu);
+		return MHD_YES;
+	}
+	int status = st->ops.status ? st->ops.status(st->ctx) : hc->status;
+	struct MHD_Response *r =
+		hc->out ? MHD_create_response_from_buffer(hc->out_len, hc->out, MHD_RESPMEM_MUST_FREE)
+			: MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	hc->out = NULL; /* the response owns it */
+	hc->out_len = hc->out_cap = 0;
+	if (hc->content_type)
+		MHD_add_response_header(r, "Content-Type", hc->content_type);
+	const char *h = hc->hdrs;
+	for (int i = 0; i < hc->n_hdrs; i++) {
+		const char *v = h + strlen(h) + 1;
+		MHD_add_response_header(r, h, v);
+		h = v + strlen(v) + 1;
+	}
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+	MHD_destroy_response(r);
+	hc->status = status;
+	hc->answered = true;
+	return ret;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 				 const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
 {
@@ -278,6 +414,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	if (hc->buffered) /* resumed: read what is ready */
+		return buffered_pump(s, c, hc);
 	if (*upload_size) {
 		size_t n = *upload_size;
 		*upload_size = 0;
@@ -302,6 +440,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	if (hc->too_big)
 		return queue_plain(c, hc, 413, "application/json", too_large_body);
 
+	sock_phase(s, c, false); /* the request is in: no more deadline */
 	/* The request is in: the response may take long (generation, suspended streams). */
 	if (s->request_timeout_s != s->opt.connection_timeout_s)
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->opt.connection_timeout_s);
@@ -322,6 +461,33 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	s->opt.handler(s->opt.app, &req, &resp, &st);
 
 	struct MHD_Response *r;
+	if (resp.stream.read && resp.stream_buffered) {
+		st->ops = resp.stream;
+		st->ctx = resp.stream_ctx;
+		hc->stream = st;
+		hc->buffered = true;
+		hc->status = resp.status;
+		hc->route = resp.route;
+		hc->content_type = resp.content_type; /* static strings (http.h) */
+		size_t hn = 0;
+		for (size_t i = 0; i < sizeof resp.headers / sizeof resp.headers[0] && resp.headers[i].name; i++)
+			hn += strlen(resp.headers[i].name) + strlen(resp.headers[i].value) + 2;
+		if (hn && (hc->hdrs = malloc(hn))) {
+			char *p = hc->hdrs;
+			for (size_t i = 0; i < sizeof resp.headers / sizeof resp.headers[0] && resp.headers[i].name; i++) {
+				p = stpcpy(p, resp.headers[i].name) + 1;
+				p = stpcpy(p, resp.headers[i].value) + 1;
+				hc->n_hdrs++;
+			}
+		}
+		pthread_mutex_lock(&s->mu);
+		st->next = s->streams;
+		if (s->streams)
+			s->streams->prev = st;
+		s->streams = st;
+		pthread_mutex_unlock(&s->mu);
+		return buffered_pump(s, c, hc);
+	}
 	if (resp.stream.read) {
 		st->ops = resp.stream;
 		st->ctx = resp.stream_ctx;
@@ -358,12 +524,109 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	return ret;
 }
 
+/* ---- per-address connection counts (hardening) ---- */
+
+static bool ip_same(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+	if (a->sa_family != b->ss_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return false;
+}
+
+/* The count of addr's connections (NULL: not seen). Under ip_mu. */
+static struct http_ip_count *ip_find(struct http_server *s, const struct sockaddr *addr)
+{
+	for (size_t i = 0; i < s->n_ips; i++)
+		if (ip_same(addr, &s->ips[i].a))
+			return &s->ips[i];
+	return NULL;
+}
+
+/* Accept policy: refuse an address that already has its share. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+	(void)addrlen;
+	struct http_server *s = cls;
+	if (!s->opt.max_connections_per_ip || !addr)
+		return MHD_YES;
+	pthread_mutex_lock(&s->ip_mu);
+	struct http_ip_count *ic = ip_find(s, addr);
+	bool ok = !ic || ic->n < s->opt.max_connections_per_ip;
+	pthread_mutex_unlock(&s->ip_mu);
+	return ok ? MHD_YES : MHD_NO;
+}
+
+static void ip_track(struct http_server *s, struct MHD_Connection *c, int delta)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	if (!s->opt.max_connections_per_ip || !ci || !ci->client_addr)
+		return;
+	const struct sockaddr *addr = ci->client_addr;
+	pthread_mutex_lock(&s->ip_mu);
+	struct http_ip_count *ic = ip_find(s, addr);
+	if (!ic && delta > 0) {
+		if (s->n_ips == s->cap_ips) {
+			size_t cap = s->cap_ips ? 2 * s->cap_ips : 64;
+			struct http_ip_count *p = realloc(s->ips, cap * sizeof *p);
+			if (p) {
+				s->ips = p;
+				s->cap_ips = cap;
+			}
+		}
+		if (s->n_ips < s->cap_ips) {
+			ic = &s->ips[s->n_ips++];
+			memset(ic, 0, sizeof *ic);
+			memcpy(&ic->a, addr, addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+								     : sizeof(struct sockaddr_in));
+		}
+	}
+	if (ic) {
+		if (delta > 0)
+			ic->n++;
+		else if (ic->n > 0 && --ic->n == 0)
+			*ic = s->ips[--s->n_ips]; /* drop the entry: the table holds open addresses only */
+	}
+	pthread_mutex_unlock(&s->ip_mu);
+}
+
 /* A new connection gets the short request-phase timeout until its request is in. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 			  enum MHD_ConnectionNotificationCode toe)
 {
-	(void)socket_context;
 	struct http_server *s = cls;
+	ip_track(s, c, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct http_sock *k = calloc(1, sizeof *k);
+		if (k) {
+			k->c = c;
+			k->t0 = time_mono_s();
+			k->receiving = true;
+			pthread_mutex_lock(&s->ip_mu);
+			k->next = s->socks;
+			if (s->socks)
+				s->socks->prev = k;
+			s->socks = k;
+			pthread_mutex_unlock(&s->ip_mu);
+		}
+		*socket_context = k;
+	} else if (*socket_context) {
+		struct http_sock *k = *socket_context;
+		pthread_mutex_lock(&s->ip_mu);
+		if (k->prev)
+			k->prev->next = k->next;
+		else
+			s->socks = k->next;
+		if (k->next)
+			k->next->prev = k->prev;
+		pthread_mutex_unlock(&s->ip_mu);
+		free(k);
+		*socket_context = NULL;
+	}
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED && s->request_timeout_s != s->opt.connection_timeout_s)
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout_s);
 }
@@ -376,6 +639,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	 * (only after a normal end: the connection is live and in libmicrohttpd's lists). */
 	if (c && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && s->request_timeout_s != s->opt.connection_timeout_s)
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout_s);
+	if (c && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		sock_phase(s, c, true); /* keep-alive: the next request's deadline starts now */
 	if (!hc)
 		return;
 	*con_cls = NULL;
@@ -398,8 +663,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	}
 	if (s->opt.on_complete && hc->answered)
 		s->opt.on_complete(s->opt.app, hc->route ? hc->route : "other", hc->status, time_mono_s() - hc->t0);
+	/* A large request leaves its parse tree's memory in this thread's
+	 * malloc arena (an 8 MB body of nested arrays kept ~700 MB resident
+	 * after four requests): give it back to the system (issue 17). */
+	bool large = hc->cap > HTTP_TRIM_AFTER_BYTES || hc->out_cap > HTTP_TRIM_AFTER_BYTES;
 	free(hc->body);
+	free(hc->out);
+	free(hc->hdrs);
 	free(hc);
+	if (large)
+		malloc_trim(0);
 	atomic_fetch_sub(&s->in_flight, 1);
 }
 
@@ -441,18 +714,23 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	s->d = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, on_access, s,
+	pthread_mutex_init(&s->ip_mu, NULL);
+	s->request_deadline_s = opt->request_deadline_s ? opt->request_deadline_s : HTTP_DEFAULT_REQUEST_DEADLINE_S;
+	s->d = MHD_start_daemon(flags, (uint16_t)opt->port, on_accept, s, on_access, s,
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opt->n_threads,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 				MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 				MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+				MHD_OPTION_CONNECTION_LIMIT,
+				opt->max_connections ? opt->max_connections : HTTP_DEFAULT_MAX_CONNECTIONS,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->d) {
 		pthread_mutex_destroy(&s->mu);
+		pthread_mutex_destroy(&s->ip_mu);
 		pthread_cond_destroy(&s->hk_cv);
 		free(s);
 		return err_set(e, ST_IO, "cannot listen on %s:%d (address in use, or not permitted)", opt->host,
@@ -492,6 +770,8 @@ void http_server_destroy(struct http_server *s)
 	if (s->d)
 		MHD_stop_daemon(s->d);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->ip_mu);
+	free(s->ips);
 	pthread_cond_destroy(&s->hk_cv);
 	free(s);
 }

@@ -59,8 +59,15 @@ struct http_response {
 		/* Called exactly once when the response is done or the client went
 		 * away (aborted = true). ctx may be freed here. */
 		void (*close)(void *ctx, bool aborted);
+		/* (optional, with buffered) the status to answer with, asked once the
+		 * whole body has been read; NULL = the handler's status. */
+		int (*status)(void *ctx);
 	} stream;
 	void *stream_ctx;
+	/* With stream.read: read the whole body before answering (a non-streamed
+	 * answer made over time), so that the status line can still say whether
+	 * it failed (stream.status), instead of a 200 sent up front. */
+	bool stream_buffered;
 };
 
 #define HTTP_STREAM_WAIT ((ssize_t)0)
@@ -83,6 +90,13 @@ struct http_options {
 	 * slot this long, not connection_timeout_s); 0 = 30 s, at most
 	 * connection_timeout_s. The response phase uses connection_timeout_s. */
 	unsigned request_timeout_s;
+	unsigned max_connections;        /* open connections at most; 0 = HTTP_DEFAULT_MAX_CONNECTIONS */
+	unsigned max_connections_per_ip; /* per client address; 0 = no limit */
+	/* Absolute limit on receiving one request's headers and body (from the
+	 * connection's start or the previous request's end): a client that
+	 * trickles a byte every few seconds resets the idle timeout forever
+	 * (slowloris); past this its connection is shut. 0 = 60 s. */
+	unsigned request_deadline_s;
 	http_handler_fn handler;
 	void *app;
 	/* Called after every response with route-independent facts, for metrics. Optional. */

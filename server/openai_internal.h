@@ -17,6 +17,12 @@
 
 #define OAI_SLOTS_PER_CHUNK 256
 #define OAI_MAX_CHUNKS 4096
+/* A non-streamed answer is built whole in memory: refuse one whose estimate
+ * (choices x tokens x bytes per token, logprobs ~72 bytes per entry) passes
+ * this, with a 400 naming the product (issue 17: n=128, top_logprobs=20,
+ * max_tokens=600 built 117 MB and it grows to tens of GB). Checked when
+ * max_tokens is given; streaming is not capped: it is sent as it is made. */
+#define OAI_MAX_RESPONSE_BYTES ((uint64_t)64 << 20)
 
 struct oai_job;
 

@@ -613,6 +613,16 @@ static void pump(struct oai_job *j)
 
 /* ---- HTTP stream callbacks ---- */
 
+/* A non-streamed answer, once whole: 500 when generation failed. */
+static int job_status(void *ctx)
+{
+	struct oai_job *j = ctx;
+	pthread_mutex_lock(&j->mu);
+	int st = j->error ? 500 : 200;
+	pthread_mutex_unlock(&j->mu);
+	return st;
+}
+
 static ssize_t job_read(void *ctx, char *buf, size_t max)
 {
 	struct oai_job *j = ctx;
@@ -791,6 +801,26 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
 		return;
 	}
+	if (!r->stream && r->max_tokens) { /* ---- hardening: the size of a buffered answer ---- */
+		uint64_t per_tok = r->logprobs ? 72u * (1u + r->top_logprobs) : 8u, ctx = s->opt.max_model_len, est = 0;
+		uint64_t toks = 0;
+		for (uint32_t i = 0; i < n_prompts; i++) {
+			uint64_t room = ctx > n_ids[i] ? ctx - n_ids[i] : 0;
+			uint64_t t = r->max_tokens < room ? r->max_tokens : room;
+			toks = t > toks ? t : toks;
+			est += (uint64_t)r->n * t * per_tok;
+		}
+		if (est > OAI_MAX_RESPONSE_BYTES) {
+			api_error(resp, 400, "invalid_request_error", "max_tokens", NULL,
+				  "this non-streamed answer could reach %llu MB: %u prompt(s) x n %u x max_tokens %llu x "
+				  "%llu bytes per token (logprobs %u) > the limit of %llu MB; lower n, max_tokens or "
+				  "top_logprobs, or stream it",
+				  (unsigned long long)(est >> 20), n_prompts, r->n, (unsigned long long)toks,
+				  (unsigned long long)per_tok, r->logprobs ? 1 + r->top_logprobs : 0,
+				  (unsigned long long)(OAI_MAX_RESPONSE_BYTES >> 20));
+			return;
+		}
+	}
 	struct gram *grammar = NULL; /* structured outputs; the scheduler retains it per request */
 	if (!oai__grammar(s, r, &grammar, resp))
 		return;
@@ -919,6 +949,8 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	resp->content_type = j->stream ? "text/event-stream" : "application/json";
 	resp->stream.read = job_read;
 	resp->stream.close = job_close;
+	resp->stream.status = job_status;  /* hardening: a failed non-streamed answer is a 500 */
+	resp->stream_buffered = !j->stream;
 	resp->stream_ctx = j;
 }
 

@@ -688,11 +688,37 @@ static enum status reasoning_effort(struct oai_request *r, const char *s, struct
 	return ST_OK;
 }
 
+/* ---- hardening: a bound on what parsing one body may allocate ---- */
+/* True when body holds more than OAI_MAX_JSON_VALUES values (counted as
+ * separators and openings outside strings; an upper bound, cheap). */
+static bool too_many_values(const char *body, size_t len)
+{
+	size_t n = 1;
+	bool in_str = false;
+	for (size_t i = 0; i < len; i++) {
+		char c = body[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = false;
+		} else if (c == '"') {
+			in_str = true;
+		} else if (c == ',' || c == '[' || c == '{') {
+			if (++n > OAI_MAX_JSON_VALUES)
+				return true;
+		}
+	}
+	return false;
+}
+
 /* The shared parser. where: F_CHAT, F_COMPL or F_TOKENIZE (then tok is filled too). */
 static enum status parse_body(unsigned where, const char *body, size_t len, int32_t vocab, struct oai_request *r,
 			      struct oai_tokenize_request *tok, struct oai_error *why)
 {
 	memset(why, 0, sizeof *why);
+	if (too_many_values(body, len))
+		return fail(why, ST_INVALID, "", "request body holds more than %u JSON values", OAI_MAX_JSON_VALUES);
 	json_error_t je;
 	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
 	if (!root)
@@ -1110,6 +1136,8 @@ enum status oai_parse_detokenize(const char *body, size_t len, int32_t vocab_siz
 {
 	memset(out, 0, sizeof *out);
 	memset(why, 0, sizeof *why);
+	if (too_many_values(body, len))
+		return fail(why, ST_INVALID, "", "request body holds more than %u JSON values", OAI_MAX_JSON_VALUES);
 	json_error_t je;
 	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root)

@@ -31,6 +31,10 @@
 #define OAI_MAX_PROMPTS 64             /* prompts of one /v1/completions request */
 #define OAI_MAX_PROMPT_IDS (1u << 20)  /* token ids given directly, per prompt */
 #define OAI_MAX_TOKENS_PARAM (1u << 24) /* max_tokens beyond any context */
+/* JSON values in one body, counted before parsing: one 2^20-id prompt fits;
+ * an 8 MB body of nested empty arrays (2.7 M values, ~380 MB parsed) does
+ * not (issue 17). */
+#define OAI_MAX_JSON_VALUES (3u << 19)
 
 enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
 

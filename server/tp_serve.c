@@ -69,13 +69,13 @@ int tp_args_extract(int *argc, char **argv, struct tp_args *a)
 {
 	*a = (struct tp_args){.nnodes = 1, .master_port = TP_DEFAULT_MASTER_PORT};
 	static const char *names[] = {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--tp-timeout",
-				      "--precision"};
+				      "--precision", "--tp-secret-file"};
 	int out = 1;
 	for (int i = 1; i < *argc; i++) {
 		const char *arg = argv[i];
 		int which = -1;
 		const char *v = NULL;
-		for (int k = 0; k < 6 && which < 0; k++) {
+		for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && which < 0; k++) {
 			size_t n = strlen(names[k]);
 			if (!strncmp(arg, names[k], n) && (arg[n] == '\0' || arg[n] == '=')) {
 				which = k;
@@ -132,6 +132,11 @@ int tp_args_extract(int *argc, char **argv, struct tp_args *a)
 				return tp_bad("--precision", v, "'reference' or 'fp32'");
 			a->precision = strcmp(v, "fp32") ? MODEL_PREC_REFERENCE : MODEL_PREC_FP32;
 			break;
+		case 6:
+			if (!v[0])
+				return tp_bad("--tp-secret-file", v, "a file name");
+			a->secret_file = v;
+			break;
 		}
 	}
 	argv[out] = NULL;
@@ -148,6 +153,9 @@ const char *tp_args_usage(void)
 	       "  --master-port P              rank 0's bootstrap TCP port (default 29555)\n"
 	       "  --tp-timeout S               seconds to wait for the other ranks, at start-up and in every\n"
 	       "                               collective (default 120)\n"
+	       "  --tp-secret-file FILE        the group's shared secret (>= 16 bytes; required with --nnodes > 1):\n"
+	       "                               authenticates every link; rank 0 creates it (mode 0600) if absent,\n"
+	       "                               copy it to every worker node\n"
 	       "  --precision reference|fp32   cpu executor numerics (default reference; fp32: TP=N equals TP=1\n"
 	       "                               up to fp32 summation order)\n";
 }
@@ -166,6 +174,12 @@ int tp_args_world(const struct tp_args *a, long tp, bool test_executor)
 		if (a->node_rank >= a->nnodes) {
 			fprintf(stderr, "dsv4 serve: --node-rank %d out of range for --nnodes %d (0..%d)\n", a->node_rank,
 				a->nnodes, a->nnodes - 1);
+			return -1;
+		}
+		if (!a->secret_file) {
+			fprintf(stderr, "dsv4 serve: --nnodes %d needs --tp-secret-file FILE (the group's shared secret; "
+					"rank 0 creates it when absent, copy it to every node): without it anyone who "
+					"reaches the master port can join the group\n", a->nnodes);
 			return -1;
 		}
 		if (a->node_rank > 0 && !a->master_addr) {
@@ -360,11 +374,30 @@ static enum status tp__start_threads(struct tp_serve *t, struct err *e)
 	return ST_OK;
 }
 
+/* The group secret from --tp-secret-file; rank 0 creates the file when it
+ * does not exist. */
+static enum status tp__secret(const struct tp_args *a, struct comm_secret *s, struct err *e)
+{
+	if (!a->secret_file)
+		return err_set(e, ST_INVALID, "tensor parallel: --nnodes %d needs --tp-secret-file", a->nnodes);
+	if (a->node_rank == 0 && access(a->secret_file, F_OK) != 0) {
+		enum status st = comm_secret_create_file(a->secret_file, e);
+		if (st)
+			return st;
+		log_msg(LOG_INFO, "tp", "created the group secret %s (mode 0600): copy it to every worker node", a->secret_file);
+	}
+	return comm_secret_load(s, a->secret_file, e);
+}
+
 /* Several nodes: bootstrap, then the TCP data channel, then the sizes. */
 static enum status tp__join_nodes(struct tp_serve *t, struct err *e)
 {
 	const struct tp_args *a = &t->args;
-	enum status st = comm_tcp_listen(&t->lis, NULL, 0, e);
+	struct comm_secret secret;
+	enum status st = tp__secret(a, &secret, e);
+	if (st)
+		return st;
+	st = comm_tcp_listen(&t->lis, a->master_addr, 0, &secret, e);
 	if (st)
 		return st;
 	uint8_t id[COMM_UNIQUE_ID_BYTES];
@@ -372,8 +405,10 @@ static enum status tp__join_nodes(struct tp_serve *t, struct err *e)
 	struct comm_boot_options bo = {.n_ranks = t->world, .rank = 0, .master_addr = a->master_addr,
 				       .master_port = a->master_port, .version = model_dsv4_version(),
 				       .checkpoint_fingerprint = tp__fingerprint(t->xo.ck),
-				       .unique_id = id, .timeout_ms = a->timeout_ms};
-	if ((st = comm_boot_create(&t->boot, &bo, e)))
+				       .unique_id = id, .timeout_ms = a->timeout_ms, .secret = &secret};
+	st = comm_boot_create(&t->boot, &bo, e);
+	memset(&secret, 0, sizeof secret);
+	if (st)
 		return st;
 	if ((st = comm_tcp_accept(&t->comm, t->lis, t->world, a->timeout_ms, e)))
 		return st;
@@ -543,13 +578,19 @@ int tp_serve_worker(const struct tp_args *a, const struct model_checkpoint *ck, 
 				       .master_port = a->master_port, .version = model_dsv4_version(),
 				       .checkpoint_fingerprint = tp__fingerprint(ck),
 				       .timeout_ms = a->timeout_ms};
-	enum status st = comm_boot_create(&w.boot, &bo, &e);
+	struct comm_secret secret;
+	enum status st = tp__secret(a, &secret, &e);
+	bo.secret = &secret;
+	if (!st)
+		st = comm_boot_create(&w.boot, &bo, &e);
 	int port = 0;
 	uint64_t nonce = 0;
 	if (!st)
 		st = comm_tcp_id_unpack(comm_boot_unique_id(w.boot), &port, &nonce, &e);
 	if (!st)
-		st = comm_tcp_connect(&w.comm, a->master_addr, port, nonce, a->node_rank, a->nnodes, a->timeout_ms, &e);
+		st = comm_tcp_connect(&w.comm, a->master_addr, port, nonce, &secret, a->node_rank, a->nnodes,
+				      a->timeout_ms, &e);
+	memset(&secret, 0, sizeof secret);
 	struct model_exec_cpu_options xo = {.ck = ck, .rank = a->node_rank, .world_size = a->nnodes};
 	uint32_t cfg[TP_CONFIG_WORDS];
 	if (!st)

@@ -10,7 +10,9 @@
  * Rank 0 opens a TCP data listener, runs the bootstrap (comm/bootstrap.h:
  * dsv4 version, checkpoint fingerprint, world size and rank are checked;
  * the 128-byte id carries the data listener's port and a nonce), accepts the
- * workers on the TCP comm backend (comm/comm_tcp.h) and sends them its
+ * workers on the TCP comm backend (comm/comm_tcp.h; both links authenticated
+ * with the --tp-secret-file secret, both listeners on --master-addr's
+ * interface) and sends them its
  * executor sizes, so that every rank builds the same block pool. Workers
  * run no HTTP server.
  *
@@ -39,6 +41,8 @@ struct tp_args {
 	const char *master_addr; /* --master-addr (workers: required) */
 	int master_port;         /* --master-port (default 29555) */
 	int timeout_ms;          /* --tp-timeout seconds * 1000; 0 = the comm/bootstrap defaults */
+	const char *secret_file; /* --tp-secret-file: the group secret (comm/auth.h); --nnodes > 1: required,
+				  * rank 0 creates it (0600) when it does not exist */
 	/* --precision reference|fp32 (as `dsv4 generate`): the CPU executor's
 	 * numerics. Parsed here because fp32 is what makes TP=N equal TP=1 up
 	 * to fp32 summation order; reference precision rounds each rank's

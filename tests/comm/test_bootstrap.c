@@ -8,8 +8,10 @@
  * that dies, and the watcher callback. Failures, each a clear error on both
  * sides and never a hang: no master, no worker, wrong fingerprint, wrong
  * version, wrong world size, rank out of range, rank 0 claimed, duplicate rank,
- * garbage to the master, garbage from a fake master, a fake master that never
- * answers, an oversized frame. Children report through their exit status
+ * garbage from a fake master, a fake master that never answers, a fake master
+ * without the secret. Strangers (HTTP, an oversized frame, an unauthenticated
+ * or replayed hello, a wrong-secret worker) are dropped and the group still
+ * forms. Children report through their exit status
  * (0 = all their checks passed).
  */
 #include <arpa/inet.h>
@@ -29,6 +31,7 @@
 #define FP 0x0123456789abcdefull
 
 static uint8_t the_id[COMM_UNIQUE_ID_BYTES];
+static struct comm_secret the_secret, other_secret;
 
 static int free_port(void)
 {
@@ -48,7 +51,7 @@ static struct comm_boot_options opts(int n_ranks, int rank, int port, int timeou
 	return (struct comm_boot_options){
 		.n_ranks = n_ranks, .rank = rank, .master_addr = "127.0.0.1", .master_port = port,
 		.version = VERSION, .checkpoint_fingerprint = FP, .unique_id = rank == 0 ? the_id : NULL,
-		.timeout_ms = timeout_ms,
+		.timeout_ms = timeout_ms, .secret = &the_secret,
 	};
 }
 
@@ -393,10 +396,14 @@ static pid_t spawn_raw_client(int port, const uint8_t *bytes, size_t n, int want
 	_exit(0);
 }
 
-static size_t make_hello(uint8_t *p, uint32_t rank, uint32_t n_ranks, uint32_t len_override)
+/* A hello frame as a worker builds it: MACed with key over challenge (the
+ * master's, or a stale one for a replay); with_mac false = protocol 1's hello
+ * (no challenge, no MAC); len_override sets the length field. */
+static size_t make_hello(uint8_t *p, uint32_t rank, uint32_t n_ranks, uint32_t len_override,
+			 const struct comm_secret *key, const uint8_t *challenge, bool with_mac)
 {
 	const char *v = VERSION;
-	size_t vlen = strlen(v), n = 18 + vlen;
+	size_t vlen = strlen(v), n = 18 + vlen + (with_mac ? 64 : 0);
 	uint32_t h[3] = { COMM_BOOT_MAGIC, COMM_BOOT_PROTOCOL_VERSION | (1u << 16), len_override ? len_override : (uint32_t)n };
 	memcpy(p, h, 12); /* little-endian host assumed by this test */
 	memcpy(p + 12, &rank, 4);
@@ -406,7 +413,69 @@ static size_t make_hello(uint8_t *p, uint32_t rank, uint32_t n_ranks, uint32_t l
 	uint16_t vl = (uint16_t)vlen;
 	memcpy(p + 28, &vl, 2);
 	memcpy(p + 30, v, vlen);
+	if (with_mac) {
+		memset(p + 30 + vlen, 7, 32);
+		comm_auth_mac(key, "dsv4 boot hello", challenge, 32, p + 12, 18 + vlen + 32, p + 12 + 18 + vlen + 32);
+	}
 	return 12 + n;
+}
+
+/* A raw client that reads the master's challenge first, then sends a hello
+ * made by make_hello (stale = MAC over an all-zero challenge: a replay), and
+ * checks the reply as spawn_raw_client. */
+static pid_t spawn_hello_client(int port, uint32_t rank, const struct comm_secret *key, bool stale, int want_type,
+				const char *needle)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	int s = -1;
+	for (int i = 0; i < 100; i++) {
+		s = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		if (connect(s, (struct sockaddr *)&a, sizeof a) == 0)
+			break;
+		close(s);
+		s = -1;
+		sleep_ms(20);
+	}
+	if (s < 0)
+		_exit(50);
+	uint8_t ch[44];
+	size_t got = 0;
+	while (got < sizeof ch) {
+		ssize_t r = recv(s, ch + got, sizeof ch - got, 0);
+		if (r <= 0)
+			_exit(51);
+		got += (size_t)r;
+	}
+	if (ch[6] != 5 || ch[8] != 32)
+		_exit(52);
+	uint8_t zero[32] = { 0 }, hello[256];
+	size_t n = make_hello(hello, rank, 2, 0, key, stale ? zero : ch + 12, true);
+	if (send(s, hello, n, MSG_NOSIGNAL) != (ssize_t)n)
+		_exit(53);
+	uint8_t buf[4096 + 13];
+	got = 0;
+	for (;;) {
+		struct pollfd p = { .fd = s, .events = POLLIN };
+		if (poll(&p, 1, 5000) <= 0)
+			_exit(54);
+		ssize_t r = recv(s, buf + got, sizeof buf - 1 - got, 0);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	buf[got] = 0;
+	if (want_type == 0)
+		_exit(got == 0 ? 0 : 55); /* dropped without a word */
+	if (got < 12 || buf[6] != want_type || !strstr((char *)buf + 12, needle)) {
+		fprintf(stderr, "hello client: reply type %d '%s', wanted %d '%s'\n", got >= 12 ? buf[6] : -1,
+			got >= 12 ? (char *)buf + 12 : "", want_type, needle);
+		_exit(56);
+	}
+	_exit(0);
 }
 
 /* A port probe (connect, close) does not disturb the master, which then
@@ -433,35 +502,73 @@ static void test_probe_ignored(void)
 	comm_boot_destroy(b);
 }
 
-static void test_master_refuses_raw(void)
+/* An authenticated hello with a bad rank still fails the group (both sides
+ * told why), as any mismatch of a member. */
+static void test_master_refuses_rank(void)
 {
-	uint8_t hello[256];
-	/* rank out of range, and rank 0 claimed by a worker */
 	uint32_t bad_ranks[2] = { 5, 0 };
 	for (int i = 0; i < 2; i++) {
 		int port = free_port();
-		size_t n = make_hello(hello, bad_ranks[i], 2, 0);
-		pid_t c = spawn_raw_client(port, hello, n, 3 /* REJECT */, "out of range");
+		pid_t c = spawn_hello_client(port, bad_ranks[i], &the_secret, false, 3 /* REJECT */, "out of range");
 		master_fail(opts(2, 0, port, 5000), ST_INVALID, "out of range");
 		T_CHECK(wait_child(c) == 0);
 	}
-	/* HTTP at the bootstrap port */
+}
+
+/* Strangers cannot end or join the group: HTTP at the bootstrap port, an
+ * oversized length field, a protocol-1 hello without a MAC, a hello replayed
+ * from another connection, a worker with another secret (told "failed
+ * authentication"): each is dropped, and the master then forms the group
+ * with the real worker. Before authentication the first of them made the
+ * master exit ("bad magic") and the protocol-1 hello joined. */
+static void test_strangers_dropped(void)
+{
 	int port = free_port();
-	const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-	pid_t c = spawn_raw_client(port, (const uint8_t *)http, strlen(http), 3, "bad magic");
-	master_fail(opts(2, 0, port, 5000), ST_IO, "not a dsv4 bootstrap peer");
-	T_CHECK(wait_child(c) == 0);
-	/* an oversized length field */
-	port = free_port();
-	size_t n = make_hello(hello, 1, 2, 1u << 30);
-	c = spawn_raw_client(port, hello, n, 3, "exceeds the limit");
-	master_fail(opts(2, 0, port, 5000), ST_IO, "exceeds the limit");
-	T_CHECK(wait_child(c) == 0);
-	/* a client that connects and sends half a header, then nothing */
-	port = free_port();
-	c = spawn_raw_client(port, hello, 6, 0, "");
-	master_fail(opts(2, 0, port, 600), ST_TIMEOUT, "timed out");
-	T_CHECK(wait_child(c) == 0);
+	uint8_t hello[256];
+	pid_t kids[6];
+	int n_kids = 0;
+	pid_t m = fork();
+	if (m == 0) {
+		const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+		int bad = 0;
+		pid_t c = spawn_raw_client(port, (const uint8_t *)http, strlen(http), 0, "");
+		bad |= wait_child(c) << 0;
+		size_t n = make_hello(hello, 1, 2, 1u << 30, NULL, NULL, false);
+		c = spawn_raw_client(port, hello, n, 0, "");
+		bad |= wait_child(c);
+		n = make_hello(hello, 1, 2, 0, NULL, NULL, false);
+		c = spawn_raw_client(port, hello, n, 0, "");
+		bad |= wait_child(c);
+		c = spawn_hello_client(port, 1, &the_secret, true, 3, "failed authentication");
+		bad |= wait_child(c);
+		struct comm_boot_options wo = opts(2, 1, port, 5000);
+		wo.secret = &other_secret;
+		c = spawn_worker_fail(wo, ST_INVALID, "failed authentication");
+		bad |= wait_child(c);
+		c = spawn_worker_ok(2, 1, port, AFTER_DESTROY);
+		bad |= wait_child(c);
+		_exit(bad ? 1 : 0);
+	}
+	kids[n_kids++] = m;
+	struct comm_boot *b = NULL;
+	struct err e;
+	struct comm_boot_options o = opts(2, 0, port, 20000);
+	T_CHECKF(comm_boot_create(&b, &o, &e) == ST_OK, "%s", e.msg);
+	for (int i = 0; i < n_kids; i++)
+		T_CHECK(wait_child(kids[i]) == 0);
+	comm_boot_destroy(b);
+}
+
+/* A master with another secret: the worker refuses its welcome (it would
+ * otherwise run that master's step plans). */
+static void test_worker_refuses_wrong_master(void)
+{
+	int port = free_port();
+	pid_t w = spawn_worker_fail(opts(2, 1, port, 5000), ST_INVALID, "failed authentication");
+	struct comm_boot_options mo = opts(2, 0, port, 5000);
+	mo.secret = &other_secret;
+	master_fail(mo, ST_TIMEOUT, "timed out");
+	T_CHECK(wait_child(w) == 0);
 }
 
 /* A fake master: listens, accepts one worker, answers with `reply` (or
@@ -493,6 +600,13 @@ static void test_worker_refuses_garbage(void)
 	/* A well-formed header of an unknown message type. */
 	uint8_t h[12] = { 0x44, 0x53, 0x56, 0x34, COMM_BOOT_PROTOCOL_VERSION, 0, 9, 0, 0, 0, 0, 0 };
 	fake_master(h, sizeof h, ST_IO, "unexpected message type 9", 5000);
+	/* A challenge, then a welcome whose MAC is not over this worker's
+	 * challenge (a fake master without the secret). */
+	uint8_t fw[12 + 32 + 12 + 4 + COMM_UNIQUE_ID_BYTES + 32] = { 0x44, 0x53, 0x56, 0x34, COMM_BOOT_PROTOCOL_VERSION, 0, 5, 0, 32 };
+	uint8_t *wh = fw + 44;
+	memcpy(wh, (uint8_t[]){ 0x44, 0x53, 0x56, 0x34, COMM_BOOT_PROTOCOL_VERSION, 0, 2, 0, 4 + COMM_UNIQUE_ID_BYTES + 32 }, 9);
+	wh[12] = 2; /* n_ranks */
+	fake_master(fw, sizeof fw, ST_INVALID, "failed authentication (not the master of this group", 5000);
 	/* Another protocol version. */
 	h[4] = 77;
 	fake_master(h, sizeof h, ST_INVALID, "protocol version 77", 5000);
@@ -529,6 +643,13 @@ int main(void)
 		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
 		the_id[i] = (uint8_t)(seed >> 56);
 	}
+	struct err e;
+	uint8_t k[32];
+	if (comm_random_bytes(k, sizeof k, &e) || comm_secret_set(&the_secret, k, sizeof k, &e))
+		return 1;
+	k[0] ^= 1;
+	if (comm_secret_set(&other_secret, k, sizeof k, &e))
+		return 1;
 	test_bad_options();
 	test_world2_and_worker_dies();
 	test_worker_says_goodbye();
@@ -538,7 +659,9 @@ int main(void)
 	test_no_peer();
 	test_mismatches();
 	test_duplicate_rank();
-	test_master_refuses_raw();
+	test_master_refuses_rank();
+	test_strangers_dropped();
+	test_worker_refuses_wrong_master();
 	test_probe_ignored();
 	test_worker_refuses_garbage();
 	return test_exit();

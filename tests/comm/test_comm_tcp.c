@@ -6,7 +6,8 @@
  * - all-reduce f32 and bf16 of fresh random data is bitwise the rank-order
  *   fp32 sum (bf16 rounded once), on every rank, in place and not;
  * - all-gather (in place and not), broadcast from every root, barrier;
- * - a connection with the wrong nonce is dropped and the group still forms;
+ * - a connection with the wrong nonce, a protocol-1 hello (no MAC) and a
+ *   worker with another secret are dropped, and the group still forms;
  * - ranks that call different collectives all fail with ST_INVALID naming
  *   the mismatch, and the error sticks;
  * - comm_abort() on one rank ends the others' waits at once (well before
@@ -53,6 +54,7 @@ static uint16_t to_bf(float f)
 static struct comm_tcp_listener *g_lis;
 static uint64_t g_nonce;
 static int g_port;
+static struct comm_secret g_secret, g_other_secret;
 static float g_in[N][N_ELEMS];
 static uint16_t g_in_bf[N][N_ELEMS];
 static int g_scenario; /* 0 = collectives, 1 = mismatch, 2 = abort, 3 = timeout */
@@ -135,7 +137,7 @@ static void *rank_main(void *arg)
 	if (j->rank == 0)
 		j->st = comm_tcp_accept(&j->c, g_lis, N, tmo, &e);
 	else
-		j->st = comm_tcp_connect(&j->c, "127.0.0.1", g_port, g_nonce, j->rank, N, tmo, &e);
+		j->st = comm_tcp_connect(&j->c, "127.0.0.1", g_port, g_nonce, &g_secret, j->rank, N, tmo, &e);
 	if (j->st) {
 		snprintf(j->msg, sizeof j->msg, "%s", e.msg);
 		return NULL;
@@ -177,11 +179,21 @@ static void *rank_main(void *arg)
 	return NULL;
 }
 
+/* A worker with the group's nonce but another secret: must be refused. */
+static void *intruder_main(void *arg)
+{
+	struct job *j = arg;
+	struct err e = {0};
+	j->st = comm_tcp_connect(&j->c, "127.0.0.1", g_port, g_nonce, &g_other_secret, j->rank, N, 3000, &e);
+	snprintf(j->msg, sizeof j->msg, "%s", e.msg);
+	return NULL;
+}
+
 static void run(int scenario, struct job jobs[N])
 {
 	struct err e = {0};
 	g_scenario = scenario;
-	T_CHECKF(comm_tcp_listen(&g_lis, "127.0.0.1", 0, &e) == ST_OK, "%s", e.msg);
+	T_CHECKF(comm_tcp_listen(&g_lis, "127.0.0.1", 0, &g_secret, &e) == ST_OK, "%s", e.msg);
 	uint8_t id[COMM_UNIQUE_ID_BYTES];
 	comm_tcp_id_pack(g_lis, id);
 	T_CHECK(comm_tcp_id_unpack(id, &g_port, &g_nonce, &e) == ST_OK);
@@ -195,13 +207,20 @@ static void run(int scenario, struct job jobs[N])
 		T_CHECK(write(s, junk, sizeof junk) == (ssize_t)sizeof junk);
 		close(s);
 	}
-	pthread_t th[N];
+	pthread_t th[N], intruder;
+	struct job bad = {.rank = 1};
+	if (scenario == 0)
+		pthread_create(&intruder, NULL, intruder_main, &bad);
 	for (int r = 0; r < N; r++) {
 		jobs[r] = (struct job){.rank = r};
 		pthread_create(&th[r], NULL, rank_main, &jobs[r]);
 	}
 	for (int r = 0; r < N; r++)
 		pthread_join(th[r], NULL);
+	if (scenario == 0) {
+		pthread_join(intruder, NULL);
+		T_CHECKF(bad.st != ST_OK && bad.c == NULL, "a worker with another secret joined: %s", bad.msg);
+	}
 	for (int r = 0; r < N; r++)
 		comm_destroy(jobs[r].c);
 	comm_tcp_listener_destroy(g_lis);
@@ -217,6 +236,13 @@ int main(void)
 			g_in[r][i] = ((float)(rnd32() % 2000001) - 1000000.0f) * 1e-3f * (float)(1 + rnd32() % 1000);
 			g_in_bf[r][i] = to_bf(((float)(rnd32() % 20001) - 10000.0f) * 1e-2f);
 		}
+	struct err e;
+	uint8_t k[32];
+	for (int i = 0; i < 32; i++)
+		k[i] = (uint8_t)rnd32();
+	T_CHECK(comm_secret_set(&g_secret, k, sizeof k, &e) == ST_OK);
+	k[31] ^= 0x80;
+	T_CHECK(comm_secret_set(&g_other_secret, k, sizeof k, &e) == ST_OK);
 	struct job jobs[N];
 	run(0, jobs);
 	for (int r = 0; r < N; r++)

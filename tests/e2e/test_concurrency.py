@@ -38,7 +38,7 @@ MODEL = "tiny-e2e"
 def raw_request(port, path, body):
     data = json.dumps(body).encode()
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
-    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\n"
               b"Content-Length: %d\r\n\r\n" % (path.encode(), len(data)) + data)
     return s
 

@@ -100,7 +100,7 @@ def complete(got):
 
 
 def post(path, body, headers=None, extra_head=b""):
-    hdr = {"Host": "x", "Content-Type": "application/json", "Connection": "close"}
+    hdr = {"Host": "localhost", "Content-Type": "application/json", "Connection": "close"}
     hdr.update(headers or {})
     head = b"POST %s HTTP/1.1\r\n" % path.encode()
     for k, v in hdr.items():
@@ -323,6 +323,7 @@ class Fuzzer:
                     ("/v1/completions", {"prompt": [[]]}), ("/v1/completions", {"prompt": {"a": 1}}),
                     ("/v1/completions", {"prompt": [1.5]}), ("/v1/completions", {"prompt": "x", "suffix": "y"}),
                     ("/v1/completions", {"prompt": "x", "best_of": 3}), ("/v1/completions", {"prompt": "x", "max_tokens": 0}),
+                    ("/v1/completions", {"prompt": "x", "best_of": 3}), ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 99}),
                     ("/detokenize", {"tokens": "x"}), ("/detokenize", {"tokens": [-5]}),
                     ("/detokenize", {"tokens": [2 ** 40]}), ("/detokenize", {"tokens": [1.5]}),
                     ("/detokenize", {}), ("/tokenize", {}), ("/tokenize", {"prompt": 5}),
@@ -427,7 +428,7 @@ class Fuzzer:
             self.send("header", post(comp, body, {"X-Big": b"a" * n}), "close", "a %d-byte header" % n)
         self.send("header", post(comp, body, extra_head=b"".join(b"X-%d: y\r\n" % i for i in range(30000))), "close",
                   "30000 headers")
-        self.send("header", b"GET /" + b"a" * 300000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "close", "300 KB URL")
+        self.send("header", b"GET /" + b"a" * 300000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n", "close", "300 KB URL")
         self.send("header", post(comp, body, {"Authorization": b"Bearer " + b"z" * 300000}), "close",
                   "300 KB Authorization")
         self.send("header", post(comp, body, {"X-Request-Id": b"\x01\x02\xff" * 100}), "any", "odd X-Request-Id")
@@ -444,17 +445,17 @@ class Fuzzer:
             self.send("header", post(comp, body, {"Transfer-Encoding": te, "Content-Length": None}), "4xx",
                       "Transfer-Encoding %r" % te)
         for line in [b"GARBAGE\r\n\r\n", b"POST\r\n\r\n", b"POST /v1/completions\r\n\r\n",
-                     b"POST /v1/completions HTTP/1.1 extra\r\nHost: x\r\n\r\n", b"GET  /health  HTTP/1.1\r\n\r\n",
-                     b"POST http://[::1 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n",
+                     b"POST /v1/completions HTTP/1.1 extra\r\nHost: localhost\r\n\r\n", b"GET  /health  HTTP/1.1\r\n\r\n",
+                     b"POST http://[::1 HTTP/1.1\r\nHost: localhost\r\n\r\n", b"GET /%zz HTTP/1.1\r\nHost: localhost\r\n\r\n",
                      bytes(r.randrange(256) for _ in range(2000))]:
             self.send("header", line, "close", "request line %r" % line[:60])
         # libmicrohttpd reads a line holding only a NUL as the end of the headers (its choice).
-        self.send("header", b"GET /health HTTP/1.1\r\nHost: x\r\n\x00\r\n\r\n", "any", "a NUL header line")
+        self.send("header", b"GET /health HTTP/1.1\r\nHost: localhost\r\n\x00\r\n\r\n", "any", "a NUL header line")
         for meth in [b"PUT", b"DELETE", b"PATCH", b"FOO", b"get"]:
-            self.send("header", b"%s /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % meth, "4xx",
+            self.send("header", b"%s /v1/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % meth, "4xx",
                       "method %r" % meth)
         # libmicrohttpd answers an unknown HTTP version with 505 (RFC 9110), the one 5xx allowed.
-        st, raw = exchange(self.srv.port, b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n")
+        st, raw = exchange(self.srv.port, b"GET /health HTTP/9.9\r\nHost: localhost\r\n\r\n")
         count("header", st)
         check(st in (400, 505, None), "HTTP/9.9 -> 505 Version Not Supported or 400 (got %r)" % st)
 
@@ -468,7 +469,7 @@ class Fuzzer:
             s = socket.create_connection(("127.0.0.1", port), timeout=10)
             kind = i % 4
             if kind == 0:
-                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
             elif kind == 1:
                 s.sendall(r.choice([b"PO", b"\r\n\r\n\r\n"]))  # empty lines before a request are skipped
             elif kind == 2:
@@ -517,11 +518,11 @@ def open_stalled(port):
     for kind in ("silent", "headers", "body", "keepalive"):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         if kind == "headers":
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: a")
         elif kind == "body":
             s.sendall(post("/v1/completions", body, {"Connection": None})[:-10])
         elif kind == "keepalive":
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             got = b""
             while not complete(got):
                 got += s.recv(4096)

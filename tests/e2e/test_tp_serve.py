@@ -9,7 +9,9 @@
 2. Two processes on loopback (`--nnodes 2 --node-rank 0` and `--node-rank 1 --master-addr
    127.0.0.1`): the bootstrap handshake runs, the TCP data channel carries the collectives, and
    the completions equal the threads' TP=2 exactly (both sum in rank order). SIGTERM on rank 0
-   stops both with exit 0.
+   stops both with exit 0. A SIGSTOPped worker makes /health 503 within seconds (not after
+   --tp-timeout) and SIGCONT brings it back. Both share a --tp-secret-file; a stray HTTP request at the bootstrap
+   port before the worker comes is dropped (rank 0 used to exit on it).
 3. Failures, each a non-zero exit with a clear message and no hang: a worker with another
    checkpoint (the tiny model with another seed) -> both name the fingerprint; a worker that never
    comes -> rank 0 gives up after --tp-timeout; kill -9 of the worker mid-request -> rank 0's
@@ -181,19 +183,49 @@ if s2:
     stop(s2, "TP=2 threads, reference precision")
 
 
-def pair(name, worker_model="tiny", timeout_s="30", start_worker=True):
+SECRET = os.path.join(TMP, "tp-secret")
+with open(os.open(SECRET, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+    f.write(os.urandom(32).hex() + "\n")
+
+
+def stray_packet(mport):
+    """An HTTP request at the bootstrap port (issue 17: rank 0 exited on it); returns once dropped."""
+    for _ in range(600):
+        try:
+            c = socket.create_connection(("127.0.0.1", mport), timeout=10)
+        except OSError:  # rank 0 still loading: not listening yet
+            time.sleep(0.1)
+            continue
+        with c:
+            try:
+                c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                while c.recv(4096):
+                    pass
+            except ConnectionResetError:  # dropped with our bytes unread
+                pass
+            except OSError:
+                return False
+        return True
+    return False
+
+
+def pair(name, worker_model="tiny", timeout_s="30", start_worker=True, stray=False):
     mport = free_port()
     m = Proc(name + "-rank0", "--model", "tiny", "--port", "0", "--nnodes", "2", "--node-rank", "0",
-             "--master-addr", "127.0.0.1", "--master-port", str(mport), "--tp-timeout", timeout_s)
+             "--master-addr", "127.0.0.1", "--master-port", str(mport), "--tp-timeout", timeout_s,
+             "--tp-secret-file", SECRET)
+    if stray:
+        check(stray_packet(mport), "%s: could not reach the bootstrap port %d" % (name, mport))
     w = None
     if start_worker:
         w = Proc(name + "-rank1", "--model", worker_model, "--nnodes", "2", "--node-rank", "1",
-                 "--master-addr", "127.0.0.1", "--master-port", str(mport), "--tp-timeout", timeout_s)
+                 "--master-addr", "127.0.0.1", "--master-port", str(mport), "--tp-timeout", timeout_s,
+                 "--tp-secret-file", SECRET)
     return m, w
 
 
-# ---- 2. two processes ----
-m, w = pair("pair")
+# ---- 2. two processes (a stray HTTP request at the bootstrap port first: dropped, the group forms) ----
+m, w = pair("pair", stray=True)
 if m.wait_http():
     got = completions(m.port)
     for i, (a, b) in enumerate(zip(tp2, got)):
@@ -202,6 +234,22 @@ if m.wait_http():
     check("worker rank 1 joined" in m.text(), "rank 0 log lacks the bootstrap join")
     check("running rank 0's step plans" in w.text(), "worker log lacks its start")
     check("on http://" not in w.text(), "the worker started an HTTP server")
+    # issue 17: a stopped worker (SIGSTOP) turns /health to 503 within seconds, not after --tp-timeout;
+    # SIGCONT before the timeout: 200 again, the group goes on
+    check(health(m.port) == 200, "pair: /health 200 before SIGSTOP")
+    w.p.send_signal(signal.SIGSTOP)
+    t0 = time.time()
+    while time.time() - t0 < 20 and health(m.port) != 503:
+        time.sleep(0.5)
+    t_503 = time.time() - t0
+    check(t_503 < 20, "SIGSTOPped worker: /health still not 503 after %.0f s" % t_503)
+    w.p.send_signal(signal.SIGCONT)
+    t1 = time.time()
+    while time.time() - t1 < 20 and health(m.port) != 200:
+        time.sleep(0.5)
+    check(health(m.port) == 200, "SIGCONT: /health back to 200")
+    print("SIGSTOP worker: /health 503 after %.1f s, 200 again %.1f s after SIGCONT" % (t_503, time.time() - t1),
+          flush=True)
     stop(m, "two processes: rank 0")
     rc = w.wait_exit(30)
     check(rc == 0, "two processes: worker exit %s after rank 0's shutdown\n%s" % (rc, w.text()[-3000:]))

@@ -159,8 +159,12 @@ static void errors(void)
 		{.role = MODEL_CHAT_ROLE_USER, .content = "u"},
 		{.role = MODEL_CHAT_ROLE_ASSISTANT, .tool_calls = &tc, .n_tool_calls = 1}};
 	T_CHECK(enc1(a, 2, NULL, &out) == ST_INVALID);
-	tc.arguments_json = "{\"n\": 123456789012345678901234567890}"; /* Python keeps it */
-	T_CHECK(enc1(a, 2, NULL, &out) == ST_UNSUPPORTED);
+	tc.arguments_json = "{\"n\": 123456789012345678901234567890, \"f\": 1e400}"; /* Python keeps it; inf */
+	out = NULL;
+	T_CHECK(enc1(a, 2, NULL, &out) == ST_OK); /* issue 17: was ST_UNSUPPORTED */
+	T_STR_CONTAINS(out, "string=\"false\">123456789012345678901234567890<");
+	T_STR_CONTAINS(out, "string=\"false\">Infinity<");
+	free(out);
 	tc.arguments_json = "{\"s\": \"a\\u0000b\"}"; /* raw NUL cannot go in the prompt */
 	T_CHECK(enc1(a, 2, NULL, &out) == ST_INVALID);
 	tc.arguments_json = "{\"s\": [\"a\\u0000b\"]}"; /* escaped inside JSON is fine */

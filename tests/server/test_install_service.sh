@@ -20,11 +20,21 @@ check '"$d/root/opt/dsv4/bin/dsv4" version | grep -q "^dsv4 "' "installed binary
 check 'grep -q "^Type=notify" "$d/root/etc/systemd/system/dsv4.service"' "unit is Type=notify"
 check 'grep -q "^WatchdogSec=" "$d/root/etc/systemd/system/dsv4.service"' "unit has a watchdog"
 check 'grep -q "^Restart=on-failure" "$d/root/etc/systemd/system/dsv4.service"' "unit restarts on failure"
-check 'grep -q "^ExecStart=/opt/dsv4/bin/dsv4 serve --model \${DSV4_MODEL} \$DSV4_ARGS" "$d/root/etc/systemd/system/dsv4.service"' "ExecStart uses the environment file"
+check 'grep -q "^ExecStart=/opt/dsv4/bin/dsv4 serve --model \${DSV4_MODEL} --api-key-file %d/api-key \$DSV4_ARGS" "$d/root/etc/systemd/system/dsv4.service"' "ExecStart uses the environment file and the key credential"
+# issue 17: no open server on the network: a random key in a root-only file, passed as a credential
+k="$d/root/etc/dsv4/api-key"
+check '[ -f "$k" ] && [ "$(stat -c %a "$k")" = 600 ]' "API key file generated with mode 600"
+check 'grep -Eq "^sk-[0-9a-f]{48}$" "$k"' "API key is 24 random bytes in hex"
+check 'grep -q "^LoadCredential=api-key:/etc/dsv4/api-key" "$d/root/etc/systemd/system/dsv4.service"' "unit loads the key as a credential"
+check '! grep -q "API_KEY=" "$d/root/etc/dsv4/dsv4.env"' "no key in the environment file"
+key1=$(cat "$k")
+"$d/root/opt/dsv4/bin/dsv4" serve --model /nonexistent --host 0.0.0.0 >/dev/null 2>"$d/err"
+check 'grep -q -- "--allow-unauthenticated" "$d/err"' "the installed binary refuses 0.0.0.0 without a key"
 check 'grep -q "^DSV4_MODEL=/models/x" "$d/root/etc/dsv4/dsv4.env"' "environment file written with --model"
 echo "DSV4_MODEL=/keep/me" > "$d/root/etc/dsv4/dsv4.env"
 "$d/src/scripts/install-service" --destdir "$d/root" >/dev/null 2>&1
 check 'grep -q "^DSV4_MODEL=/keep/me" "$d/root/etc/dsv4/dsv4.env"' "an existing environment file is kept"
+check '[ "$(cat "$k")" = "$key1" ]' "an existing API key is kept"
 "$d/src/scripts/install-service" --bogus >/dev/null 2>&1
 check '[ $? -eq 2 ]' "unknown option exits 2"
 [ $fail -eq 0 ] && echo "install-service: ok"
