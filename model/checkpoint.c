@@ -515,6 +515,38 @@ static enum status visit_linear(void *ctx, const struct model_schema_linear *l, 
 	return ST_OK;
 }
 
+/* The draft layers from the tensor names: one past the highest K of
+ * "mtp.K.", and which layout mtp.0 has (model_config_set_draft_stages). */
+static enum status settle_draft(struct model_checkpoint *ck, struct err *e)
+{
+	int n_stages = 0;
+	const char *over = NULL;
+	for (size_t i = 0; i < ck->n_tensors; i++) {
+		const char *nm = ck->tensors[i].name;
+		if (strncmp(nm, "mtp.", 4))
+			continue;
+		char *end;
+		long k = strtol(nm + 4, &end, 10);
+		if (end == nm + 4 || *end != '.' || k < 0)
+			continue; /* not a stage: check_schema calls it unknown */
+		if (k >= MODEL_MAX_DRAFT_LAYERS) {
+			over = nm;
+			continue;
+		}
+		if (k + 1 > n_stages)
+			n_stages = (int)k + 1;
+	}
+	const char *file = ck->names ? INDEX_FILE : SINGLE_FILE;
+	if (over)
+		return err_set(e, ST_INVALID, "%s/%s: tensor %s: draft stage index beyond %d", ck->dir, file, over,
+			       MODEL_MAX_DRAFT_LAYERS - 1);
+	bool dspark = table_find(ck, "mtp.0.main_proj.weight") >= 0;
+	bool mtp = table_find(ck, "mtp.0.e_proj.weight") >= 0;
+	char where[1100];
+	snprintf(where, sizeof where, "%s/%s", ck->dir, file);
+	return model_config_set_draft_stages(&ck->cfg, n_stages, dspark, mtp, where, e);
+}
+
 static enum status check_schema(struct model_checkpoint *ck, struct err *e)
 {
 	int n_layers = ck->cfg.n_layers_total;
@@ -600,7 +632,7 @@ enum status model_checkpoint_create(struct model_checkpoint **out, const struct 
 		if ((st = table_build(ck, ck->shards[0].f.path, e)) != ST_OK || (st = join_index(ck, e)) != ST_OK)
 			goto done;
 	}
-	if ((st = check_schema(ck, e)) != ST_OK)
+	if ((st = settle_draft(ck, e)) != ST_OK || (st = check_schema(ck, e)) != ST_OK)
 		goto done;
 
 	uint64_t h = model_hash_bytes(MODEL_HASH_INIT, cfg_json, cfg_bytes);
