@@ -306,6 +306,22 @@ static enum status plan_layer(struct planner *P, int layer, struct model_layer_p
 	return ST_OK;
 }
 
+/* The DSpark stages' input projection (mtp.0.main_proj, rows with stage 0's
+ * layer L0): an FP8 block GEMM over the target layers' outputs. */
+static enum status plan_dspark_main_proj(struct planner *P, int L0, struct model_lin_plan *x, struct err *e)
+{
+	const struct model_config *cfg = P->cfg;
+	enum model_weight_format mf = P->fmts[L0].group[MODEL_GROUP_MTP_PROJ];
+	enum kern_wfmt f = KERN_WFMT_NONE;
+	if (mf == MODEL_FMT_NONE)
+		return err_set(e, ST_INVALID, "layer %d (mtp.0.main_proj): no storage format", L0);
+	enum status st = kern_wfmt_of(cfg, mf, &f, e);
+	if (st)
+		return err_prefix(e, "layer %d (mtp.0.main_proj)", L0);
+	return plan_lin(P, L0, "mtp.0.main_proj", false, f, cfg->hidden_size,
+			cfg->hidden_size * cfg->dspark.n_target_layers, true, x, e);
+}
+
 enum status model_plan_build(const struct model_config *cfg, const struct model_layer_formats *fmts,
 			     const struct model_plan_options *opt, struct model_plan *out, struct err *e)
 {
@@ -340,24 +356,10 @@ enum status model_plan_build(const struct model_config *cfg, const struct model_
 		st = err_set(e, ST_NOMEM, "kernel plan: %d layers", out->n_layers + out->n_mtp);
 		goto fail;
 	}
-	for (int l = 0; l < out->n_layers + out->n_mtp + out->n_dspark; l++)
+	for (int l = 0; l < out->n_layers + out->n_mtp + out->n_dspark; l++) {
 		if ((st = plan_layer(&P, l, &out->layers[l], e)))
 			goto fail;
-	if (out->n_dspark) {
-		/* the stages' input projection: FP8 block GEMM over the target layers' outputs */
-		int L0 = out->n_layers;
-		enum model_weight_format mf = fmts[L0].group[MODEL_GROUP_MTP_PROJ];
-		enum kern_wfmt f = KERN_WFMT_NONE;
-		if (mf == MODEL_FMT_NONE) {
-			st = err_set(e, ST_INVALID, "layer %d (mtp.0.main_proj): no storage format", L0);
-			goto fail;
-		}
-		if ((st = kern_wfmt_of(cfg, mf, &f, e))) {
-			err_prefix(e, "layer %d (mtp.0.main_proj)", L0);
-			goto fail;
-		}
-		if ((st = plan_lin(&P, L0, "mtp.0.main_proj", false, f, cfg->hidden_size,
-				   cfg->hidden_size * cfg->dspark.n_target_layers, true, &out->dspark_main_proj, e)))
+		if (l == out->n_layers && out->n_dspark && (st = plan_dspark_main_proj(&P, l, &out->dspark_main_proj, e)))
 			goto fail;
 	}
 	if ((st = plan_lin(&P, -1, "head", false, KERN_WFMT_BF16, cfg->vocab_size / ws, cfg->hidden_size, false,
