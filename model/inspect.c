@@ -137,9 +137,9 @@ enum status model_inspect_write(const struct model_checkpoint *ck, const struct 
 		c->model_type[0] ? c->model_type : "-", c->torch_dtype[0] ? c->torch_dtype : "-");
 
 	fprintf(out, "\nconfig:\n");
-	fprintf(out, "  vocab %lld, hidden %lld, layers %lld + %lld MTP, max_position_embeddings %lld\n",
-		(long long)c->vocab_size, (long long)c->hidden_size, (long long)c->num_hidden_layers,
-		(long long)c->num_nextn_predict_layers, (long long)c->max_position_embeddings);
+	fprintf(out, "  vocab %lld, hidden %lld, layers %lld + %d %s, max_position_embeddings %lld\n",
+		(long long)c->vocab_size, (long long)c->hidden_size, (long long)c->num_hidden_layers, c->n_draft_layers,
+		c->draft_kind == MODEL_DRAFT_DSPARK ? "DSpark" : "MTP", (long long)c->max_position_embeddings);
 	if (c->draft_kind == MODEL_DRAFT_DSPARK) {
 		fprintf(out, "  draft: dspark, %d stage%s (mtp.0-mtp.%d), block %lld, noise token %lld, markov rank %lld, "
 			"target layers", c->n_draft_layers, c->n_draft_layers == 1 ? "" : "s", c->n_draft_layers - 1,
