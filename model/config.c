@@ -142,6 +142,17 @@ static enum status field_str_one_of(const struct cfg_ctx *c, json_t *obj, const 
 static enum status parse_identity(const struct cfg_ctx *c, json_t *root, struct model_config *cfg)
 {
 	json_t *arch = json_object_get(root, "architectures");
+	json_t *mt_v = json_object_get(root, "model_type");
+	if ((!arch || json_is_null(arch)) && json_is_string(mt_v) && !strcmp(json_string_value(mt_v), "deepseek_v4")) {
+		/* DeepseekV4Config.save_pretrained() without a model writes no
+		 * architectures; model_type names the model then */
+		snprintf(cfg->architecture, sizeof cfg->architecture, "DeepseekV4ForCausalLM");
+		snprintf(cfg->model_type, sizeof cfg->model_type, "deepseek_v4");
+		TRY(field_str(c, root, "", "torch_dtype", false, cfg->torch_dtype));
+		if (!cfg->torch_dtype[0])
+			TRY(field_str(c, root, "", "dtype", false, cfg->torch_dtype));
+		return field_str(c, root, "", "transformers_version", false, cfg->transformers_version);
+	}
 	if (!arch)
 		return err_set(c->e, ST_INVALID, "%s: field architectures: missing", c->file);
 	if (!json_is_array(arch) || json_array_size(arch) == 0)
@@ -517,7 +528,7 @@ static enum status parse_rope_scaling(const struct cfg_ctx *c, json_t *root, str
 		v = rope_params(root, "compress");
 		p = "rope_parameters.compress.";
 		char ct[MODEL_CONFIG_STR_BYTES] = "";
-		TRY(field_str(c, v, p, "rope_type", false, ct));
+		TRY(field_str(c, v, p, json_object_get(v, "rope_type") ? "rope_type" : "type", false, ct));
 		if (!ct[0] || !strcmp(ct, "default"))
 			return ST_OK;
 	}

@@ -165,6 +165,8 @@ static void test_missing(void)
 {
 	for (size_t i = 0; i < ARRAY_LEN(required); i++) {
 		json_t *c = with(required[i], NULL);
+		if (!strcmp(required[i], "architectures")) /* model_type deepseek_v4 stands in for it (transformers) */
+			json_object_del(c, "model_type");
 		char needle[128];
 		snprintf(needle, sizeof needle, "field %s: missing", required[i]);
 		T_REFUSED(c, ST_INVALID, needle);
