@@ -456,6 +456,10 @@ static enum status check_declared(struct match *m, const struct model_schema_lin
 		return err_set(e, ST_INVALID,
 			       "%s: tensor %s: stored as %s, but config.json quantization_config.moe_quant_algo is NVFP4",
 			       file, w->name, fs);
+	if (mtp && fmt == MODEL_FMT_MXFP4 && c->quant.moe_nvfp4 && c->quant.quantized_mtp && !c->quant.ignore_mtp)
+		return err_set(e, ST_INVALID,
+			       "%s: tensor %s: stored as MXFP4, but config.json quantization_config.quantized_layers lists "
+			       "the draft layers' experts as NVFP4", file, w->name);
 	if (mtp && fmt == MODEL_FMT_NVFP4 && c->quant.ignore_mtp)
 		return err_set(e, ST_INVALID,
 			       "%s: tensor %s: stored as NVFP4, but config.json quantization_config.ignore excludes mtp.*",

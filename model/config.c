@@ -571,7 +571,8 @@ static enum status parse_string_list(const struct cfg_ctx *c, json_t *q, const c
 		if (!json_is_string(s))
 			return err_set(c->e, ST_INVALID, "%s: field quantization_config.%s[%zu]: must be a string",
 				       c->file, key, i);
-		if (matches_mtp && fnmatch(json_string_value(s), "mtp.0.ffn.experts.0.w1", 0) == 0)
+		if (matches_mtp && (fnmatch(json_string_value(s), "mtp.0.ffn.experts.0.w1", 0) == 0 ||
+				    fnmatch(json_string_value(s), "mtp.0.ffn.experts", 0) == 0))
 			*matches_mtp = true;
 	}
 	if (json_array_size(v) > 1000000)
@@ -639,7 +640,7 @@ static enum status parse_quant(const struct cfg_ctx *c, json_t *root, struct mod
 				       c->file, i);
 		q->weight_block_size[i] = json_integer_value(x);
 	}
-	TRY(parse_string_list(c, v, "quantized_layers", &q->n_quantized_layers, NULL));
+	TRY(parse_string_list(c, v, "quantized_layers", &q->n_quantized_layers, &q->quantized_mtp));
 	TRY(parse_string_list(c, v, "ignore", &q->n_ignore, &q->ignore_mtp));
 	return ST_OK;
 }

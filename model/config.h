@@ -113,6 +113,7 @@ struct model_quant_config {
 	int n_quantized_layers;                         /* entries of quantized_layers */
 	int n_ignore;                                   /* entries of ignore */
 	bool ignore_mtp;                                /* an ignore pattern matches "mtp.0.x" */
+	bool quantized_mtp;                             /* a quantized_layers pattern matches mtp.0's experts */
 };
 
 struct model_config {

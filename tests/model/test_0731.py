@@ -155,6 +155,16 @@ def refusals(tmp, base):
     edit_header(d, t, lambda h: h[t].__setitem__("dtype", "F8_E4M3"))
     expect_refused(d, "NVFP4 scales on a draft expert", t, "F8_E4M3", "F8_E8M0", ".safetensors")
 
+    d = copy_ckpt(base, os.path.join(tmp, "quantized-mtp"))
+
+    def nvfp4_mtp(c):
+        q = c["quantization_config"]
+        q["quantized_layers"] = q["quantized_layers"] + ["mtp.*.ffn.experts"]
+        q["ignore"] = [p for p in q["ignore"] if p != "mtp.*"]
+    edit_config(d, nvfp4_mtp)
+    expect_refused(d, "quantized_layers lists the draft experts", "tensor mtp.0.ffn.experts.0.w1.weight",
+                   "stored as MXFP4", "quantized_layers")
+
     d = copy_ckpt(base, os.path.join(tmp, "targets"))
     edit_config(d, lambda c: c.__setitem__("dspark_target_layer_ids", [3, 4, 6]))
     expect_refused(d, "target layer out of range", "config.json", "field dspark_target_layer_ids[2]")
