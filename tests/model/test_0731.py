@@ -286,8 +286,9 @@ def main():
             check(a is not None and a == b, f"{variant}: June {a} vs 0731 {b} greedy tokens")
         ids_0731 = output_ids(dirs["fp8"][1], [0, 5, 6, 7])
         text = "The quick brown fox"
-        ja, jb = serve_ids(dirs["nvfp4"][0], text), serve_ids(dirs["nvfp4"][1], text)
-        check(ja is not None and ja == jb, f"serve: June {ja!r} vs 0731 {jb!r}")
+        for variant in ("fp8", "nvfp4"):
+            ja, jb = serve_ids(dirs[variant][0], text), serve_ids(dirs[variant][1], text)
+            check(ja is not None and ja == jb, f"serve {variant}: June {ja!r} vs 0731 {jb!r}")
         os.mkdir(os.path.join(tmp, "broken"))
         refusals(os.path.join(tmp, "broken"), dirs["nvfp4"][1])
         transformers_configs(tmp, dirs["fp8"][1], dirs["fp8"][0], ids_0731)
