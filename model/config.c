@@ -139,20 +139,9 @@ static enum status field_str_one_of(const struct cfg_ctx *c, json_t *obj, const 
 
 /* ---- Sections ---- */
 
-static enum status parse_identity(const struct cfg_ctx *c, json_t *root, struct model_config *cfg)
+/* architectures must name DeepseekV4ForCausalLM. */
+static enum status parse_architectures(const struct cfg_ctx *c, json_t *arch)
 {
-	json_t *arch = json_object_get(root, "architectures");
-	json_t *mt_v = json_object_get(root, "model_type");
-	if ((!arch || json_is_null(arch)) && json_is_string(mt_v) && !strcmp(json_string_value(mt_v), "deepseek_v4")) {
-		/* DeepseekV4Config.save_pretrained() without a model writes no
-		 * architectures; model_type names the model then */
-		snprintf(cfg->architecture, sizeof cfg->architecture, "DeepseekV4ForCausalLM");
-		snprintf(cfg->model_type, sizeof cfg->model_type, "deepseek_v4");
-		TRY(field_str(c, root, "", "torch_dtype", false, cfg->torch_dtype));
-		if (!cfg->torch_dtype[0])
-			TRY(field_str(c, root, "", "dtype", false, cfg->torch_dtype));
-		return field_str(c, root, "", "transformers_version", false, cfg->transformers_version);
-	}
 	if (!arch)
 		return err_set(c->e, ST_INVALID, "%s: field architectures: missing", c->file);
 	if (!json_is_array(arch) || json_array_size(arch) == 0)
@@ -171,6 +160,19 @@ static enum status parse_identity(const struct cfg_ctx *c, json_t *root, struct 
 		return err_set(c->e, ST_UNSUPPORTED,
 			       "%s: field architectures: \"%s\" is not DeepseekV4ForCausalLM", c->file,
 			       json_is_string(json_array_get(arch, 0)) ? json_string_value(json_array_get(arch, 0)) : "?");
+	return ST_OK;
+}
+
+static enum status parse_identity(const struct cfg_ctx *c, json_t *root, struct model_config *cfg)
+{
+	json_t *arch = json_object_get(root, "architectures");
+	json_t *mt_v = json_object_get(root, "model_type");
+	/* DeepseekV4Config.save_pretrained() without a model writes no
+	 * architectures: model_type deepseek_v4 names the model then */
+	bool hf_bare = (!arch || json_is_null(arch)) && json_is_string(mt_v) &&
+		       !strcmp(json_string_value(mt_v), "deepseek_v4");
+	if (!hf_bare)
+		TRY(parse_architectures(c, arch));
 	snprintf(cfg->architecture, sizeof cfg->architecture, "DeepseekV4ForCausalLM");
 	static const char *const mt[] = {"deepseek_v4", NULL};
 	TRY(field_str_one_of(c, root, "", "model_type", false, mt, cfg->model_type));
