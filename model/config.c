@@ -864,6 +864,10 @@ enum status model_config_set_draft_stages(struct model_config *cfg, int n_stages
 		return err_set(e, ST_INVALID, "%s: tensor mtp.%d.*: draft layer %d has no entry in config.json (%s allows "
 			       "%d)", file, n_stages - 1, n_stages - 1,
 			       cfg->dspark.present ? "compress_ratios" : "num_nextn_predict_layers", max);
+	int listed = cfg->n_compress_ratios - (int)cfg->num_hidden_layers;
+	if (cfg->dspark.present && listed > 0 && n_stages > 0 && n_stages < listed)
+		return err_set(e, ST_INVALID, "%s: tensor mtp.%d.*: missing (config.json compress_ratios lists %d DSpark "
+			       "stages, the checkpoint has %d)", file, n_stages, listed, n_stages);
 	cfg->n_draft_layers = n_stages;
 	cfg->draft_kind = n_stages == 0 ? MODEL_DRAFT_NONE : cfg->dspark.present ? MODEL_DRAFT_DSPARK : MODEL_DRAFT_MTP;
 	cfg->n_layers_total = (int)cfg->num_hidden_layers + n_stages;

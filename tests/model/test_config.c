@@ -356,8 +356,10 @@ static void test_0731(void)
 	T_CHECK(model_config_is_dspark_layer(&cfg, 6) && model_config_is_dspark_layer(&cfg, 8));
 	T_CHECK(!model_config_is_dspark_layer(&cfg, 5) && model_config_attn_kind(&cfg, 8) == MODEL_ATTN_SLIDING);
 	/* the tensors settle the count */
-	T_CHECK(model_config_set_draft_stages(&cfg, 2, true, false, "x", &e) == ST_OK);
-	T_CHECK(cfg.n_draft_layers == 2 && cfg.n_layers_total == 8 && cfg.draft_kind == MODEL_DRAFT_DSPARK);
+	T_CHECK(model_config_set_draft_stages(&cfg, 2, true, false, "x", &e) == ST_INVALID); /* 3 listed */
+	T_STR_CONTAINS(e.msg, "tensor mtp.2.*: missing");
+	T_CHECK(model_config_set_draft_stages(&cfg, 3, true, false, "x", &e) == ST_OK);
+	T_CHECK(cfg.n_draft_layers == 3 && cfg.n_layers_total == 9 && cfg.draft_kind == MODEL_DRAFT_DSPARK);
 	T_CHECK(model_config_set_draft_stages(&cfg, 0, false, false, "x", &e) == ST_OK);
 	T_CHECK(cfg.draft_kind == MODEL_DRAFT_NONE && cfg.n_layers_total == 6);
 	T_CHECK(model_config_set_draft_stages(&cfg, 4, true, false, "x/model.safetensors", &e) == ST_INVALID);
@@ -365,6 +367,12 @@ static void test_0731(void)
 	T_CHECK(model_config_set_draft_stages(&cfg, 1, false, true, "x", &e) == ST_INVALID);
 	T_STR_CONTAINS(e.msg, "tensor mtp.0.e_proj.weight");
 	T_CHECK(model_config_set_draft_stages(&cfg, 1, true, true, "x", &e) == ST_INVALID);
+	/* stages not listed (transformers keeps num_hidden_layers entries): the tensors decide */
+	json_object_set_new(c, "compress_ratios", json_pack("[i,i,i,i,i,i]", 0, 0, 4, 8, 4, 8));
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.draft_kind == MODEL_DRAFT_DSPARK && cfg.n_draft_layers == 3 && cfg.n_layers_total == 9);
+	T_CHECK(model_config_set_draft_stages(&cfg, 2, true, false, "x", &e) == ST_OK);
+	T_CHECK(cfg.n_draft_layers == 2 && cfg.n_layers_total == 8 && cfg.compress_ratios[7] == 0);
 	json_decref(c);
 
 	/* June config with DSpark tensors: refused naming the missing keys */
