@@ -888,6 +888,18 @@ static void test_flash_schema(void)
 	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E8M0 && w.t[k].shape[0] == 4096 && w.t[k].shape[1] == 64);
 	T_CHECK(fx_find(&w, "mtp.0.e_proj.weight") < 0 && fx_find(&w, "mtp.1.norm.weight") < 0);
 	fx_free(&w);
+	/* the NVFP4 conversion leaves the 4,705 mtp.* tensors as they were (draft experts MXFP4) */
+	fx_add_quant(c, 1);
+	CHECK(fx_build(&w, c, FX_NVFP4, 3) == 0);
+	n_mtp = 0;
+	for (size_t i = 0; i < w.n; i++)
+		n_mtp += !strncmp(w.t[i].name, "mtp.", 4);
+	T_CHECKF(n_mtp == 4705, "0731 NVFP4: %zu mtp tensors", n_mtp);
+	k = fx_find(&w, "mtp.2.ffn.experts.255.w1.weight");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_I8);
+	k = fx_find(&w, "layers.42.ffn.experts.255.w1.weight_scale");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E4M3);
+	fx_free(&w);
 	json_decref(c);
 }
 
