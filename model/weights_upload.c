@@ -255,11 +255,11 @@ static enum status put_layer(struct up *u, struct model_layer *ly, struct err *e
 		const void *arr = x->w1;
 		if ((st = put(u, &arr, (size_t)(3 * E) * sizeof *x->w1, e)))
 			return st;
-		if (u->dry)
-			return ST_OK;
-		x->w1_dev = (struct kern_wmat *)arr;
-		x->w3_dev = x->w1_dev + E;
-		x->w2_dev = x->w3_dev + E;
+		if (!u->dry) {
+			x->w1_dev = (struct kern_wmat *)arr;
+			x->w3_dev = x->w1_dev + E;
+			x->w2_dev = x->w3_dev + E;
+		}
 	}
 	if (ly->mtp) {
 		PUT(u, ly->enorm, (size_t)D * bf);

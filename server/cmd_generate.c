@@ -45,6 +45,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: dsv4 generate MODEL_DIR (-p TEXT | --prompt-ids 0,1,2) [-n N] [--temperature T]\n"
 			"                     [--seed S] [--precision reference|fp32] [--kernel-plan] [--prompt-logprobs]\n"
+			"                     [--device auto|cuda|cpu]   (auto: the GPU when one is usable)\n"
 			"       (--model DIR, --prompt TEXT, --max-tokens N: the same)\n");
 }
 
@@ -137,7 +138,7 @@ static enum status score_prompt(struct model_exec_cpu *x, const int32_t *ids, ui
 
 int cmd_generate(int argc, char **argv)
 {
-	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *prec = "reference";
+	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *prec = "reference", *device = "auto";
 	long max_tokens = 16;
 	double temperature = 0;
 	unsigned long long seed = 0;
@@ -184,6 +185,8 @@ int cmd_generate(int argc, char **argv)
 			prompt_ids = v;
 		else if (!strcmp(a, "--precision"))
 			prec = v;
+		else if (!strcmp(a, "--device"))
+			device = v;
 		else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
 			max_tokens = strtol(v, &end, 10);
 			if (*end || max_tokens < 0 || max_tokens > 1000000)
@@ -278,9 +281,14 @@ bad:
 		fprintf(stderr, "dsv4 generate: DSV4_DISABLED_KERNELS: %s\n", e.msg);
 		goto out;
 	}
+	struct kern_device dev;
+	if (model_exec_device(device, &dev, &e)) {
+		fprintf(stderr, "dsv4 generate: --device %s: %s\n", device, e.msg);
+		goto out;
+	}
 	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = 0, .n_blocks = nb < 2 ? 2 : nb,
 					    .max_step_tokens = 256, .max_step_seqs = 1, .precision = precision,
-					    .disabled = &disabled};
+					    .disabled = &disabled, .dev = &dev};
 	if (model_exec_cpu_create(&x, &xo, &e)) {
 		fprintf(stderr, "dsv4 generate: %s\n", e.msg);
 		goto out;
