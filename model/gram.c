@@ -620,6 +620,27 @@ enum status gram_state_create(struct gram_state **out, struct gram *g, const str
 	return ST_OK;
 }
 
+bool gram__can_start(struct gram *g)
+{
+	struct gram_state *st = calloc(1, sizeof *st);
+	if (!st)
+		return false;
+	st->g = g;
+	st->cap_ar = 1024;
+	st->ar = malloc(st->cap_ar * sizeof *st->ar);
+	bool ok = false;
+	if (st->ar) {
+		uint32_t root = new_frame(st, g->root, 0, NONE, 0);
+		st->out = st->tops;
+		st->budget = CLOSURE_BUDGET;
+		expand(st, root);
+		ok = st->n_out > 0 && st->budget > 0;
+	}
+	free(st->ar);
+	free(st);
+	return ok;
+}
+
 static bool has_accept(const uint32_t *t, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)

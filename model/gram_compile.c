@@ -594,11 +594,16 @@ static enum status gb_end(struct gb *b, uint32_t root, struct gram **out)
 				fail(b, ST_INVALID, "$ref cycle with no content%s", NULL);
 		}
 	}
+	if (!b->st) {
+		b->g->root = root;
+		if (!gram__can_start(b->g))
+			fail(b, ST_INVALID, "schema matches nothing or recurses without content (a $ref cycle through "
+					    "anyOf / allOf)%s", NULL);
+	}
 	if (b->st) {
 		gram_release(b->g);
 		return b->st;
 	}
-	b->g->root = root;
 	*out = b->g;
 	return ST_OK;
 }

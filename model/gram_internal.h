@@ -49,4 +49,9 @@ struct gram {
  * when a bound or memory ran out */
 #define GRAM__NONE UINT32_MAX
 
+/* gram.c: does the grammar start (a first byte is possible, or it is
+ * complete at once) within the closure budget? false for cycles without
+ * content such as a schema that is anyOf of a $ref to itself. */
+bool gram__can_start(struct gram *g);
+
 #endif

@@ -165,7 +165,9 @@ struct sched_request_params {
 	 * follows. The scheduler retains it; each choice gets its own state,
 	 * its allowed-token mask goes to the sampling op (allow_mask) at every
 	 * sample and each sampled token advances it. eos is allowed exactly when
-	 * the output is complete (min_tokens does not hold it back then).
+	 * the output is complete (min_tokens does not hold it back then). A
+	 * token outside the mask (an executor that ignores it) drops the
+	 * constraint for that choice (logged).
 	 * gram_vocab: the vocabulary it was built over (borrowed; outlives the
 	 * request; at most the executor's vocab_size tokens). */
 	struct gram *grammar;

@@ -49,6 +49,7 @@ struct choice {
 	struct strbuf content, reasoning; /* accumulated (non-stream) */
 	struct tool_acc *tools;
 	size_t n_tools, cap_tools;
+	bool cut_tool_call; /* the output ended inside a tool-call block (max_tokens): "length", not "tool_calls" */
 	struct strbuf lp;             /* chat: pending logprob entries, comma-joined */
 	uint32_t n_lp;
 	struct oai_compl_logprobs clp;
@@ -273,6 +274,7 @@ static void on_parse(void *user, const struct model_oparse_event *ev)
 		break;
 	}
 	case MODEL_OPARSE_FINISH:
+		c->cut_tool_call = ev->finish->open_tool_call;
 		return;
 	}
 	emit_chat_delta(c, &d);
@@ -456,7 +458,7 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 		tools = c->n_tools > 0;
 	}
 	c->finished = true;
-	c->finish_reason = finish_str(ev->finish, tools);
+	c->finish_reason = finish_str(ev->finish, tools && !(ev->finish == SCHED_FINISH_LENGTH && c->cut_tool_call));
 	if (ev->finish == SCHED_FINISH_ERROR) {
 		j->error = true;
 		snprintf(j->error_msg, sizeof j->error_msg, "the engine failed while generating this request");

@@ -352,6 +352,8 @@ static enum status check_row(const struct kern_sampling_params *p, const struct 
 		return ST_INVALID;
 	if (p->n_logit_bias && !p->logit_bias)
 		return ST_INVALID;
+	if (p->allow_mask) /* structured outputs: only the reference applies it (the executor samples on the host) */
+		return ST_UNSUPPORTED;
 	for (uint32_t i = 0; i < p->n_logit_bias; i++)
 		if (p->logit_bias[i].token_id < 0 || (uint32_t)p->logit_bias[i].token_id >= V)
 			return ST_INVALID;

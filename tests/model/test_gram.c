@@ -523,6 +523,58 @@ static void check_refusals(const struct gram_vocab *v)
 	}
 }
 
+/* Schema fuzz: generated schemas, mutated (bytes flipped, cut, keywords and
+ * nesting spliced in), compiled; whatever compiles is walked briefly. Run
+ * under ASan (build-asan) for memory errors; bounded in time by the compile
+ * limits and the automaton's bounds. */
+static void fuzz_schemas(const struct gram_vocab *v, int n)
+{
+	static const char *splices[] = {"{\"$ref\":\"#\"}", "{\"anyOf\":[{\"$ref\":\"#\"},{}]}", "{\"enum\":[1,1,1,\"a\",{}]}",
+					"{\"type\":[\"array\",\"object\",\"null\"]}", "{\"items\":{\"items\":{\"items\":{}}}}",
+					"{\"properties\":{\"a\":{\"$ref\":\"#/properties\"}}}", "{\"const\":\"\\ud800\"}",
+					"{\"minItems\":4096,\"maxItems\":4096}", "true", "false", "{\"$defs\":{\"x\":{\"$ref\":\"#/$defs/x\"}}}"};
+	int n_ok = 0;
+	for (int i = 0; i < n; i++) {
+		json_t *sch = gen_schema(0, rnd() % 2);
+		char *t = json_dumps(sch, JSON_COMPACT);
+		json_decref(sch);
+		size_t len = strlen(t), cap = len + 512;
+		char *buf = malloc(cap);
+		memcpy(buf, t, len + 1);
+		free(t);
+		int kind = (int)(rnd() % 4);
+		if (kind == 0 && len) {
+			for (int k = 0; k < 3; k++)
+				buf[rnd() % len] = "{}[]\":,0a\\"[rnd() % 10];
+		} else if (kind == 1 && len) {
+			len = rnd() % len;
+			buf[len] = 0;
+		} else if (kind == 2) {
+			/* splice a piece in place of the first {} or null-typed schema */
+			const char *sp = splices[rnd() % (sizeof splices / sizeof splices[0])];
+			char *at = strstr(buf, "{\"type\":\"null\"}");
+			if (at && len + strlen(sp) < cap) {
+				size_t off = (size_t)(at - buf), old = strlen("{\"type\":\"null\"}");
+				memmove(buf + off + strlen(sp), buf + off + old, len - off - old + 1);
+				memcpy(buf + off, sp, strlen(sp));
+				len = strlen(buf);
+			}
+		}
+		struct gram *g = NULL;
+		struct err e = {0};
+		if (gram_compile_json_schema(&g, buf, len, &e) == ST_OK) {
+			n_ok++;
+			struct walk w;
+			walk(g, v, NULL, TOY_EOS, 30, &w);
+			free(w.text);
+			gram_release(g);
+		}
+		free(buf);
+	}
+	printf("schema fuzz: %d of %d mutated schemas compiled and walked\n", n_ok, n);
+	T_CHECK(n_ok > 0);
+}
+
 int main(void)
 {
 	const char *seed_env = getenv("DSV4_TEST_SEED");
@@ -536,6 +588,7 @@ int main(void)
 	struct gram_vocab_options o = {.n_tokens = n_toy, .piece = toy_piece, .eos_id = TOY_EOS};
 	T_CHECK(gram_vocab_create(&v, &o, &e) == ST_OK);
 	check_refusals(v);
+	fuzz_schemas(v, 400);
 	check_json_object(v, NULL, TOY_EOS, 40);
 	check_schema_walks(v, NULL, TOY_EOS, 200, 300);
 	check_tools(v, NULL, TOY_EOS, 30);
