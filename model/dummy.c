@@ -1,0 +1,342 @@
+/*
+ * model/dummy.c: the tensors of a --load-format dummy checkpoint.
+ *
+ * Owns the choice of a storage format per linear from config.json alone (what
+ * the real checkpoint of that config stores), the per-tensor fill rules (norm
+ * weights near 1, projections ~ 1/sqrt(in) after dequantization, scales that
+ * keep every quantized value finite, valid expert ids for the hash tables),
+ * and the counter-based generator they use: element i of a tensor depends only
+ * on (seed, name, i), so the same seed gives the same bytes on every backend.
+ */
+#include "model/dummy.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "model/schema.h"
+
+#define DUMMY_ALIGN 256
+
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t elem_hash(uint64_t seed, uint64_t i)
+{
+	return mix64(seed ^ mix64(i));
+}
+
+static float unit(uint64_t h)
+{
+	return (float)(h >> 40) * (1.0f / 16777216.0f);
+}
+
+static uint16_t bf16_of(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int ilog2_round(double x)
+{
+	return (int)lround(log2(x));
+}
+
+void model_dummy_fill_of(const struct model_config *cfg, const struct model_tensor *t, uint64_t load_seed,
+			 struct model_dummy_fill *f)
+{
+	memset(f, 0, sizeof *f);
+	f->dtype = t->dtype;
+	f->n_elements = t->n_elements;
+	f->seed = mix64(load_seed ^ model_hash_bytes(MODEL_HASH_INIT, t->name, strlen(t->name)));
+	f->kind = MODEL_DUMMY_UNIFORM;
+	int64_t cols = t->n_dims >= 1 ? t->shape[t->n_dims - 1] : 1;
+	if (t->role != MODEL_ROLE_PLAIN) {
+		/* a linear's part; in = the logical input width */
+		int64_t in = cols;
+		if (t->format == MODEL_FMT_MXFP4 || t->format == MODEL_FMT_NVFP4)
+			in = t->role == MODEL_ROLE_WEIGHT ? 2 * cols : cols * (t->format == MODEL_FMT_NVFP4 ? 16 : 32);
+		if (t->format == MODEL_FMT_FP8_BLOCK && t->role == MODEL_ROLE_SCALE)
+			in = cols * cfg->quant.weight_block_size[1];
+		double sd = 1.0 / sqrt((double)(in > 0 ? in : 1));
+		switch (t->role) {
+		case MODEL_ROLE_WEIGHT:
+			if (t->format == MODEL_FMT_FP8_BLOCK) {
+				f->kind = MODEL_DUMMY_E4M3; /* |w| in [0.25, 2) */
+				f->e_lo = 5;
+				f->e_hi = 7;
+			} else if (t->format == MODEL_FMT_MXFP4 || t->format == MODEL_FMT_NVFP4) {
+				f->kind = MODEL_DUMMY_BYTES; /* e2m1 codes, mean |w| 2.25 */
+			} else {
+				f->lo = (float)(-sqrt(3.0) * sd);
+				f->hi = -f->lo;
+			}
+			break;
+		case MODEL_ROLE_SCALE:
+			if (t->format == MODEL_FMT_NVFP4) {
+				f->kind = MODEL_DUMMY_E4M3; /* [1, 2) */
+				f->e_lo = f->e_hi = 7;
+				f->positive = 1;
+			} else {
+				f->kind = MODEL_DUMMY_E8M0;
+				int x = 127 + ilog2_round(sd / (t->format == MODEL_FMT_MXFP4 ? 2.25 : 0.9));
+				f->e_lo = f->e_hi = x < 1 ? 1 : x;
+			}
+			break;
+		case MODEL_ROLE_WEIGHT_SCALE_2:
+			f->lo = f->hi = (float)(sd / (2.25 * 1.5));
+			break;
+		default: /* input_scale: unused by the kernels */
+			f->lo = f->hi = 1.0f;
+			break;
+		}
+		return;
+	}
+	const char *nm = t->name;
+	float a;
+	if (t->dtype == MODEL_DTYPE_I64 || t->dtype == MODEL_DTYPE_I32) {
+		f->kind = MODEL_DUMMY_INDEX;
+		f->cols = cols;
+		f->n = cfg->n_routed_experts > 0 ? cfg->n_routed_experts : 1;
+		return;
+	}
+	if (ends_with(nm, "norm.weight")) {
+		f->lo = 0.9f;
+		f->hi = 1.1f;
+		return;
+	}
+	if (ends_with(nm, "_scale") && strstr(nm, "hc_")) {
+		f->lo = 0.5f;
+		f->hi = 1.0f;
+		return;
+	}
+	if (!strcmp(nm, "embed.weight"))
+		a = 0.05f;
+	else if (ends_with(nm, "attn_sink"))
+		a = 0.5f;
+	else if (ends_with(nm, "gate.bias"))
+		a = 0.01f;
+	else if (t->n_dims >= 2)
+		a = (float)sqrt(3.0 / (double)(cols > 0 ? cols : 1));
+	else if (t->n_dims == 1)
+		a = 0.1f;
+	else {
+		f->lo = f->hi = 1.0f;
+		return;
+	}
+	f->lo = -a;
+	f->hi = a;
+}
+
+static uint8_t byte_at(const struct model_dummy_fill *f, uint64_t i)
+{
+	uint64_t h = elem_hash(f->seed, i);
+	switch (f->kind) {
+	case MODEL_DUMMY_E4M3: {
+		unsigned span = (unsigned)(f->e_hi - f->e_lo + 1);
+		unsigned ex = (unsigned)f->e_lo + (unsigned)((h >> 8) % span);
+		unsigned sign = f->positive ? 0 : (unsigned)(h >> 63);
+		return (uint8_t)((sign << 7) | ((ex & 15u) << 3) | (unsigned)(h & 7u));
+	}
+	case MODEL_DUMMY_E8M0:
+		return (uint8_t)(f->e_lo + (int)((h >> 8) % (uint64_t)(f->e_hi - f->e_lo + 1)));
+	default:
+		return (uint8_t)(h >> 56);
+	}
+}
+
+void model_dummy_fill_cpu(const struct model_dummy_fill *f, void *dst)
+{
+	uint64_t n = f->n_elements;
+	switch (f->kind) {
+	case MODEL_DUMMY_UNIFORM:
+		for (uint64_t i = 0; i < n; i++) {
+			float v = f->lo + (f->hi - f->lo) * unit(elem_hash(f->seed, i));
+			if (f->dtype == MODEL_DTYPE_F32)
+				((float *)dst)[i] = v;
+			else
+				((uint16_t *)dst)[i] = bf16_of(v);
+		}
+		break;
+	case MODEL_DUMMY_INDEX:
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t row = i / (uint64_t)f->cols, col = i % (uint64_t)f->cols;
+			int64_t v = (int64_t)((mix64(f->seed ^ row) + col) % (uint64_t)f->n);
+			if (f->dtype == MODEL_DTYPE_I64)
+				((int64_t *)dst)[i] = v;
+			else
+				((int32_t *)dst)[i] = (int32_t)v;
+		}
+		break;
+	default:
+		for (uint64_t i = 0; i < n; i++)
+			((uint8_t *)dst)[i] = byte_at(f, i);
+		break;
+	}
+}
+
+/* ---- Building the tensor set ---- */
+
+struct build {
+	struct model_config *cfg;
+	struct model__dummy *d;
+	size_t cap;
+	size_t *name_off;
+	size_t names_len, names_cap;
+};
+
+static enum status add(struct build *b, const struct model_schema_tensor *x, enum model_weight_format fmt,
+		       struct err *e)
+{
+	struct model__dummy *d = b->d;
+	if (d->n_tensors == b->cap) {
+		size_t nc = b->cap ? 2 * b->cap : 1024;
+		struct model_tensor *t = realloc(d->tensors, nc * sizeof *t);
+		if (t)
+			d->tensors = t;
+		size_t *o = realloc(b->name_off, nc * sizeof *o);
+		if (o)
+			b->name_off = o;
+		if (!t || !o)
+			return err_set(e, ST_NOMEM, "dummy checkpoint: out of memory");
+		b->cap = nc;
+	}
+	size_t len = strlen(x->name) + 1;
+	if (b->names_len + len > b->names_cap) {
+		size_t nc = b->names_cap ? 2 * b->names_cap : 65536;
+		while (nc < b->names_len + len)
+			nc *= 2;
+		char *s = realloc(d->names, nc);
+		if (!s)
+			return err_set(e, ST_NOMEM, "dummy checkpoint: out of memory");
+		d->names = s;
+		b->names_cap = nc;
+	}
+	memcpy(d->names + b->names_len, x->name, len);
+	b->name_off[d->n_tensors] = b->names_len;
+	b->names_len += len;
+	struct model_tensor *t = &d->tensors[d->n_tensors++];
+	memset(t, 0, sizeof *t);
+	t->dtype = x->dtype;
+	t->n_dims = x->n_dims;
+	t->n_elements = 1;
+	for (int i = 0; i < x->n_dims; i++) {
+		t->shape[i] = x->shape[i];
+		t->n_elements *= (uint64_t)x->shape[i];
+	}
+	t->n_bytes = t->n_elements * model_dtype_bytes(x->dtype);
+	t->file_offset_bytes = d->data_bytes;
+	d->data_bytes += (t->n_bytes + DUMMY_ALIGN - 1) / DUMMY_ALIGN * DUMMY_ALIGN;
+	t->shard = -1;
+	t->layer = x->layer;
+	t->group = x->group;
+	t->role = x->role;
+	t->format = fmt;
+	return ST_OK;
+}
+
+static enum status visit_plain(void *ctx, const struct model_schema_tensor *x, struct err *e)
+{
+	return add(ctx, x, MODEL_FMT_NONE, e);
+}
+
+/* What the real checkpoint of this config stores for linear l. */
+static enum model_weight_format format_for(const struct model_config *c, const struct model_schema_linear *l)
+{
+	enum model_weight_format f = c->quant.present ? MODEL_FMT_FP8_BLOCK : MODEL_FMT_BF16;
+	if (l->group == MODEL_GROUP_ROUTED_EXPERTS) {
+		bool mtp = model_config_is_mtp_layer(c, l->layer);
+		if (c->expert_dtype == MODEL_EXPERT_DTYPE_FP8)
+			f = MODEL_FMT_FP8_BLOCK;
+		else if (c->expert_dtype == MODEL_EXPERT_DTYPE_BF16)
+			f = MODEL_FMT_BF16;
+		else if (c->quant.moe_nvfp4 && !(mtp && c->quant.ignore_mtp))
+			f = MODEL_FMT_NVFP4;
+		else if (c->expert_dtype == MODEL_EXPERT_DTYPE_FP4 || c->quant.moe_nvfp4)
+			f = MODEL_FMT_MXFP4;
+	}
+	if (!(l->allowed & (1u << f)))
+		f = MODEL_FMT_BF16;
+	return f;
+}
+
+static enum status visit_linear(void *ctx, const struct model_schema_linear *l, struct err *e)
+{
+	struct build *b = ctx;
+	enum model_weight_format fmt = format_for(b->cfg, l);
+	b->d->group_fmt[l->layer][l->group] = fmt;
+	struct model_schema_tensor parts[MODEL_SCHEMA_MAX_PARTS];
+	int n_parts;
+	enum status st = model_schema_linear_parts(b->cfg, l, fmt, parts, &n_parts, e);
+	for (int p = 0; st == ST_OK && p < n_parts; p++)
+		st = add(b, &parts[p], fmt, e);
+	return st;
+}
+
+enum status model__dummy_build(struct model_config *cfg, uint64_t seed, struct model__dummy *d, struct err *e)
+{
+	memset(d, 0, sizeof *d);
+	bool dspark = cfg->draft_kind == MODEL_DRAFT_DSPARK;
+	int n_stages = dspark ? cfg->n_draft_layers : (int)cfg->num_nextn_predict_layers;
+	enum status st = model_config_set_draft_stages(cfg, n_stages, dspark, !dspark && n_stages > 0,
+						       "dummy checkpoint", e);
+	if (st != ST_OK)
+		return st;
+	d->group_fmt = calloc((size_t)cfg->n_layers_total, sizeof *d->group_fmt);
+	if (!d->group_fmt)
+		return err_set(e, ST_NOMEM, "dummy checkpoint: out of memory");
+	struct build b = {.cfg = cfg, .d = d};
+	struct model_schema_visitor v = {.ctx = &b, .plain = visit_plain, .linear = visit_linear};
+	st = model_schema_walk(cfg, &v, e);
+	if (st == ST_OK && d->data_bytes) {
+		void *p = mmap(NULL, d->data_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+		if (p == MAP_FAILED)
+			st = err_set(e, ST_NOMEM, "dummy checkpoint: cannot map %zu bytes for the weights", d->data_bytes);
+		else
+			d->data = p;
+	}
+	if (st == ST_OK) {
+		for (size_t i = 0; i < d->n_tensors; i++) {
+			struct model_tensor *t = &d->tensors[i];
+			t->name = d->names + b.name_off[i];
+			t->data = (char *)d->data + t->file_offset_bytes;
+			struct model_dummy_fill f;
+			model_dummy_fill_of(cfg, t, seed, &f);
+			model_dummy_fill_cpu(&f, (void *)t->data);
+		}
+		if (d->data)
+			mprotect(d->data, d->data_bytes, PROT_READ);
+	}
+	free(b.name_off);
+	if (st != ST_OK)
+		model__dummy_free(d);
+	return st;
+}
+
+void model__dummy_free(struct model__dummy *d)
+{
+	if (!d)
+		return;
+	if (d->data)
+		munmap(d->data, d->data_bytes);
+	free(d->tensors);
+	free(d->names);
+	free(d->group_fmt);
+	memset(d, 0, sizeof *d);
+}
