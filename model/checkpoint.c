@@ -619,7 +619,7 @@ enum status model_checkpoint_create(struct model_checkpoint **out, const struct 
 	if ((st = model_config_parse(cfg_json, cfg_bytes, cfg_path, &ck->cfg, e)) != ST_OK)
 		goto done;
 	if (opt->load_format == MODEL_LOAD_DUMMY) {
-		if ((st = model__dummy_build(&ck->cfg, opt->dummy_seed, &ck->dummy, e)) != ST_OK)
+		if ((st = model__dummy_build(&ck->cfg, opt->dummy_seed, !opt->dummy_no_fill, &ck->dummy, e)) != ST_OK)
 			goto done;
 		ck->n_tensors = ck->dummy.n_tensors;
 		ck->tensors = ck->dummy.tensors;

@@ -55,6 +55,8 @@ struct model_checkpoint_options {
 	enum model_load_format load_format;
 	const char *hf_overrides; /* JSON object merged into config.json before validation, or NULL */
 	uint64_t dummy_seed;      /* MODEL_LOAD_DUMMY: the values' seed */
+	bool dummy_no_fill;       /* MODEL_LOAD_DUMMY: leave the data zero (inspect, plans; or a device
+				   * loader that generates each tensor itself: model/dummy.h) */
 };
 
 /* "auto", "safetensors", "dummy" -> *out; false for anything else. */

@@ -288,7 +288,8 @@ static enum status visit_linear(void *ctx, const struct model_schema_linear *l, 
 	return st;
 }
 
-enum status model__dummy_build(struct model_config *cfg, uint64_t seed, struct model__dummy *d, struct err *e)
+enum status model__dummy_build(struct model_config *cfg, uint64_t seed, bool fill, struct model__dummy *d,
+			       struct err *e)
 {
 	memset(d, 0, sizeof *d);
 	bool dspark = cfg->draft_kind == MODEL_DRAFT_DSPARK;
@@ -316,6 +317,8 @@ enum status model__dummy_build(struct model_config *cfg, uint64_t seed, struct m
 			struct model_tensor *t = &d->tensors[i];
 			t->name = d->names + b.name_off[i];
 			t->data = (char *)d->data + t->file_offset_bytes;
+			if (!fill)
+				continue;
 			struct model_dummy_fill f;
 			model_dummy_fill_of(cfg, t, seed, &f);
 			model_dummy_fill_cpu(&f, (void *)t->data);

@@ -10,6 +10,7 @@
 #ifndef DSV4_MODEL_DUMMY_H
 #define DSV4_MODEL_DUMMY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,8 +55,9 @@ struct model__dummy {
 };
 
 /* Settle the draft layers from cfg, walk the schema, allocate and (fill) the
- * tensors. cfg is updated (draft stages). */
-enum status model__dummy_build(struct model_config *cfg, uint64_t seed, struct model__dummy *out,
+ * tensors (fill: with their values; else left zero). cfg is updated (draft
+ * stages). */
+enum status model__dummy_build(struct model_config *cfg, uint64_t seed, bool fill, struct model__dummy *out,
 			       struct err *e) DSV4_WUR;
 void model__dummy_free(struct model__dummy *d);
 
