@@ -28,24 +28,6 @@ static uint64_t mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-static uint64_t elem_hash(uint64_t seed, uint64_t i)
-{
-	return mix64(seed ^ mix64(i));
-}
-
-static float unit(uint64_t h)
-{
-	return (float)(h >> 40) * (1.0f / 16777216.0f);
-}
-
-static uint16_t bf16_of(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
-
 static bool ends_with(const char *s, const char *suf)
 {
 	size_t a = strlen(s), b = strlen(suf);
@@ -58,13 +40,12 @@ static int ilog2_round(double x)
 }
 
 void model_dummy_fill_of(const struct model_config *cfg, const struct model_tensor *t, uint64_t load_seed,
-			 struct model_dummy_fill *f)
+			 struct kern_fill_random_args *f)
 {
 	memset(f, 0, sizeof *f);
-	f->dtype = t->dtype;
-	f->n_elements = t->n_elements;
+	f->n = (int64_t)t->n_elements;
 	f->seed = mix64(load_seed ^ model_hash_bytes(MODEL_HASH_INIT, t->name, strlen(t->name)));
-	f->kind = MODEL_DUMMY_UNIFORM;
+	f->kind = t->dtype == MODEL_DTYPE_F32 ? KERN_FILL_UNIFORM_F32 : KERN_FILL_UNIFORM_BF16;
 	int64_t cols = t->n_dims >= 1 ? t->shape[t->n_dims - 1] : 1;
 	if (t->role != MODEL_ROLE_PLAIN) {
 		/* a linear's part; in = the logical input width */
@@ -77,11 +58,11 @@ void model_dummy_fill_of(const struct model_config *cfg, const struct model_tens
 		switch (t->role) {
 		case MODEL_ROLE_WEIGHT:
 			if (t->format == MODEL_FMT_FP8_BLOCK) {
-				f->kind = MODEL_DUMMY_E4M3; /* |w| in [0.25, 2) */
+				f->kind = KERN_FILL_E4M3; /* |w| in [0.25, 2) */
 				f->e_lo = 5;
 				f->e_hi = 7;
 			} else if (t->format == MODEL_FMT_MXFP4 || t->format == MODEL_FMT_NVFP4) {
-				f->kind = MODEL_DUMMY_BYTES; /* e2m1 codes, mean |w| 2.25 */
+				f->kind = KERN_FILL_BYTES; /* e2m1 codes, mean |w| 2.25 */
 			} else {
 				f->lo = (float)(-sqrt(3.0) * sd);
 				f->hi = -f->lo;
@@ -89,11 +70,11 @@ void model_dummy_fill_of(const struct model_config *cfg, const struct model_tens
 			break;
 		case MODEL_ROLE_SCALE:
 			if (t->format == MODEL_FMT_NVFP4) {
-				f->kind = MODEL_DUMMY_E4M3; /* [1, 2) */
+				f->kind = KERN_FILL_E4M3; /* [1, 2) */
 				f->e_lo = f->e_hi = 7;
 				f->positive = 1;
 			} else {
-				f->kind = MODEL_DUMMY_E8M0;
+				f->kind = KERN_FILL_E8M0;
 				int x = 127 + ilog2_round(sd / (t->format == MODEL_FMT_MXFP4 ? 2.25 : 0.9));
 				f->e_lo = f->e_hi = x < 1 ? 1 : x;
 			}
@@ -110,9 +91,9 @@ void model_dummy_fill_of(const struct model_config *cfg, const struct model_tens
 	const char *nm = t->name;
 	float a;
 	if (t->dtype == MODEL_DTYPE_I64 || t->dtype == MODEL_DTYPE_I32) {
-		f->kind = MODEL_DUMMY_INDEX;
-		f->cols = cols;
-		f->n = cfg->n_routed_experts > 0 ? cfg->n_routed_experts : 1;
+		f->kind = t->dtype == MODEL_DTYPE_I64 ? KERN_FILL_INDEX_I64 : KERN_FILL_INDEX_I32;
+		f->cols = cols > 0 ? cols : 1;
+		f->n_index = cfg->n_routed_experts > 0 ? cfg->n_routed_experts : 1;
 		return;
 	}
 	if (ends_with(nm, "norm.weight")) {
@@ -143,51 +124,13 @@ void model_dummy_fill_of(const struct model_config *cfg, const struct model_tens
 	f->hi = a;
 }
 
-static uint8_t byte_at(const struct model_dummy_fill *f, uint64_t i)
+enum status model_dummy_fill_cpu(const struct model_config *cfg, const struct model_tensor *t, uint64_t load_seed,
+				 void *dst)
 {
-	uint64_t h = elem_hash(f->seed, i);
-	switch (f->kind) {
-	case MODEL_DUMMY_E4M3: {
-		unsigned span = (unsigned)(f->e_hi - f->e_lo + 1);
-		unsigned ex = (unsigned)f->e_lo + (unsigned)((h >> 8) % span);
-		unsigned sign = f->positive ? 0 : (unsigned)(h >> 63);
-		return (uint8_t)((sign << 7) | ((ex & 15u) << 3) | (unsigned)(h & 7u));
-	}
-	case MODEL_DUMMY_E8M0:
-		return (uint8_t)(f->e_lo + (int)((h >> 8) % (uint64_t)(f->e_hi - f->e_lo + 1)));
-	default:
-		return (uint8_t)(h >> 56);
-	}
-}
-
-void model_dummy_fill_cpu(const struct model_dummy_fill *f, void *dst)
-{
-	uint64_t n = f->n_elements;
-	switch (f->kind) {
-	case MODEL_DUMMY_UNIFORM:
-		for (uint64_t i = 0; i < n; i++) {
-			float v = f->lo + (f->hi - f->lo) * unit(elem_hash(f->seed, i));
-			if (f->dtype == MODEL_DTYPE_F32)
-				((float *)dst)[i] = v;
-			else
-				((uint16_t *)dst)[i] = bf16_of(v);
-		}
-		break;
-	case MODEL_DUMMY_INDEX:
-		for (uint64_t i = 0; i < n; i++) {
-			uint64_t row = i / (uint64_t)f->cols, col = i % (uint64_t)f->cols;
-			int64_t v = (int64_t)((mix64(f->seed ^ row) + col) % (uint64_t)f->n);
-			if (f->dtype == MODEL_DTYPE_I64)
-				((int64_t *)dst)[i] = v;
-			else
-				((int32_t *)dst)[i] = (int32_t)v;
-		}
-		break;
-	default:
-		for (uint64_t i = 0; i < n; i++)
-			((uint8_t *)dst)[i] = byte_at(f, i);
-		break;
-	}
+	struct kern_fill_random_args f;
+	model_dummy_fill_of(cfg, t, load_seed, &f);
+	f.dst = dst;
+	return kern_fill_random_ref(&f);
 }
 
 /* ---- Building the tensor set ---- */
@@ -317,11 +260,8 @@ enum status model__dummy_build(struct model_config *cfg, uint64_t seed, bool fil
 			struct model_tensor *t = &d->tensors[i];
 			t->name = d->names + b.name_off[i];
 			t->data = (char *)d->data + t->file_offset_bytes;
-			if (!fill)
-				continue;
-			struct model_dummy_fill f;
-			model_dummy_fill_of(cfg, t, seed, &f);
-			model_dummy_fill_cpu(&f, (void *)t->data);
+			if (fill && st == ST_OK && model_dummy_fill_cpu(cfg, t, seed, (void *)t->data) != ST_OK)
+				st = err_set(e, ST_INVALID, "dummy checkpoint: tensor %s: no fill for its dtype", t->name);
 		}
 		if (d->data)
 			mprotect(d->data, d->data_bytes, PROT_READ);

@@ -3,9 +3,9 @@
  * its stored formats, filled with deterministic random values of sane
  * dequantized magnitude (vLLM's dummy load format).
  *
- * Every element is a pure function of (tensor seed, element index), so any
- * backend can generate a tensor in place (model_dummy_fill_cpu here; a device
- * generator must reproduce model_dummy_byte_at() bit for bit).
+ * Every element is a pure function of (tensor seed, element index): op
+ * fill_random, whose variants are bit-identical, so any backend can generate
+ * a tensor in place and the same seed gives the same bytes everywhere.
  */
 #ifndef DSV4_MODEL_DUMMY_H
 #define DSV4_MODEL_DUMMY_H
@@ -15,34 +15,18 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/fill/fill_random.h"
 #include "model/checkpoint.h"
 
-/* How one tensor is filled. u = a uniform [0,1) from the element's hash. */
-enum model_dummy_kind {
-	MODEL_DUMMY_UNIFORM = 0, /* BF16/F32 element lo + (hi-lo)*u */
-	MODEL_DUMMY_E4M3,        /* e4m3 byte: random sign (unless positive), exponent field in [e_lo, e_hi], random mantissa */
-	MODEL_DUMMY_E8M0,        /* E8M0 byte e_lo + (hash % (e_hi - e_lo + 1)) */
-	MODEL_DUMMY_BYTES,       /* random bytes (packed e2m1 pairs: every code is finite) */
-	MODEL_DUMMY_INDEX,       /* I64 [rows, cols]: (row hash + col) % n: distinct per row when cols <= n */
-};
-
-struct model_dummy_fill {
-	enum model_dummy_kind kind;
-	enum model_dtype dtype;
-	uint64_t seed;   /* per tensor: from the load seed and the tensor name */
-	uint64_t n_elements;
-	float lo, hi;    /* UNIFORM */
-	int e_lo, e_hi;  /* E4M3 exponent fields, E8M0 bytes */
-	int positive;    /* E4M3: sign bit 0 */
-	int64_t cols, n; /* INDEX */
-};
-
-/* The fill of tensor t (its name, dtype, shape, role and format) under cfg. */
+/* The fill of tensor t (its name, dtype, shape, role and format) under cfg, as
+ * the arguments of op fill_random (kernels/fill/fill_random.h) with dst and
+ * stream left NULL: a device loader sets them and runs the op's CUDA variant. */
 void model_dummy_fill_of(const struct model_config *cfg, const struct model_tensor *t, uint64_t load_seed,
-			 struct model_dummy_fill *out);
+			 struct kern_fill_random_args *out);
 
-/* Fill dst (t->n_bytes) on the CPU. */
-void model_dummy_fill_cpu(const struct model_dummy_fill *f, void *dst);
+/* Fill dst (t->n_bytes) on the CPU (fill_random's reference). */
+enum status model_dummy_fill_cpu(const struct model_config *cfg, const struct model_tensor *t, uint64_t load_seed,
+				 void *dst) DSV4_WUR;
 
 /* Internals for model/checkpoint.c: the tensors of a dummy checkpoint. */
 struct model__dummy {
