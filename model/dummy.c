@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/log.h"
+#include "common/timeutil.h"
 #include "model/schema.h"
 
 #define DUMMY_ALIGN 256
@@ -244,6 +246,7 @@ enum status model__dummy_build(struct model_config *cfg, uint64_t seed, bool fil
 	d->group_fmt = calloc((size_t)cfg->n_layers_total, sizeof *d->group_fmt);
 	if (!d->group_fmt)
 		return err_set(e, ST_NOMEM, "dummy checkpoint: out of memory");
+	double t0 = time_mono_s();
 	struct build b = {.cfg = cfg, .d = d};
 	struct model_schema_visitor v = {.ctx = &b, .plain = visit_plain, .linear = visit_linear};
 	st = model_schema_walk(cfg, &v, e);
@@ -265,6 +268,9 @@ enum status model__dummy_build(struct model_config *cfg, uint64_t seed, bool fil
 		}
 		if (d->data)
 			mprotect(d->data, d->data_bytes, PROT_READ);
+		log_msg(LOG_INFO, "model", "dummy weights: %zu tensors, %.2f GiB, %d layers, seed %llu, %s in %.1f s",
+			d->n_tensors, (double)d->data_bytes / (1u << 30), cfg->n_layers_total, (unsigned long long)seed,
+			fill ? "filled on the CPU" : "left zero", time_mono_s() - t0);
 	}
 	free(b.name_off);
 	if (st != ST_OK)
