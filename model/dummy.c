@@ -11,10 +11,13 @@
 #include "model/dummy.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -233,6 +236,52 @@ static enum status visit_linear(void *ctx, const struct model_schema_linear *l, 
 	return st;
 }
 
+/* Fill every tensor, FILL_THREADS threads taking tensors in turn (the
+ * values do not depend on who fills what). */
+#define FILL_THREADS 8
+
+struct filler {
+	const struct model_config *cfg;
+	struct model__dummy *d;
+	uint64_t seed;
+	atomic_size_t next;
+	atomic_long bad; /* index + 1 of a tensor that failed */
+};
+
+static void *fill_worker(void *arg)
+{
+	struct filler *f = arg;
+	for (;;) {
+		size_t i = atomic_fetch_add(&f->next, 1);
+		if (i >= f->d->n_tensors)
+			return NULL;
+		struct model_tensor *t = &f->d->tensors[i];
+		if (model_dummy_fill_cpu(f->cfg, t, f->seed, (void *)t->data) != ST_OK)
+			atomic_store(&f->bad, (long)i + 1);
+	}
+}
+
+static enum status fill_all(const struct model_config *cfg, struct model__dummy *d, uint64_t seed, struct err *e)
+{
+	struct filler f = {.cfg = cfg, .d = d, .seed = seed};
+	atomic_init(&f.next, 0);
+	atomic_init(&f.bad, 0);
+	long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = n_cpu > FILL_THREADS ? FILL_THREADS : n_cpu > 1 ? (int)n_cpu : 1;
+	pthread_t th[FILL_THREADS];
+	int started = 0;
+	for (int k = 1; k < n; k++)
+		if (!pthread_create(&th[started], NULL, fill_worker, &f))
+			started++;
+	fill_worker(&f);
+	for (int k = 0; k < started; k++)
+		pthread_join(th[k], NULL);
+	long bad = atomic_load(&f.bad);
+	if (bad)
+		return err_set(e, ST_INVALID, "dummy checkpoint: tensor %s: no fill for its dtype", d->tensors[bad - 1].name);
+	return ST_OK;
+}
+
 enum status model__dummy_build(struct model_config *cfg, uint64_t seed, bool fill, struct model__dummy *d,
 			       struct err *e)
 {
@@ -263,9 +312,9 @@ enum status model__dummy_build(struct model_config *cfg, uint64_t seed, bool fil
 			struct model_tensor *t = &d->tensors[i];
 			t->name = d->names + b.name_off[i];
 			t->data = (char *)d->data + t->file_offset_bytes;
-			if (fill && st == ST_OK && model_dummy_fill_cpu(cfg, t, seed, (void *)t->data) != ST_OK)
-				st = err_set(e, ST_INVALID, "dummy checkpoint: tensor %s: no fill for its dtype", t->name);
 		}
+		if (fill)
+			st = fill_all(cfg, d, seed, e);
 		if (d->data)
 			mprotect(d->data, d->data_bytes, PROT_READ);
 		log_msg(LOG_INFO, "model", "dummy weights: %zu tensors, %.2f GiB, %d layers, seed %llu, %s in %.1f s",
