@@ -10,6 +10,9 @@
  */
 #include "model/checkpoint.h"
 
+#include "model/config_overrides.h"
+#include "model/dummy.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -48,6 +51,7 @@ struct model_checkpoint {
 	uint64_t fingerprint;
 	uint64_t total_size;      /* index metadata.total_size, if has_total_size */
 	bool has_total_size;
+	struct model__dummy dummy; /* --load-format dummy: owns the data mapping */
 };
 
 /* ---- Small helpers ---- */
@@ -602,8 +606,35 @@ enum status model_checkpoint_create(struct model_checkpoint **out, const struct 
 	}
 	if ((st = read_all(cfg_path, MODEL_MAX_CONFIG_BYTES, &cfg_json, &cfg_bytes, e)) != ST_OK)
 		goto done;
+	if (opt->hf_overrides && opt->hf_overrides[0]) {
+		char *merged;
+		size_t merged_bytes;
+		if ((st = model_config_apply_overrides(cfg_json, cfg_bytes, cfg_path, opt->hf_overrides, &merged,
+						       &merged_bytes, e)) != ST_OK)
+			goto done;
+		free(cfg_json);
+		cfg_json = merged;
+		cfg_bytes = merged_bytes;
+	}
 	if ((st = model_config_parse(cfg_json, cfg_bytes, cfg_path, &ck->cfg, e)) != ST_OK)
 		goto done;
+	if (opt->load_format == MODEL_LOAD_DUMMY) {
+		if ((st = model__dummy_build(&ck->cfg, opt->dummy_seed, !opt->dummy_no_fill, &ck->dummy, e)) != ST_OK)
+			goto done;
+		ck->n_tensors = ck->dummy.n_tensors;
+		ck->tensors = ck->dummy.tensors;
+		ck->names = ck->dummy.names;
+		ck->group_fmt = ck->dummy.group_fmt;
+		ck->dummy.tensors = NULL;
+		ck->dummy.names = NULL;
+		ck->dummy.group_fmt = NULL;
+		if ((st = table_build(ck, cfg_path, e)) != ST_OK)
+			goto done;
+		uint64_t h = model_hash_bytes(MODEL_HASH_INIT, cfg_json, cfg_bytes);
+		h = model_hash_bytes(h, "\0dummy\0", 7);
+		ck->fingerprint = model_hash_bytes(h, &opt->dummy_seed, sizeof opt->dummy_seed);
+		goto done;
+	}
 
 	if (file_exists(idx_path)) {
 		if ((st = read_all(idx_path, MODEL_CKPT_MAX_INDEX_BYTES, &idx_json, &idx_bytes, e)) != ST_OK)
@@ -675,6 +706,7 @@ void model_checkpoint_destroy(struct model_checkpoint *ck)
 	free(ck->table);
 	free(ck->group_fmt);
 	free(ck->group_first);
+	model__dummy_free(&ck->dummy);
 	free(ck->dir);
 	free(ck);
 }
@@ -764,6 +796,22 @@ const char *model_checkpoint_shard_path(const struct model_checkpoint *ck, int s
 uint64_t model_checkpoint_shard_bytes(const struct model_checkpoint *ck, int shard)
 {
 	return shard >= 0 && shard < ck->n_shards ? ck->shards[shard].f.file_bytes : 0;
+}
+
+bool model_checkpoint_is_dummy(const struct model_checkpoint *ck)
+{
+	return ck->dummy.data != NULL || (ck->n_tensors && ck->n_shards == 0);
+}
+
+bool model_load_format_parse(const char *s, enum model_load_format *out)
+{
+	static const char *const names[] = {"auto", "safetensors", "dummy"};
+	for (int i = 0; i < 3; i++)
+		if (s && !strcmp(s, names[i])) {
+			*out = (enum model_load_format)i;
+			return true;
+		}
+	return false;
 }
 
 const char *model_checkpoint_dir(const struct model_checkpoint *ck)

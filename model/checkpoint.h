@@ -41,9 +41,26 @@
 
 struct model_checkpoint;
 
+/* --load-format: auto and safetensors read the shards; dummy needs config.json
+ * only and fills every tensor the schema lists with deterministic random
+ * values (model/dummy.h). */
+enum model_load_format {
+	MODEL_LOAD_AUTO = 0,
+	MODEL_LOAD_SAFETENSORS,
+	MODEL_LOAD_DUMMY,
+};
+
 struct model_checkpoint_options {
 	const char *dir; /* the checkpoint directory (config.json, index, shards) */
+	enum model_load_format load_format;
+	const char *hf_overrides; /* JSON object merged into config.json before validation, or NULL */
+	uint64_t dummy_seed;      /* MODEL_LOAD_DUMMY: the values' seed */
+	bool dummy_no_fill;       /* MODEL_LOAD_DUMMY: leave the data zero (inspect, plans; or a device
+				   * loader that generates each tensor itself: model/dummy.h) */
 };
+
+/* "auto", "safetensors", "dummy" -> *out; false for anything else. */
+bool model_load_format_parse(const char *s, enum model_load_format *out);
 
 /* One tensor of the checkpoint. Owned by the checkpoint. */
 struct model_tensor {
@@ -121,6 +138,9 @@ uint64_t model_checkpoint_fingerprint(const struct model_checkpoint *ck);
 int model_checkpoint_n_shards(const struct model_checkpoint *ck);
 const char *model_checkpoint_shard_path(const struct model_checkpoint *ck, int shard);
 uint64_t model_checkpoint_shard_bytes(const struct model_checkpoint *ck, int shard);
+
+/* True when the tensors are dummy values (no shards: n_shards is 0, shard -1). */
+bool model_checkpoint_is_dummy(const struct model_checkpoint *ck);
 
 /* The directory as given (borrowed). */
 const char *model_checkpoint_dir(const struct model_checkpoint *ck);

@@ -40,6 +40,7 @@
 #include "model/checkpoint.h"
 #include "model/exec_cpu.h"
 #include "model/tokenizer.h"
+#include "server/load_args.h"
 
 static void usage(void)
 {
@@ -138,6 +139,9 @@ static enum status score_prompt(struct model_exec_cpu *x, const int32_t *ids, ui
 
 int cmd_generate(int argc, char **argv)
 {
+	struct model_checkpoint_options load_opts = {0}; /* dummy-load: --load-format, --hf-overrides */
+	if (load_args_extract(&argc, argv, "generate", false, &load_opts))
+		return CLI_EXIT_USAGE;
 	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *prec = "reference", *device = "auto";
 	long max_tokens = 16;
 	double temperature = 0;
@@ -233,7 +237,8 @@ bad:
 	uint32_t *blocks = NULL;
 	size_t n_prompt = 0;
 	char *text = NULL;
-	struct model_checkpoint_options co = {.dir = model};
+	struct model_checkpoint_options co = load_opts; /* dummy-load */
+	co.dir = model;
 	if (model_checkpoint_create(&ck, &co, &e)) {
 		fprintf(stderr, "dsv4 generate: %s\n", e.msg);
 		goto out;

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "model/checkpoint.h"
 #include "model/inspect.h"
+#include "server/load_args.h"
 
 static void inspect_usage(FILE *f)
 {
@@ -23,6 +24,9 @@ static void inspect_usage(FILE *f)
 
 int cmd_inspect(int argc, char **argv)
 {
+	struct model_checkpoint_options load_opts = {0}; /* dummy-load: --load-format, --hf-overrides */
+	if (load_args_extract(&argc, argv, "inspect", false, &load_opts))
+		return CLI_EXIT_USAGE;
 	const char *dir = NULL;
 	struct model_inspect_options opt = {0};
 	for (int i = 1; i < argc; i++) {
@@ -49,7 +53,9 @@ int cmd_inspect(int argc, char **argv)
 	struct err e;
 	err_clear(&e);
 	struct model_checkpoint *ck = NULL;
-	struct model_checkpoint_options co = {.dir = dir};
+	struct model_checkpoint_options co = load_opts; /* dummy-load */
+	co.dummy_no_fill = true;
+	co.dir = dir;
 	if (model_checkpoint_create(&ck, &co, &e) != ST_OK) {
 		fprintf(stderr, "dsv4 inspect: %s\n", e.msg);
 		return CLI_EXIT_FAIL;

@@ -29,6 +29,7 @@
 #include "kernels/registry/registry.h"
 #include "model/checkpoint.h"
 #include "model/weights.h"
+#include "server/load_args.h"
 
 /* The plan's per-layer lines, its rows and the closing summary line. */
 static void print_plan(const struct model_plan *p, const struct kern_plan *rows)
@@ -129,6 +130,9 @@ static void print_report(const struct kern_device *dev, const struct kern_disabl
 
 int cmd_kernels(int argc, char **argv)
 {
+	struct model_checkpoint_options load_opts = {0}; /* dummy-load: --load-format, --hf-overrides */
+	if (load_args_extract(&argc, argv, "kernels", false, &load_opts))
+		return CLI_EXIT_USAGE;
 	const char *dir = NULL, *sim = NULL, *disable = NULL;
 	bool verbose = false;
 	for (int i = 1; i < argc; i++) {
@@ -192,7 +196,7 @@ int cmd_kernels(int argc, char **argv)
 	       dev.simulated ? " (simulated)" : "", targets, loadable);
 	fflush(stdout); /* before any error on stderr */
 
-	if (!dir_has(dir, "model.safetensors.index.json") && !dir_has(dir, "model.safetensors") &&
+	if (load_opts.load_format != MODEL_LOAD_DUMMY && !dir_has(dir, "model.safetensors.index.json") && !dir_has(dir, "model.safetensors") &&
 	    dir_has(dir, "config.json")) {
 		int rc = plan_config_only(dir, &dev, &dis);
 		if (rc == CLI_EXIT_OK && verbose)
@@ -200,7 +204,9 @@ int cmd_kernels(int argc, char **argv)
 		return rc;
 	}
 	struct model_checkpoint *ck = NULL;
-	struct model_checkpoint_options co = {.dir = dir};
+	struct model_checkpoint_options co = load_opts; /* dummy-load */
+	co.dummy_no_fill = true;
+	co.dir = dir;
 	if (model_checkpoint_create(&ck, &co, &e)) {
 		fprintf(stderr, "dsv4 kernels: %s\n", e.msg);
 		return CLI_EXIT_FAIL;

@@ -32,6 +32,7 @@
 #include "kernels/registry/registry.h"
 #include "model/checkpoint.h"
 #include "model/exec_cpu.h"
+#include "server/load_args.h"
 #include "server/engine.h"
 #include "server/notify.h"
 #include "server/tp_serve.h" /* ---- tensor parallel ---- */
@@ -100,6 +101,7 @@ static void usage(FILE *f)
 		"                               lost on restart (default 64 MiB)\n"
 		"  -h, --help                   this text\n");
 	fputs(tp_args_usage(), f); /* ---- tensor parallel ---- */
+	fputs(load_args_usage(), f); /* dummy-load */
 	fputs(serve_guard_usage(), f); /* ---- hardening ---- */
 }
 
@@ -404,6 +406,9 @@ static void on_tp_heartbeat(void *ctx)
 
 int cmd_serve(int argc, char **argv)
 {
+	struct model_checkpoint_options load_opts = {0}; /* dummy-load: --load-format, --hf-overrides */
+	if (load_args_extract(&argc, argv, "serve", true, &load_opts))
+		return CLI_EXIT_USAGE;
 	struct serve_args a;
 	/* ---- tensor parallel ---- */
 	struct tp_args tpa;
@@ -458,7 +463,8 @@ int cmd_serve(int argc, char **argv)
 
 	struct err e = {0};
 	struct model_checkpoint *ck = NULL;
-	struct model_checkpoint_options co = {.dir = dir};
+	struct model_checkpoint_options co = load_opts; /* dummy-load */
+	co.dir = dir;
 	if (model_checkpoint_create(&ck, &co, &e)) {
 		fprintf(stderr, "dsv4 serve: %s\n", e.msg);
 		return CLI_EXIT_FAIL;

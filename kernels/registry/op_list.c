@@ -31,6 +31,7 @@
 #include "kernels/movement/movement.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/logprobs.h" /* evaluation */
+#include "kernels/fill/fill_random.h"     /* dummy-load */
 /* ---- end includes ---- */
 
 static const struct kern_op *const all_ops[] = {
@@ -68,6 +69,7 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_sample,
 	/* ---- end ---- */
 	&kern_op_token_logprobs, /* evaluation: prompt log-probabilities */
+	&kern_op_fill_random,    /* dummy-load: --load-format dummy */
 };
 
 const struct kern_op *const *kern_registry_ops(int *n_ops)
