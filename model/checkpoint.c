@@ -456,6 +456,10 @@ static enum status check_declared(struct match *m, const struct model_schema_lin
 		return err_set(e, ST_INVALID,
 			       "%s: tensor %s: stored as %s, but config.json quantization_config.moe_quant_algo is NVFP4",
 			       file, w->name, fs);
+	if (mtp && fmt == MODEL_FMT_MXFP4 && c->quant.moe_nvfp4 && c->quant.quantized_mtp && !c->quant.ignore_mtp)
+		return err_set(e, ST_INVALID,
+			       "%s: tensor %s: stored as MXFP4, but config.json quantization_config.quantized_layers lists "
+			       "the draft layers' experts as NVFP4", file, w->name);
 	if (mtp && fmt == MODEL_FMT_NVFP4 && c->quant.ignore_mtp)
 		return err_set(e, ST_INVALID,
 			       "%s: tensor %s: stored as NVFP4, but config.json quantization_config.ignore excludes mtp.*",
@@ -513,6 +517,38 @@ static enum status visit_linear(void *ctx, const struct model_schema_linear *l, 
 		t->format = fmt;
 	}
 	return ST_OK;
+}
+
+/* The draft layers from the tensor names: one past the highest K of
+ * "mtp.K.", and which layout mtp.0 has (model_config_set_draft_stages). */
+static enum status settle_draft(struct model_checkpoint *ck, struct err *e)
+{
+	int n_stages = 0;
+	const char *over = NULL;
+	for (size_t i = 0; i < ck->n_tensors; i++) {
+		const char *nm = ck->tensors[i].name;
+		if (strncmp(nm, "mtp.", 4))
+			continue;
+		char *end;
+		long k = strtol(nm + 4, &end, 10);
+		if (end == nm + 4 || *end != '.' || k < 0)
+			continue; /* not a stage: check_schema calls it unknown */
+		if (k >= MODEL_MAX_DRAFT_LAYERS) {
+			over = nm;
+			continue;
+		}
+		if (k + 1 > n_stages)
+			n_stages = (int)k + 1;
+	}
+	const char *file = ck->names ? INDEX_FILE : SINGLE_FILE;
+	if (over)
+		return err_set(e, ST_INVALID, "%s/%s: tensor %s: draft stage index beyond %d", ck->dir, file, over,
+			       MODEL_MAX_DRAFT_LAYERS - 1);
+	bool dspark = table_find(ck, "mtp.0.main_proj.weight") >= 0;
+	bool mtp = table_find(ck, "mtp.0.e_proj.weight") >= 0;
+	char where[1100];
+	snprintf(where, sizeof where, "%s/%s", ck->dir, file);
+	return model_config_set_draft_stages(&ck->cfg, n_stages, dspark, mtp, where, e);
 }
 
 static enum status check_schema(struct model_checkpoint *ck, struct err *e)
@@ -600,7 +636,7 @@ enum status model_checkpoint_create(struct model_checkpoint **out, const struct 
 		if ((st = table_build(ck, ck->shards[0].f.path, e)) != ST_OK || (st = join_index(ck, e)) != ST_OK)
 			goto done;
 	}
-	if ((st = check_schema(ck, e)) != ST_OK)
+	if ((st = settle_draft(ck, e)) != ST_OK || (st = check_schema(ck, e)) != ST_OK)
 		goto done;
 
 	uint64_t h = model_hash_bytes(MODEL_HASH_INIT, cfg_json, cfg_bytes);

@@ -14,6 +14,13 @@
  * attention_bias [false], attention_dropout [0], initializer_range [0.02],
  * torch_dtype, transformers_version, model_type [""], use_cache [true].
  * Unknown keys are ignored (HF configs carry many).
+ *
+ * Two spellings are read: the release's (compress_ratios, num_hash_layers,
+ * qk_rope_head_dim, rope_scaling) and the one transformers' DeepseekV4Config
+ * writes (layer_types + compress_rates, mlp_layer_types,
+ * partial_rotary_factor, rope_parameters {main, compress}); where both are
+ * present they must agree. The 0731 release's dspark_* keys make the
+ * compress_ratios entries past num_hidden_layers draft stages.
  */
 #ifndef DSV4_MODEL_CONFIG_H
 #define DSV4_MODEL_CONFIG_H
@@ -38,6 +45,31 @@ enum model_attn_kind {
 	MODEL_ATTN_SLIDING = 0, /* ratio 0: sliding window only */
 	MODEL_ATTN_CSA = 1,     /* ratio 4: compressed sparse attention + lightning indexer */
 	MODEL_ATTN_HCA = 2,     /* ratio power of two > 4: heavily compressed attention */
+};
+
+/* The draft model a checkpoint carries (dsv4-0731.md): none, the June
+ * release's NextN MTP layer (mtp.0 with e_proj/h_proj/enorm/hnorm), or the
+ * 0731 release's DSpark stages (mtp.0..mtp.K-1, each a sliding V4 block,
+ * main_proj/main_norm on the first, the heads on the last). The config gives
+ * the kind and at most how many stages; the checkpoint reader settles the
+ * count from the tensors present (model_config_set_draft_stages). */
+enum model_draft_kind {
+	MODEL_DRAFT_NONE = 0,
+	MODEL_DRAFT_MTP = 1,
+	MODEL_DRAFT_DSPARK = 2,
+};
+
+#define MODEL_MAX_DRAFT_LAYERS 16
+#define MODEL_MAX_DSPARK_TARGETS 16
+
+/* The dspark_* keys of the 0731 config (all four present or none). */
+struct model_dspark_config {
+	bool present;
+	int64_t block_size;      /* tokens per draft block (5) */
+	int64_t noise_token_id;  /* fills the block after the anchor (128799) */
+	int64_t markov_rank;     /* rank of the Markov head (256) */
+	int n_target_layers;     /* entries of dspark_target_layer_ids (3) */
+	int64_t target_layer_ids[MODEL_MAX_DSPARK_TARGETS]; /* main layers whose outputs feed main_proj (40, 41, 42) */
 };
 
 enum model_rope_scaling_type {
@@ -81,6 +113,7 @@ struct model_quant_config {
 	int n_quantized_layers;                         /* entries of quantized_layers */
 	int n_ignore;                                   /* entries of ignore */
 	bool ignore_mtp;                                /* an ignore pattern matches "mtp.0.x" */
+	bool quantized_mtp;                             /* a quantized_layers pattern matches mtp.0's experts */
 };
 
 struct model_config {
@@ -119,8 +152,9 @@ struct model_config {
 
 	/* attention */
 	int64_t sliding_window;      /* tokens, the current one included */
-	int n_layers_total;          /* num_hidden_layers + num_nextn_predict_layers */
-	int32_t compress_ratios[MODEL_MAX_LAYERS]; /* [n_layers_total]; index i = layer i, MTP last */
+	int n_layers_total;          /* num_hidden_layers + n_draft_layers */
+	int32_t compress_ratios[MODEL_MAX_LAYERS]; /* [n_layers_total]; index i = layer i, draft layers last */
+	int n_compress_ratios;       /* entries the config gave (extra ones beyond the layers are ignored) */
 	double rope_theta;           /* sliding-only layers */
 	double compress_rope_theta;  /* CSA/HCA layers */
 	struct model_rope_scaling rope_scaling;
@@ -145,6 +179,13 @@ struct model_config {
 	/* quantization */
 	struct model_quant_config quant;
 	enum model_expert_dtype expert_dtype;
+
+	/* draft model (layers [num_hidden_layers, n_layers_total), prefix "mtp.K.") */
+	enum model_draft_kind draft_kind;
+	int n_draft_layers;          /* MTP: num_nextn_predict_layers; DSpark: stages; settled from tensors */
+	int n_draft_layers_max;      /* what the config allows (compress_ratios entries past the main layers) */
+	struct model_dspark_config dspark;
+	bool hf_style;               /* transformers' key set (layer_types, rope_parameters, ...) was read */
 };
 
 /*
@@ -161,14 +202,32 @@ enum status model_config_parse(const char *json, size_t n_bytes, const char *fil
 /* Read the file at path (ST_IO / ST_NOTFOUND if it cannot) and parse it. */
 enum status model_config_load(const char *path, struct model_config *out, struct err *e) DSV4_WUR;
 
+/*
+ * Settle the draft model from the checkpoint's tensors: n_stages is one more
+ * than the highest K of the "mtp.K." names present (0: none), dspark_layout
+ * whether mtp.0.main_proj.weight is among them (the 0731 layout) and
+ * mtp_layout whether mtp.0.e_proj.weight is (June). Sets draft_kind,
+ * n_draft_layers and n_layers_total. ST_INVALID naming file and tensor / field
+ * when config and tensors disagree (DSpark tensors without the dspark_* keys,
+ * more stages than compress_ratios has entries, ...).
+ */
+enum status model_config_set_draft_stages(struct model_config *cfg, int n_stages, bool dspark_layout,
+					  bool mtp_layout, const char *file, struct err *e) DSV4_WUR;
+
 /* Layer kind of layer (0 <= layer < n_layers_total). */
 enum model_attn_kind model_config_attn_kind(const struct model_config *cfg, int layer);
 
 /* True for layers [0, num_hash_layers) of the main stack (never MTP). */
 bool model_config_is_hash_layer(const struct model_config *cfg, int layer);
 
-/* True when layer >= num_hidden_layers (an MTP layer). */
+/* True when layer >= num_hidden_layers (a draft layer: NextN MTP or a DSpark stage). */
 bool model_config_is_mtp_layer(const struct model_config *cfg, int layer);
+
+/* True for a DSpark stage (a draft layer of a MODEL_DRAFT_DSPARK config). */
+bool model_config_is_dspark_layer(const struct model_config *cfg, int layer);
+
+/* "none", "mtp", "dspark". Static. */
+const char *model_draft_kind_str(enum model_draft_kind k);
 
 /* "sliding", "CSA", "HCA". Static. */
 const char *model_attn_kind_str(enum model_attn_kind k);

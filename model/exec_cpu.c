@@ -48,17 +48,20 @@ struct model_exec_cpu {
 
 /* Prompt log-probabilities (model/exec.h): the head over the scored rows of
  * each asking sequence, max_seqs rows at a time through the logits buffer,
- * then op token_logprobs on them; entries are contiguous (positions are). */
-static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_step *step, struct err *e)
+ * then op token_logprobs on them; entries are contiguous (positions are).
+ * A failing op (rank 0 only) is reported through op_e after the step's
+ * remaining heads have run: under tensor parallelism every rank must make
+ * the same head calls (their collectives), so rank 0 never stops early. */
+static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_step *step, struct err *op_e,
+				   struct err *e)
 {
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		struct exec_prompt_lp *lp = sq->prompt_lp;
 		if (!lp)
 			continue;
-		if (!sq->prompt_ids || lp->n_top > KERN_SAMPLE_MAX_TOP_LOGPROBS)
-			return err_set(e, ST_INVALID, "sequence %u: prompt logprobs without the prompt (or top %u)", s,
-				       lp->n_top);
+		if (!sq->prompt_ids)
+			return err_set(e, ST_INVALID, "sequence %u: prompt logprobs without the prompt", s);
 		uint32_t q0 = step->query_start[s], q1 = step->query_start[s + 1];
 		while (q0 < q1 && (uint32_t)step->positions[q0] + 1 >= sq->n_prompt)
 			q0++; /* never true for a prefill chunk; keeps the rule general */
@@ -75,7 +78,7 @@ static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_s
 			enum status st = model_fwd_logits(x->fwd, model_fwd_streams(x->fwd), x->rows, k, x->logits, e);
 			if (st)
 				return st;
-			if (x->rank || !lp->logprob)
+			if (x->rank || !lp->logprob || op_e->st)
 				continue; /* a worker rank: the head's collectives only */
 			struct kern_token_logprobs_args a = {
 				.logits = x->logits, .ld = x->vocab, .vocab = x->vocab, .n_rows = k,
@@ -85,12 +88,14 @@ static enum status prompt_logprobs(struct model_exec_cpu *x, const struct exec_s
 				.top_logprobs = lp->n_top ? lp->top_logprobs + (size_t)p0 * lp->n_top : NULL,
 				.work = x->lp_dev, .work_bytes = x->lp_dev_bytes, .stream = x->mem.stream};
 			if ((st = x->w.gops.token_logprobs(&a)))
-				return err_set(e, st, "prompt logprobs of sequence %u, positions %u..%u", s, p0, p0 + k - 1);
+				err_set(op_e, st, "prompt logprobs of sequence %u, positions %u..%u", s, p0, p0 + k - 1);
 		}
 	}
 	return ST_OK;
 }
 
+static enum status sample_step(struct model_exec_cpu *x, const struct exec_step *step, struct exec_sample *out,
+			       struct err *e);
 /* ---- hardening: a checkpoint shard truncated while serving ----
  * The weights are read through the file mapping; a shard truncated under it
  * raises SIGBUS on the next access, which killed the process. The step (and
@@ -144,9 +149,23 @@ static enum status cpu_step(void *ctx, const struct exec_step *step, struct exec
 static enum status cpu_step_run(void *ctx, const struct exec_step *step, struct exec_sample *out, struct err *e)
 {
 	struct model_exec_cpu *x = ctx;
+	struct err lp_e = {0};
 	enum status st = model_fwd_run(x->fwd, step, e);
-	if (st || (st = prompt_logprobs(x, step, e)))
+	if (st || (st = prompt_logprobs(x, step, &lp_e, e)))
 		return st;
+	if ((st = sample_step(x, step, out, e)))
+		return st;
+	if (lp_e.st)
+		return err_set(e, lp_e.st, "%s", lp_e.msg);
+	return ST_OK;
+}
+
+/* The sampling half of a step: the head on each sampling sequence's last
+ * row, then the sample op (or the host fallback). */
+static enum status sample_step(struct model_exec_cpu *x, const struct exec_step *step, struct exec_sample *out,
+			       struct err *e)
+{
+	enum status st;
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++)
 		if (step->seqs[s].sample) {
@@ -165,11 +184,14 @@ static enum status cpu_step_run(void *ctx, const struct exec_step *step, struct 
 	/* the plan's sample op over the rows, where the logits are; the token
 	 * histories go along only for rows with a penalty (nothing else reads them) */
 	uint32_t k = 0;
+	bool masked = false; /* structured outputs: only the reference applies allow_mask, so a device
+				step with a masked row samples on the host (below) */
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		if (!sq->sample)
 			continue;
 		const struct kern_sampling_params *p = sq->sampling;
+		masked |= p->allow_mask != NULL;
 		bool pen = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 		x->sp[k] = *p;
 		x->sh[k] = pen ? (struct kern_sample_history){.prompt_ids = sq->prompt_ids, .n_prompt = sq->n_prompt,
@@ -185,7 +207,7 @@ static enum status cpu_step_run(void *ctx, const struct exec_step *step, struct 
 					    .work_bytes = x->mem.device ? x->sample_dev_bytes
 									: kern_sample_workspace_bytes(x->vocab),
 					    .stream = x->mem.stream};
-	if (!x->mem.device || kern_sample_batch_aux_count(x->sp, x->sh, n) <= x->sample_aux_cap) {
+	if (!x->mem.device || (!masked && kern_sample_batch_aux_count(x->sp, x->sh, n) <= x->sample_aux_cap)) {
 		if ((st = x->w.gops.sample(&sa)))
 			return err_set(e, st, "sampling %u sequences", n);
 		for (uint32_t i = 0; i < n; i++)
@@ -193,7 +215,7 @@ static enum status cpu_step_run(void *ctx, const struct exec_step *step, struct 
 		return ST_OK;
 	}
 	/* a device step whose biases and penalty histories exceed the sample
-	 * op's scratch: the rows to the host and the reference */
+	 * op's scratch, or with a masked row: the rows to the host and the reference */
 	const float *lg = x->logits;
 	if (x->mem.device) {
 		/* the sampled rows only; download synchronises the step */

@@ -137,9 +137,22 @@ enum status model_inspect_write(const struct model_checkpoint *ck, const struct 
 		c->model_type[0] ? c->model_type : "-", c->torch_dtype[0] ? c->torch_dtype : "-");
 
 	fprintf(out, "\nconfig:\n");
-	fprintf(out, "  vocab %lld, hidden %lld, layers %lld + %lld MTP, max_position_embeddings %lld\n",
-		(long long)c->vocab_size, (long long)c->hidden_size, (long long)c->num_hidden_layers,
-		(long long)c->num_nextn_predict_layers, (long long)c->max_position_embeddings);
+	fprintf(out, "  vocab %lld, hidden %lld, layers %lld + %d %s, max_position_embeddings %lld\n",
+		(long long)c->vocab_size, (long long)c->hidden_size, (long long)c->num_hidden_layers, c->n_draft_layers,
+		c->draft_kind == MODEL_DRAFT_DSPARK ? "DSpark" : "MTP", (long long)c->max_position_embeddings);
+	if (c->draft_kind == MODEL_DRAFT_DSPARK) {
+		fprintf(out, "  draft: dspark, %d stage%s (mtp.0-mtp.%d), block %lld, noise token %lld, markov rank %lld, "
+			"target layers", c->n_draft_layers, c->n_draft_layers == 1 ? "" : "s", c->n_draft_layers - 1,
+			(long long)c->dspark.block_size, (long long)c->dspark.noise_token_id,
+			(long long)c->dspark.markov_rank);
+		for (int i = 0; i < c->dspark.n_target_layers; i++)
+			fprintf(out, " %lld", (long long)c->dspark.target_layer_ids[i]);
+		fprintf(out, "\n");
+	} else if (c->draft_kind == MODEL_DRAFT_MTP) {
+		fprintf(out, "  draft: mtp (NextN), %d layer%s\n", c->n_draft_layers, c->n_draft_layers == 1 ? "" : "s");
+	} else {
+		fprintf(out, "  draft: none\n");
+	}
 	fprintf(out, "  attention: %lld heads, %lld kv head, head_dim %lld (rope %lld), q_lora %lld, "
 		"o_groups %lld x o_lora %lld, sliding_window %lld\n",
 		(long long)c->num_attention_heads, (long long)c->num_key_value_heads, (long long)c->head_dim,

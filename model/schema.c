@@ -145,6 +145,26 @@ static enum status moe(struct walk *w)
 	return ST_OK;
 }
 
+/* What a DSpark stage adds to its V4 block (dsv4-0731.md): the first stage
+ * projects the target layers' outputs (main_proj, main_norm), the last one
+ * carries the heads (norm, hc_head, Markov head, confidence head). */
+static enum status dspark_extras(struct walk *w, int stage)
+{
+	const struct model_config *c = w->cfg;
+	int64_t D = c->hidden_size, V = c->vocab_size, r = c->dspark.markov_rank;
+	if (stage == 0) {
+		TRY(linear(w, MODEL_GROUP_MTP_PROJ, -1, D, D * c->dspark.n_target_layers, "main_proj"));
+		TRY(plain(w, BF16, 1, D, 0, "main_norm.weight"));
+	}
+	if (stage != c->n_draft_layers - 1)
+		return ST_OK;
+	TRY(plain(w, BF16, 1, D, 0, "norm.weight"));
+	TRY(hc_head(w));
+	TRY(plain(w, BF16, 2, V, r, "markov_head.markov_w1.weight"));
+	TRY(plain(w, BF16, 2, V, r, "markov_head.markov_w2.weight"));
+	return plain(w, BF16, 2, 1, D + r, "confidence_head.proj.weight");
+}
+
 static enum status layer(struct walk *w, int L)
 {
 	const struct model_config *c = w->cfg;
@@ -160,6 +180,8 @@ static enum status layer(struct walk *w, int L)
 	TRY(moe(w));
 	if (!model_config_is_mtp_layer(c, L))
 		return ST_OK;
+	if (model_config_is_dspark_layer(c, L))
+		return dspark_extras(w, L - (int)c->num_hidden_layers);
 	TRY(linear(w, MODEL_GROUP_MTP_PROJ, -1, D, D, "e_proj"));
 	TRY(linear(w, MODEL_GROUP_MTP_PROJ, -1, D, D, "h_proj"));
 	TRY(plain(w, BF16, 1, D, 0, "enorm.weight"));

@@ -4,7 +4,11 @@
  * The schema is pure: from a struct model_config it enumerates every expected
  * tensor (name, dtype, shape) in a fixed order, global tensors first, then
  * layers 0..num_hidden_layers-1 ("layers.L."), then the MTP layers
- * ("mtp.K."). Two kinds of entries:
+ * ("mtp.K."): the June NextN layer, or the 0731 DSpark stages (a V4
+ * sliding block each; mtp.0 adds main_proj [D, D x n_targets] in the
+ * mtp-projections group and main_norm, the last stage norm, hc_head_*,
+ * markov_head.markov_w{1,2} [V, markov_rank] and confidence_head.proj
+ * [1, D + markov_rank]). Two kinds of entries:
  *
  * - plain tensors (norms, hc_*, attn_sink, compressors, gate, embed, head):
  *   exactly one dtype and shape;
@@ -53,7 +57,7 @@ enum model_group {
 	MODEL_GROUP_ATTN,             /* wq_a, wq_b, wkv, wo_a, wo_b, indexer.wq_b */
 	MODEL_GROUP_SHARED_EXPERTS,   /* ffn.shared_experts.w{1,2,3} */
 	MODEL_GROUP_ROUTED_EXPERTS,   /* ffn.experts.E.w{1,2,3} */
-	MODEL_GROUP_MTP_PROJ,         /* mtp.K.e_proj, mtp.K.h_proj */
+	MODEL_GROUP_MTP_PROJ,         /* mtp.K.e_proj, mtp.K.h_proj; DSpark mtp.0.main_proj */
 	MODEL_GROUP_COUNT
 };
 

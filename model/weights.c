@@ -58,8 +58,8 @@ enum status model_formats_from_config(const struct model_config *cfg, struct mod
 		f->group[MODEL_GROUP_ROUTED_EXPERTS] = experts;
 		if (q && cfg->quant.moe_nvfp4)
 			f->group[MODEL_GROUP_ROUTED_EXPERTS] = mtp && cfg->quant.ignore_mtp ? MODEL_FMT_MXFP4 : MODEL_FMT_NVFP4;
-		if (mtp)
-			f->group[MODEL_GROUP_MTP_PROJ] = dense;
+		if (mtp && (!model_config_is_dspark_layer(cfg, l) || l == cfg->num_hidden_layers))
+			f->group[MODEL_GROUP_MTP_PROJ] = dense; /* e_proj/h_proj, or DSpark mtp.0.main_proj */
 	}
 	return ST_OK;
 }
@@ -271,7 +271,8 @@ static enum status plan_layer(struct planner *P, int layer, struct model_layer_p
 	ly->kind = model_config_attn_kind(cfg, layer);
 	ly->ratio = cfg->compress_ratios[layer];
 	ly->hash = model_config_is_hash_layer(cfg, layer);
-	ly->mtp = model_config_is_mtp_layer(cfg, layer);
+	ly->dspark = model_config_is_dspark_layer(cfg, layer);
+	ly->mtp = model_config_is_mtp_layer(cfg, layer) && !ly->dspark;
 	/* the weight-free ops, in the order the forward pass meets them */
 	for (int o = 0; o < MODEL_OP_COUNT; o++) {
 		if (o == MODEL_OP_COMPRESSOR && !ly->ratio)
@@ -305,6 +306,22 @@ static enum status plan_layer(struct planner *P, int layer, struct model_layer_p
 	return ST_OK;
 }
 
+/* The DSpark stages' input projection (mtp.0.main_proj, rows with stage 0's
+ * layer L0): an FP8 block GEMM over the target layers' outputs. */
+static enum status plan_dspark_main_proj(struct planner *P, int L0, struct model_lin_plan *x, struct err *e)
+{
+	const struct model_config *cfg = P->cfg;
+	enum model_weight_format mf = P->fmts[L0].group[MODEL_GROUP_MTP_PROJ];
+	enum kern_wfmt f = KERN_WFMT_NONE;
+	if (mf == MODEL_FMT_NONE)
+		return err_set(e, ST_INVALID, "layer %d (mtp.0.main_proj): no storage format", L0);
+	enum status st = kern_wfmt_of(cfg, mf, &f, e);
+	if (st)
+		return err_prefix(e, "layer %d (mtp.0.main_proj)", L0);
+	return plan_lin(P, L0, "mtp.0.main_proj", false, f, cfg->hidden_size,
+			cfg->hidden_size * cfg->dspark.n_target_layers, true, x, e);
+}
+
 enum status model_plan_build(const struct model_config *cfg, const struct model_layer_formats *fmts,
 			     const struct model_plan_options *opt, struct model_plan *out, struct err *e)
 {
@@ -331,16 +348,20 @@ enum status model_plan_build(const struct model_config *cfg, const struct model_
 	else
 		kern_device_cpu(&P.dev);
 	out->n_layers = (int)cfg->num_hidden_layers;
-	out->n_mtp = opt->load_mtp && cfg->num_nextn_predict_layers > 0 ? 1 : 0;
-	out->layers = calloc((size_t)(out->n_layers + out->n_mtp), sizeof *out->layers);
+	out->n_mtp = opt->load_mtp && cfg->draft_kind == MODEL_DRAFT_MTP && cfg->n_draft_layers > 0 ? 1 : 0;
+	out->n_dspark = opt->plan_dspark && cfg->draft_kind == MODEL_DRAFT_DSPARK ? cfg->n_draft_layers : 0;
+	out->layers = calloc((size_t)(out->n_layers + out->n_mtp + out->n_dspark), sizeof *out->layers);
 	enum status st = ST_OK;
 	if (!out->layers) {
 		st = err_set(e, ST_NOMEM, "kernel plan: %d layers", out->n_layers + out->n_mtp);
 		goto fail;
 	}
-	for (int l = 0; l < out->n_layers + out->n_mtp; l++)
+	for (int l = 0; l < out->n_layers + out->n_mtp + out->n_dspark; l++) {
 		if ((st = plan_layer(&P, l, &out->layers[l], e)))
 			goto fail;
+		if (l == out->n_layers && out->n_dspark && (st = plan_dspark_main_proj(&P, l, &out->dspark_main_proj, e)))
+			goto fail;
+	}
 	if ((st = plan_lin(&P, -1, "head", false, KERN_WFMT_BF16, cfg->vocab_size / ws, cfg->hidden_size, false,
 			   &out->head, e)))
 		goto fail;
@@ -406,11 +427,11 @@ size_t model_plan_str(const struct model_plan *p, char *buf, size_t n)
 	pb_add(&b, "%s%s:", "head", "");
 	pb_lins(&b, &p->head, 1);
 	pb_add(&b, "%s%s\n", "", "");
-	for (int l = 0; l < p->n_layers + p->n_mtp; l++) {
+	for (int l = 0; l < p->n_layers + p->n_mtp + p->n_dspark; l++) {
 		const struct model_layer_plan *ly = &p->layers[l];
 		char lbl[64];
-		snprintf(lbl, sizeof lbl, "layer %d (%s%s%s):", l, model_attn_kind_str(ly->kind), ly->mtp ? ", MTP" : "",
-			 ly->hash ? ", hash-routed" : "");
+		snprintf(lbl, sizeof lbl, "layer %d (%s%s%s):", l, model_attn_kind_str(ly->kind),
+			 ly->mtp ? ", MTP" : ly->dspark ? ", DSpark" : "", ly->hash ? ", hash-routed" : "");
 		pb_add(&b, "%s%s", lbl, "");
 		pb_lins(&b, ly->lin, MODEL_LIN_COUNT);
 		for (int o = 0; o < MODEL_OP_COUNT; o++)

@@ -99,14 +99,17 @@ struct model_layer_plan {
 	int layer;
 	enum model_attn_kind kind;
 	int ratio;
-	bool hash, mtp;
+	bool hash, mtp;                /* mtp: the NextN MTP layer */
+	bool dspark;                   /* a DSpark draft stage (planned only, issue 16 runs it) */
 	struct model_lin_plan lin[MODEL_LIN_COUNT];
 	const struct kern_variant *op[MODEL_OP_COUNT]; /* NULL where the layer does not run the op */
 };
 
 struct model_plan {
 	int n_layers, n_mtp;             /* main layers; MTP layers planned (0 or 1) */
-	struct model_layer_plan *layers; /* owned [n_layers + n_mtp] */
+	int n_dspark;                    /* DSpark stages planned after them (plan_dspark), not loaded */
+	struct model_layer_plan *layers; /* owned [n_layers + n_mtp + n_dspark] */
+	struct model_lin_plan dspark_main_proj; /* mtp.0.main_proj when n_dspark */
 	struct model_lin_plan head;      /* lm_head, layer -1 */
 	const struct kern_variant *gop[MODEL_GOP_COUNT]; /* layer -1 */
 	struct kern_plan rows;           /* distinct (layer, op, variant), in plan order */
@@ -117,7 +120,8 @@ struct model_plan_options {
 	const struct kern_disabled *disabled; /* NULL: none */
 	int64_t max_step_tokens;              /* for the GEMM shape guards */
 	bool quant_sim;                       /* act_quant before FP8/FP4 GEMMs */
-	bool load_mtp;
+	bool load_mtp;                        /* plan the NextN MTP layer (June layout) */
+	bool plan_dspark;                     /* plan the DSpark stages too (0731 layout; dsv4 kernels) */
 	int world_size;                       /* must divide heads, o_groups, experts, moe_intermediate_size, vocab */
 	bool selfcheck;                       /* --kernel-selfcheck: check each non-reference pick against
 					       * the CPU reference on a small random input; a variant that

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/gram.h"
 #include "common/log.h"
 #include "scheduler/scheduler.h"
 
@@ -233,6 +234,7 @@ static void sub_free(struct loop_sub *sb)
 	for (uint32_t i = 0; sb->p.stop_strings && i < sb->p.n_stop_strings; i++)
 		free((void *)sb->p.stop_strings[i]);
 	free((void *)sb->p.stop_strings);
+	gram_release(sb->p.grammar);
 	free(sb);
 }
 
@@ -267,6 +269,7 @@ static struct loop_sub *sub_copy(const struct sched_request_params *p)
 		for (uint32_t i = 0; ss && i < p->n_stop_strings; i++)
 			ok = ok && (ss[i] = strdup(p->stop_strings[i]));
 	}
+	gram_retain(sb->p.grammar); /* the queued copy holds its own reference (sub_free drops it) */
 	if (!ok) {
 		sub_free(sb);
 		return NULL;

@@ -19,6 +19,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "model/gram.h"
 
 static inline uint32_t blocks_for(const struct sched *s, uint32_t tokens)
 {
@@ -214,6 +215,12 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
 		return;
 	}
+	if (q->gs && gram_state_accept_token(q->gs, tok) != ST_OK) {
+		/* cannot happen: the token came from the grammar's own mask */
+		log_msg(LOG_ERROR, "sched", "request %" PRIu64 ": sampled token %d outside its grammar", r->id, tok);
+		sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
+		return;
+	}
 	if (!sched__seq_push_token(q, tok)) {
 		sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
 		return;
@@ -263,6 +270,26 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 		sched__finish_seq(s, q, SCHED_FINISH_STOP, -1, stop_str, now);
 	else if (length)
 		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
+}
+
+/* A grammar that allows no token would fail the whole step in the sampling
+ * op: allow eos instead (the choice stops there) and say so once. */
+static void gram_guard_mask(struct sched *s, struct sched__seq *q)
+{
+	uint32_t nw = (s->ex->info.vocab_size + 31) / 32, any = 0;
+	for (uint32_t i = 0; i < nw && !any; i++)
+		any = q->gmask[i];
+	int32_t eos = s->ex->info.eos_token_id;
+	if (any || eos < 0)
+		return;
+	q->gmask[eos >> 5] |= 1u << (eos & 31);
+	char tail[256];
+	uint32_t n = 0, n_out = q->n_tokens - q->req->n_prompt;
+	for (uint32_t t = n_out > 64 ? q->n_tokens - 64 : q->req->n_prompt; s->opt.detokenize && t < q->n_tokens; t++)
+		n += s->opt.detokenize(s->opt.detok_ctx, q->tokens[t], tail + n, (uint32_t)(sizeof tail - 1 - n));
+	tail[n] = 0;
+	log_msg(LOG_ERROR, "sched", "request %" PRIu64 ": the grammar allows no token after %u tokens (ending '%s'); "
+		"stopping it", q->req->id, n_out, tail);
 }
 
 /* Publish q's newly completed blocks in the prefix cache. */
@@ -425,6 +452,15 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 		if (q->sched_sample) {
 			bool below_min = q->n_tokens - r->n_prompt < r->min_tokens;
 			es->sampling = below_min ? &q->sampling_min : &q->sampling;
+			if (q->gs) {
+				/* structured outputs: the tokens the grammar allows now; once
+				 * the output is complete min_tokens no longer holds eos back */
+				gram_state_fill_mask(q->gs, q->gmask);
+				gram_guard_mask(s, q);
+				q->sampling_g = gram_state_is_complete(q->gs) ? q->sampling : *es->sampling;
+				q->sampling_g.allow_mask = q->gmask;
+				es->sampling = &q->sampling_g;
+			}
 			es->prompt_ids = r->prompt;
 			es->n_prompt = r->n_prompt;
 			es->output_ids = q->tokens + r->n_prompt;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "model/gram.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -164,6 +165,8 @@ void sched__seq_free(struct sched__seq *q)
 	free(q->blocks);
 	free(q->hashes);
 	sched_stop_fini(&q->stop);
+	gram_state_destroy(q->gs);
+	free(q->gmask);
 	free(q);
 }
 
@@ -182,6 +185,7 @@ static void req_free(struct sched__req *r)
 	free(r->stops.lens);
 	free(r->seqs);
 	free(r->finished);
+	gram_release(r->grammar);
 	free(r);
 }
 
@@ -278,6 +282,8 @@ enum sched_refusal sched_check(const struct sched *s, const struct sched_request
 		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "min_tokens must not exceed max_tokens");
 	if (p->prompt_top_logprobs > KERN_SAMPLE_MAX_TOP_LOGPROBS)
 		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "prompt top logprobs must be <= 20");
+	if (p->grammar && (!p->gram_vocab || gram_vocab_n_tokens(p->gram_vocab) > vocab))
+		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "a grammar needs a vocabulary no larger than the model's");
 	if (p->priority && s->opt.policy == SCHED_POLICY_FCFS)
 		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "priority requires the priority scheduling policy");
 	uint32_t mml = s->opt.max_model_len;
@@ -346,6 +352,14 @@ struct sched__seq *sched__seq_new(struct sched *s, struct sched__req *r, uint32_
 		q->sampling_min.logit_bias = r->bias_min;
 		q->sampling_min.n_logit_bias = r->sampling.n_logit_bias + r->n_stop_ids +
 					       (!r->ignore_eos && s->ex->info.eos_token_id >= 0);
+	}
+	if (r->grammar && choice != SCHED__PARENT) {
+		struct err e = {0};
+		q->gmask = calloc((s->ex->info.vocab_size + 31) / 32, sizeof(uint32_t));
+		if (!q->gmask || gram_state_create(&q->gs, r->grammar, r->gvocab, &e)) {
+			sched__seq_free(q);
+			return NULL;
+		}
 	}
 	return q;
 }
@@ -554,6 +568,10 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	r->sampling.logit_bias = r->bias;
 	r->max_tokens = p->max_tokens ? p->max_tokens : s->opt.max_model_len - p->n_prompt;
 	r->score_only = p->score_only;
+	if (p->grammar) {
+		r->grammar = gram_retain(p->grammar);
+		r->gvocab = p->gram_vocab;
+	}
 	if (p->prompt_logprobs) {
 		/* one block: the struct, then logprob, rank, top ids, top logprobs */
 		size_t np = p->n_prompt, nt = p->prompt_top_logprobs;

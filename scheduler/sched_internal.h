@@ -49,6 +49,9 @@ struct sched__seq {
 	uint32_t n_hashes, cap_hashes;
 	struct kern_sampling_params sampling; /* the request's, with this choice's seed */
 	struct kern_sampling_params sampling_min; /* the same with eos / stop ids masked (min_tokens) */
+	struct gram_state *gs;        /* structured outputs: this choice's grammar state, or NULL */
+	uint32_t *gmask;              /* its allowed-token mask (executor vocab bits) */
+	struct kern_sampling_params sampling_g; /* sampling or sampling_min with allow_mask = gmask */
 	struct sched_stop stop;
 	uint32_t slot;                /* slot mode: executor state slot while running, else SCHED_BLOCK_NONE;
 					 block mode: EXEC_NO_SLOT while running */
@@ -82,6 +85,8 @@ struct sched__req {
 	uint64_t salt;
 	double deadline_s;
 	struct sched_timing timing;
+	struct gram *grammar;         /* retained; NULL = unconstrained */
+	const struct gram_vocab *gvocab;
 	uint32_t n_cached_tokens;
 	bool looked_up;               /* first prefix lookup done (n_cached_tokens fixed) */
 	struct exec_prompt_lp *plp;   /* prompt logprobs being computed (one allocation), NULL when not asked

@@ -161,6 +161,15 @@ struct sched_request_params {
 	uint32_t prompt_top_logprobs;
 	bool score_only;                /* generate nothing (echo with max_tokens 0): every choice finishes with
 					   LENGTH once the prompt is computed, with no TOKEN event */
+	/* Structured outputs (model/gram.h): NULL, or the grammar every choice
+	 * follows. The scheduler retains it; each choice gets its own state,
+	 * its allowed-token mask goes to the sampling op (allow_mask) at every
+	 * sample and each sampled token advances it. eos is allowed exactly when
+	 * the output is complete (min_tokens does not hold it back then).
+	 * gram_vocab: the vocabulary it was built over (borrowed; outlives the
+	 * request; at most the executor's vocab_size tokens). */
+	struct gram *grammar;
+	const struct gram_vocab *gram_vocab;
 	double arrival_s;               /* 0 = now */
 	double deadline_s;              /* monotonic; 0 = none */
 	sched_event_fn on_event;

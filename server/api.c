@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/strbuf.h"
+#include "server/anthropic.h"
 #include "common/timeutil.h"     /* hardening: /health stall */
 #include "server/serve_guard.h" /* hardening: Host check */
 
@@ -141,6 +142,10 @@ static bool key_matches(const char *expected, const char *given)
 static bool authorized(struct api *a, const struct http_request *req)
 {
 	if (!a->api_key)
+		return true;
+	/* Anthropic clients send x-api-key: KEY */
+	const char *xk = http_request_header(req, "x-api-key");
+	if (xk && key_matches(a->api_key, xk))
 		return true;
 	const char *h = http_request_header(req, "Authorization");
 	if (!h || strncasecmp(h, "Bearer ", 7))
@@ -301,7 +306,9 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 		const struct route *hit = NULL;
 		bool path_known = false;
 		for (int i = 0; i < a->n_routes; i++) {
-			if (strcmp(a->routes[i].path, p))
+			const char *rp = a->routes[i].path;
+			size_t rl = strlen(rp);
+			if (rl && rp[rl - 1] == '*' ? strncmp(rp, p, rl - 1) || !p[rl - 1] : strcmp(rp, p))
 				continue;
 			path_known = true;
 			if (!strcmp(a->routes[i].method, req->method))
@@ -331,6 +338,8 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 				  p);
 		}
 	}
+	if (!strncmp(p, "/v1/messages", 12) && (!p[12] || p[12] == '/'))
+		anth_error_reshape(resp); /* Anthropic-shaped errors for the Messages API */
 	set_request_id(a, req, resp);
 }
 

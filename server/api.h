@@ -36,7 +36,9 @@ typedef void (*api_route_fn)(void *ctx, struct api *api, const struct http_reque
 enum status api_create(struct api **out, const struct api_options *opt, struct err *e) DSV4_WUR;
 void api_destroy(struct api *api);
 
-/* Register METHOD PATH (exact match). Up to 32 routes. Call before serving. */
+/* Register METHOD PATH (exact match; a PATH ending in '*' matches any
+ * longer path with that prefix, e.g. "/v1/responses/ *"). Up to 32 routes.
+ * Call before serving. */
 enum status api_route(struct api *api, const char *method, const char *path, const char *label, api_route_fn fn,
 		      void *ctx) DSV4_WUR;
 

@@ -21,11 +21,16 @@
  *   decode: 15 tokens in 0.060 s, 250.0 tokens/s, cpu 0.058 s
  * Prefill is the time from the first step to the first sampled token (it
  * is sampled from the last prefill step); decode covers the tokens after
- * it, one step each. Seconds and tokens/s are wall-clock; cpu is this
+ * it, one step each. --prompt-logprobs scores the prompt instead of
+ * generating: the forward pass's logits of every prompt row, log-softmax on
+ * the host in double, one line
+ *   prompt_logprobs: null -3.25 -0.5 ...   (log P(token p | tokens < p))
+ * (a reference for the server's prompt log-probabilities, docs/eval.md). Seconds and tokens/s are wall-clock; cpu is this
  * process's CPU time over the same span (the executor is one thread, so on
  * a loaded machine tokens / cpu is the steadier figure).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +44,7 @@
 static void usage(void)
 {
 	fprintf(stderr, "usage: dsv4 generate MODEL_DIR (-p TEXT | --prompt-ids 0,1,2) [-n N] [--temperature T]\n"
-			"                     [--seed S] [--precision reference|fp32] [--kernel-plan]\n"
+			"                     [--seed S] [--precision reference|fp32] [--kernel-plan] [--prompt-logprobs]\n"
 			"       (--model DIR, --prompt TEXT, --max-tokens N: the same)\n");
 }
 
@@ -87,18 +92,65 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
 	return k ? 0 : -1;
 }
 
+/* --prompt-logprobs: the prompt in chunks through model_exec_cpu_forward
+ * with every row's logits, log P(ids[p] | ids[<p]) printed per position. */
+static enum status score_prompt(struct model_exec_cpu *x, const int32_t *ids, uint32_t n, int32_t *pos,
+				const uint32_t *blocks, struct err *e)
+{
+	const struct exec_info *in = &model_exec_cpu_exec(x)->info;
+	uint32_t T = in->max_step_tokens, V = in->vocab_size, B = in->block_tokens;
+	float *lg = malloc((size_t)T * V * sizeof *lg);
+	uint32_t *rows = malloc((size_t)T * sizeof *rows);
+	enum status st = ST_OK;
+	if (!lg || !rows)
+		st = err_set(e, ST_NOMEM, "out of memory for %u rows of logits", T);
+	printf("prompt_logprobs: null");
+	for (uint32_t done = 0; !st && done < n;) {
+		uint32_t q = n - done < T ? n - done : T;
+		for (uint32_t k = 0; k < q; k++) {
+			pos[k] = (int32_t)(done + k);
+			rows[k] = k;
+		}
+		struct exec_seq es = {.seq_id = 1, .n_cached_tokens = done, .n_context_tokens = done + q,
+				      .n_blocks = (done + q + B - 1) / B};
+		uint32_t qs[2] = {0, q};
+		struct exec_step step = {.n_tokens = q, .token_ids = ids + done, .positions = pos, .n_seqs = 1,
+					 .seqs = &es, .query_start = qs, .block_ids = blocks, .n_block_ids = es.n_blocks};
+		if ((st = model_exec_cpu_forward(x, &step, rows, q, lg, e)))
+			break;
+		for (uint32_t k = 0; k < q && done + k + 1 < n; k++) {
+			const float *l = lg + (size_t)k * V;
+			double mx = -INFINITY, s = 0;
+			for (uint32_t v = 0; v < V; v++)
+				mx = l[v] > mx ? l[v] : mx;
+			for (uint32_t v = 0; v < V; v++)
+				s += exp((double)l[v] - mx);
+			printf(" %.9g", (double)l[ids[done + k + 1]] - (mx + log(s)));
+		}
+		done += q;
+	}
+	printf("\n");
+	free(lg);
+	free(rows);
+	return st;
+}
+
 int cmd_generate(int argc, char **argv)
 {
 	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *prec = "reference";
 	long max_tokens = 16;
 	double temperature = 0;
 	unsigned long long seed = 0;
-	bool plan = false;
+	bool plan = false, score = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--kernel-plan")) {
 			plan = true;
+			continue;
+		}
+		if (!strcmp(a, "--prompt-logprobs")) {
+			score = true;
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -217,6 +269,8 @@ bad:
 		n_prompt += n_enc;
 		free(enc);
 	}
+	if (score)
+		max_tokens = 0;
 	uint32_t total = (uint32_t)(n_prompt + (size_t)max_tokens);
 	uint32_t B = 256, nb = (total + B - 1) / B + 1;
 	struct kern_disabled disabled;
@@ -269,6 +323,13 @@ bad:
 	int32_t *pos = malloc((size_t)ex->info.max_step_tokens * sizeof *pos);
 	if (!pos)
 		goto out;
+	if (score) {
+		rc = score_prompt(x, ids, (uint32_t)n_prompt, pos, blocks, &e) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+		if (rc)
+			fprintf(stderr, "dsv4 generate: %s\n", e.msg);
+		free(pos);
+		goto out;
+	}
 	double t_start = clock_s(CLOCK_MONOTONIC), t_first = t_start;
 	double c_start = clock_s(CLOCK_PROCESS_CPUTIME_ID), c_first = c_start;
 	while (n_out < (uint32_t)max_tokens) {

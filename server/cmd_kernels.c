@@ -43,7 +43,10 @@ static void print_plan(const struct model_plan *p, const struct kern_plan *rows)
 	printf("rows: %d (layer op kernel)\n", rows->n);
 	for (int i = 0; i < rows->n; i++)
 		printf("  %d %s %s\n", rows->entries[i].layer, rows->entries[i].op, rows->entries[i].variant);
-	printf("plan complete: %d layers%s and the head\n", p->n_layers, p->n_mtp ? " + MTP" : "");
+	if (p->n_dspark)
+		printf("plan complete: %d layers + %d DSpark stages and the head\n", p->n_layers, p->n_dspark);
+	else
+		printf("plan complete: %d layers%s and the head\n", p->n_layers, p->n_mtp ? " + MTP" : "");
 }
 
 static bool dir_has(const char *dir, const char *name)
@@ -74,7 +77,7 @@ static int plan_config_only(const char *dir, const struct kern_device *dev, cons
 	}
 	struct model_plan plan;
 	struct model_plan_options po = {.dev = dev, .disabled = dis, .max_step_tokens = 512, .quant_sim = true,
-					.load_mtp = true, .world_size = 1};
+					.load_mtp = true, .plan_dspark = true, .world_size = 1};
 	int rc = CLI_EXIT_OK;
 	if (model_formats_from_config(&cfg, fmts, &e) || model_plan_build(&cfg, fmts, &po, &plan, &e)) {
 		fprintf(stderr, "dsv4 kernels: %s: %s\n", path, e.msg);

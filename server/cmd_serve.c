@@ -57,6 +57,7 @@ struct serve_args {
 	const char *device;          /* --device auto|cuda|cpu */
 	bool kernel_selfcheck;
 	long max_logprobs;           /* --max-logprobs (evaluation) */
+	long responses_store_bytes;  /* --responses-store-bytes (agents) */
 };
 
 static void usage(FILE *f)
@@ -95,6 +96,8 @@ static void usage(FILE *f)
 		"  --kernel-selfcheck           check each chosen kernel against the CPU reference at load\n"
 		"  --max-logprobs N             most logprobs / top_logprobs / prompt_logprobs a request may ask\n"
 		"                               for, 1..20 (default 20)\n"
+		"  --responses-store-bytes N    memory for stored /v1/responses answers, oldest out first;\n"
+		"                               lost on restart (default 64 MiB)\n"
 		"  -h, --help                   this text\n");
 	fputs(tp_args_usage(), f); /* ---- tensor parallel ---- */
 	fputs(serve_guard_usage(), f); /* ---- hardening ---- */
@@ -134,6 +137,7 @@ enum {
 	O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXLEN, O_SEQS, O_BATCHED, O_QUEUED, O_GPU, O_TP, O_SHUTDOWN,
 	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY, O_DISABLE_KERNEL, O_SELFCHECK, O_DEVICE,
 	O_MAX_LOGPROBS,
+	O_RESP_STORE,
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -159,6 +163,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"kernel-selfcheck", no_argument, NULL, O_SELFCHECK},
 		{"device", required_argument, NULL, O_DEVICE},
 		{"max-logprobs", required_argument, NULL, O_MAX_LOGPROBS},
+		{"responses-store-bytes", required_argument, NULL, O_RESP_STORE},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -253,6 +258,10 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		case O_MAX_LOGPROBS:
 			if (!parse_long(v, 1, KERN_SAMPLE_MAX_TOP_LOGPROBS, &a->max_logprobs))
 				return bad("--max-logprobs '%s': expected an integer in 1..20", v);
+			break;
+		case O_RESP_STORE:
+			if (!parse_long(v, 1024, 1L << 40, &a->responses_store_bytes))
+				return bad("--responses-store-bytes '%s': expected an integer in 1024..2^40", v);
 			break;
 		case O_BLOCKS:
 			if (!parse_long(v, 1, 1L << 30, &a->num_blocks))
@@ -564,6 +573,7 @@ int cmd_serve(int argc, char **argv)
 		.max_queued_requests = (uint32_t)a.max_queued,
 		.priority_scheduling = a.priority,
 		.max_logprobs = (uint32_t)a.max_logprobs,
+		.responses_store_bytes = (size_t)a.responses_store_bytes,
 		.exec = ex,
 		.plan = cpu ? model_exec_cpu_plan(cpu) : tp ? tp_serve_plan(tp) : NULL,
 		.heartbeat = tp ? on_tp_heartbeat : on_heartbeat, /* ---- tensor parallel ---- */

@@ -125,7 +125,8 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	struct oai_server_options oo = {.tok = en->tok, .loop = en->loop, .api = en->api,
 					.max_model_len = en->max_model_len,
 					.vocab_size = model_tokenizer_vocab_size(en->tok),
-					.max_logprobs = opt->max_logprobs, .model_dir = opt->model_dir};
+					.max_logprobs = opt->max_logprobs, .model_dir = opt->model_dir,
+					.responses_store_bytes = opt->responses_store_bytes};
 	if (opt->exec->info.vocab_size && (int32_t)opt->exec->info.vocab_size < oo.vocab_size)
 		oo.vocab_size = (int32_t)opt->exec->info.vocab_size;
 	if ((st = oai_server_create(&en->oai, &oo, e))) {
@@ -206,6 +207,47 @@ static uint64_t mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+/* The test executor's logits after token tok at position pos: sparse, a
+ * handful of likely tokens over a flat floor. */
+static void test_logits(struct test_exec *t, int32_t tok, int32_t pos)
+{
+	uint32_t V = t->ex.info.vocab_size;
+	uint64_t h = mix64(((uint64_t)(uint32_t)tok << 32) ^ (uint64_t)pos);
+	for (uint32_t v = 0; v < V; v++)
+		t->logits[v] = -4.0f;
+	for (uint32_t r = 0; r < 8; r++) {
+		h = mix64(h);
+		uint32_t id = (uint32_t)(h % V);
+		t->logits[id] = 4.0f + (float)(r == 0) * 2.0f + (float)((h >> 40) & 255) / 256.0f;
+	}
+	if (t->ex.info.eos_token_id >= 0 && (uint32_t)t->ex.info.eos_token_id < V)
+		t->logits[t->ex.info.eos_token_id] = -8.0f; /* rarely stops by itself */
+}
+
+/* Prompt log-probabilities (model/exec.h) from the same logits, row by row. */
+static enum status test_prompt_lp(struct test_exec *t, const struct exec_step *st, uint32_t i, struct err *e)
+{
+	const struct exec_seq *s = &st->seqs[i];
+	struct exec_prompt_lp *lp = s->prompt_lp;
+	if (!lp || !lp->logprob || !s->prompt_ids)
+		return ST_OK;
+	for (uint32_t r = st->query_start[i]; r < st->query_start[i + 1]; r++) {
+		uint32_t p = (uint32_t)st->positions[r];
+		if (p + 1 >= s->n_prompt)
+			continue;
+		test_logits(t, st->token_ids[r], st->positions[r]);
+		struct kern_token_logprobs_args a = {
+			.logits = t->logits, .ld = t->ex.info.vocab_size, .vocab = t->ex.info.vocab_size, .n_rows = 1,
+			.target = &s->prompt_ids[p + 1], .n_top = lp->n_top, .logprob = &lp->logprob[p + 1],
+			.rank = &lp->rank[p + 1], .top_ids = lp->n_top ? lp->top_ids + (size_t)(p + 1) * lp->n_top : NULL,
+			.top_logprobs = lp->n_top ? lp->top_logprobs + (size_t)(p + 1) * lp->n_top : NULL};
+		enum status rc = kern_token_logprobs_ref(&a);
+		if (rc)
+			return err_set(e, rc, "test executor: prompt logprobs failed");
+	}
+	return ST_OK;
+}
+
 static enum status test_step(void *ctx, const struct exec_step *st, struct exec_sample *out, struct err *e)
 {
 	struct test_exec *t = ctx;
@@ -216,6 +258,9 @@ static enum status test_step(void *ctx, const struct exec_step *st, struct exec_
 	}
 	for (uint32_t i = 0; i < st->n_seqs; i++) {
 		const struct exec_seq *s = &st->seqs[i];
+		enum status rc = test_prompt_lp(t, st, i, e);
+		if (rc)
+			return rc;
 		if (!s->sample)
 			continue;
 		if (s->n_output < t->n_script) {
@@ -226,21 +271,11 @@ static enum status test_step(void *ctx, const struct exec_step *st, struct exec_
 			continue;
 		}
 		uint32_t last = st->query_start[i + 1] - 1;
-		uint64_t h = mix64(((uint64_t)(uint32_t)st->token_ids[last] << 32) ^ (uint64_t)st->positions[last]);
-		/* Sparse logits: a handful of likely tokens over a flat floor. */
-		for (uint32_t v = 0; v < V; v++)
-			t->logits[v] = -4.0f;
-		for (uint32_t r = 0; r < 8; r++) {
-			h = mix64(h);
-			uint32_t id = (uint32_t)(h % V);
-			t->logits[id] = 4.0f + (float)(r == 0) * 2.0f + (float)((h >> 40) & 255) / 256.0f;
-		}
-		if (t->ex.info.eos_token_id >= 0 && (uint32_t)t->ex.info.eos_token_id < V)
-			t->logits[t->ex.info.eos_token_id] = -8.0f; /* rarely stops by itself */
+		test_logits(t, st->token_ids[last], st->positions[last]);
 		struct kern_sample_history hist = {.prompt_ids = s->prompt_ids, .n_prompt = s->n_prompt,
 						   .output_ids = s->output_ids, .n_output = s->n_output};
 		out[k].seq_index = i;
-		enum status rc = kern_sample_ref(t->logits, V, s->sampling, &hist, s->n_output, t->work, &out[k].out);
+		rc = kern_sample_ref(t->logits, V, s->sampling, &hist, s->n_output, t->work, &out[k].out);
 		if (rc)
 			return err_set(e, rc, "test executor: sampling failed (bad parameters)");
 		k++;

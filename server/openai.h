@@ -39,6 +39,7 @@ struct oai_server_options {
 					      GET /tokenizer_info */
 	uint32_t max_logprobs;             /* --max-logprobs: larger logprobs / top_logprobs / prompt_logprobs
 					      are a 400 naming the limit; 0 = 20 (the default) */
+	size_t responses_store_bytes;      /* --responses-store-bytes: the /v1/responses store; 0 = 64 MiB */
 };
 
 enum status oai_server_create(struct oai_server **out, const struct oai_server_options *opt, struct err *e) DSV4_WUR;

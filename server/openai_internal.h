@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strbuf.h"
 #include "server/http.h"
 #include "server/openai.h"
 #include "server/openai_params.h"
@@ -42,6 +43,8 @@ struct oai_server {
 	int32_t free_head; /* slot index, -1 = none */
 	uint32_t n_jobs;
 	atomic_uint_fast64_t next_id;
+	struct resp_store *resp_store; /* /v1/responses answers (server/responses.c) */
+	struct gram_vocab *gvocab; /* structured outputs: the tokenizer's byte trie (NULL: unavailable) */
 };
 
 /* Submit the request's prompts (n_prompts id arrays; echo texts may be NULL,
@@ -50,5 +53,36 @@ struct oai_server {
 void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
 		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
 		    struct http_stream *hs);
+
+/* ---- other answer formats (server/anthropic.c, server/responses.c) ----
+ * A job with a format sends the chat output parser's events, each choice's
+ * finish and the end of the request to the format instead of writing the
+ * OpenAI chat shapes; the format appends its own bytes (SSE events or the
+ * one JSON body) to out. Calls run under the job's lock, in order: start
+ * once (at submission), event / finish as output arrives, ping when a
+ * stream has been silent, final once (error = NULL on success), destroy
+ * once when the job is freed (also when submission fails). n must be 1. */
+struct model_oparse_event;
+struct oai_usage;
+struct oai_job_format {
+	void (*start)(void *ctx, struct strbuf *out, uint32_t n_prompt_tokens);
+	void (*event)(void *ctx, struct strbuf *out, const struct model_oparse_event *ev);
+	void (*finish)(void *ctx, struct strbuf *out, const struct sched_event *ev);
+	void (*final)(void *ctx, struct strbuf *out, const struct oai_usage *u, const char *error);
+	void (*ping)(void *ctx, struct strbuf *out);
+	void (*destroy)(void *ctx);
+};
+/* oai__start_job for one chat prompt answered through fmt (it owns fmt_ctx
+ * from here on). Refusals are answered with api_error's OpenAI shape; the
+ * front-end reshapes them. */
+void oai__start_job_fmt(struct oai_server *s, const struct oai_request *r, int32_t *prompt_ids, size_t n_ids,
+			const struct oai_job_format *fmt, void *fmt_ctx, struct http_response *resp,
+			struct http_stream *hs);
+/* Structured outputs (openai_structured.c): the grammar the request asks
+ * for in *out (NULL for none; the caller releases it). false: resp holds
+ * the error reply (400 for a schema that cannot be compiled). */
+struct gram;
+bool oai__grammar(const struct oai_server *s, const struct oai_request *r, struct gram **out,
+		  struct http_response *resp);
 
 #endif

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/timeutil.h"
+#include "model/gram.h"
 #include "model/output_parser.h"
 #include "server/openai_format.h"
 
@@ -94,6 +95,8 @@ struct oai_job {
 	char error_msg[256];
 	double last_write_s, t_arrival;
 	struct oai_usage usage;
+	const struct oai_job_format *fmt; /* another API's shapes (openai_internal.h), or NULL */
+	void *fmt_ctx;
 };
 
 /* ---- detokenize callback for the scheduler ---- */
@@ -204,6 +207,11 @@ static void on_parse(void *user, const struct model_oparse_event *ev)
 	struct choice *c = user;
 	struct oai_job *j = c->job;
 	struct oai_delta d = {0};
+	if (j->fmt) {
+		if (ev->kind != MODEL_OPARSE_REASONING || j->include_reasoning)
+			j->fmt->event(j->fmt_ctx, &j->out, ev);
+		return;
+	}
 	switch (ev->kind) {
 	case MODEL_OPARSE_REASONING:
 		if (!j->include_reasoning || !ev->len)
@@ -454,7 +462,9 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 		snprintf(j->error_msg, sizeof j->error_msg, "the engine failed while generating this request");
 	}
 	j->n_finished++;
-	if (j->stream) {
+	if (j->fmt) {
+		j->fmt->finish(j->fmt_ctx, &j->out, ev);
+	} else if (j->stream) {
 		if (j->kind == OAI_CHAT) {
 			struct oai_delta d = {.kind = OAI_DELTA_EMPTY, .finish_reason = c->finish_reason};
 			emit_chat_delta(c, &d);
@@ -563,7 +573,10 @@ static void render_full(struct oai_job *j)
 static void finalize(struct oai_job *j)
 {
 	j->finalized = true;
-	if (j->stream) {
+	if (j->fmt) {
+		j->fmt->final(j->fmt_ctx, &j->out, &j->usage,
+			      j->error ? (j->error_msg[0] ? j->error_msg : "internal error") : NULL);
+	} else if (j->stream) {
 		if (j->error)
 			oai_sse_error(&j->out, 500, "server_error", j->error_msg[0] ? j->error_msg : "internal error");
 		if (j->head.usage_null)
@@ -621,8 +634,12 @@ static ssize_t job_read(void *ctx, char *buf, size_t max)
 			pump(j);
 	}
 	if (j->out_off >= j->out.len && !j->finalized && j->stream &&
-	    time_mono_s() - j->last_write_s > OAI_PING_INTERVAL_S)
-		strbuf_puts(&j->out, ": ping\n\n");
+	    time_mono_s() - j->last_write_s > OAI_PING_INTERVAL_S) {
+		if (j->fmt)
+			j->fmt->ping(j->fmt_ctx, &j->out);
+		else
+			strbuf_puts(&j->out, ": ping\n\n");
+	}
 	if (strbuf_failed(&j->out)) {
 		pthread_mutex_unlock(&j->mu);
 		return HTTP_STREAM_END;
@@ -699,7 +716,11 @@ static void job_close(void *ctx, bool aborted)
 		}
 		log_msg(LOG_INFO, "server", "%s: client went away; request aborted", j->id);
 	}
+	const struct oai_job_format *fmt = j->fmt;
+	void *fmt_ctx = j->fmt_ctx;
 	job_free(j);
+	if (fmt)
+		fmt->destroy(fmt_ctx);
 }
 
 /* ---- submission ---- */
@@ -766,9 +787,10 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->score_only = r->score_only;
 }
 
-/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
-		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
-		    struct http_stream *hs)
+/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */
+static void start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
+		      uint32_t n_prompts, char **echo, size_t *echo_len, const struct oai_job_format *fmt,
+		      void *fmt_ctx, struct http_response *resp, struct http_stream *hs)
 {
 	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : KERN_SAMPLE_MAX_TOP_LOGPROBS;
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
@@ -799,11 +821,17 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 			return;
 		}
 	}
+	struct gram *grammar = NULL; /* structured outputs; the scheduler retains it per request */
+	if (!oai__grammar(s, r, &grammar, resp))
+		return;
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
+		gram_release(grammar);
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
+	j->fmt = fmt;
+	j->fmt_ctx = fmt_ctx;
 	pthread_mutex_init(&j->mu, NULL);
 	strbuf_init(&j->out);
 	j->srv = s;
@@ -829,6 +857,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		j->n_subs = 0;
 		j->n_choices = 0;
 		job_free(j);
+		gram_release(grammar);
 		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
 		return;
 	}
@@ -847,6 +876,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 			struct err e = {0};
 			if (model_oparse_create(&c->parser, &po, &e)) {
 				job_free(j);
+				gram_release(grammar);
 				api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
 				return;
 			}
@@ -854,6 +884,8 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	}
 	struct sched_request_params p;
 	fill_sched_params(r, &p);
+	p.grammar = grammar;
+	p.gram_vocab = s->gvocab;
 	for (uint32_t i = 0; i < n_prompts; i++) {
 		struct sub *sb = &j->subs[i];
 		sb->first_choice = i * r->n;
@@ -863,6 +895,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		enum sched_refusal why = SCHED_ACCEPTED;
 		if (sched_loop_submit(s->opt.loop, &p, &sb->ss, &sb->rid, &why, &e)) {
 			sb->ss = NULL;
+			gram_release(grammar);
 			job_free(j);
 			refusal_reply(resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
 			return;
@@ -879,8 +912,11 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 		}
 		sb->n_prompt = (uint32_t)n_ids[i]; /* metrics of a request aborted before its FINISH event */
 	}
+	gram_release(grammar);
 	/* Chunks the client gets at once: the role (chat) or the echoed prompt (completions). */
-	if (j->stream) {
+	if (j->fmt) {
+		j->fmt->start(j->fmt_ctx, &j->out, (uint32_t)n_ids[0]);
+	} else if (j->stream) {
 		for (uint32_t i = 0; i < j->n_choices; i++) {
 			if (r->kind == OAI_CHAT) {
 				struct oai_delta d = {.kind = OAI_DELTA_ROLE};
@@ -916,6 +952,26 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	resp->stream.status = job_status;  /* hardening: a failed non-streamed answer is a 500 */
 	resp->stream_buffered = !j->stream;
 	resp->stream_ctx = j;
+}
+
+void oai__start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
+		    uint32_t n_prompts, char **echo, size_t *echo_len, struct http_response *resp,
+		    struct http_stream *hs)
+{
+	start_job(s, r, prompt_ids, n_ids, n_prompts, echo, echo_len, NULL, NULL, resp, hs);
+}
+
+void oai__start_job_fmt(struct oai_server *s, const struct oai_request *r, int32_t *prompt_ids, size_t n_ids,
+			const struct oai_job_format *fmt, void *fmt_ctx, struct http_response *resp,
+			struct http_stream *hs)
+{
+	resp->stream_ctx = NULL;
+	if (r->n != 1 || r->kind != OAI_CHAT)
+		api_error(resp, 400, "invalid_request_error", "n", NULL, "this endpoint answers one choice");
+	else
+		start_job(s, r, &prompt_ids, &n_ids, 1, NULL, NULL, fmt, fmt_ctx, resp, hs);
+	if (!resp->stream_ctx) /* refused: no job owns the format */
+		fmt->destroy(fmt_ctx);
 }
 
 void oai_server_abort_all(struct oai_server *s)

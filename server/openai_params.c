@@ -430,10 +430,20 @@ static enum status parse_tool_choice(struct oai_request *r, json_t *v, struct oa
 		r->tool_choice = OAI_TOOL_NONE;
 		return ST_OK;
 	}
-	if ((s && !strcmp(s, "required")) || json_is_object(v))
-		return fail(why, ST_UNSUPPORTED, "tool_choice",
-			    "tool_choice '%s' is not supported (it needs constrained decoding); use \"auto\" or \"none\"",
-			    s ? s : "{function}");
+	if (s && !strcmp(s, "required")) {
+		r->tool_choice = OAI_TOOL_REQUIRED;
+		return ST_OK;
+	}
+	const char *name = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
+	const char *type = json_string_value(json_object_get(v, "type"));
+	if (json_is_object(v)) {
+		if (!name || (type && strcmp(type, "function")))
+			return fail(why, ST_INVALID, "tool_choice",
+				    "a tool_choice object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+		r->tool_choice = OAI_TOOL_NAMED;
+		r->tool_choice_name = ar_strndup(r->arena, name, strlen(name));
+		return r->tool_choice_name ? ST_OK : NOMEM(why);
+	}
 	return fail(why, ST_INVALID, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
 }
 
@@ -457,6 +467,79 @@ static enum status parse_template_kwargs(struct oai_request *r, json_t *v, bool 
 	return ST_OK;
 }
 
+/* Structured outputs: response_format, guided_json, guided_choice, structured_outputs. */
+static enum status parse_format(struct oai_request *r, const char *param, json_t *v, struct oai_error *why)
+{
+	json_t *schema = NULL, *choice = NULL;
+	if (!strcmp(param, "response_format")) {
+		const char *t = json_string_value(json_object_get(v, "type"));
+		if (!json_is_object(v) || !t)
+			return fail(why, ST_INVALID, param, "'response_format' must be {\"type\": ...}");
+		if (!strcmp(t, "text"))
+			return ST_OK;
+		if (!strcmp(t, "json_object")) {
+			r->format = OAI_FORMAT_JSON_OBJECT;
+		} else if (!strcmp(t, "json_schema")) {
+			schema = json_object_get(json_object_get(v, "json_schema"), "schema");
+			if (!json_is_object(schema) && !json_is_boolean(schema))
+				return fail(why, ST_INVALID, param, "response_format json_schema needs json_schema.schema");
+		} else {
+			return fail(why, ST_UNSUPPORTED, param,
+				    "response_format type '%.40s' is not supported; \"text\", \"json_object\" or \"json_schema\"", t);
+		}
+		char *d = json_dumps(v, JSON_COMPACT);
+		r->response_format_json = d ? ar_strndup(r->arena, d, strlen(d)) : NULL;
+		free(d);
+		if (!r->response_format_json)
+			return NOMEM(why);
+	} else if (!strcmp(param, "guided_json")) {
+		schema = v;
+	} else if (!strcmp(param, "guided_choice")) {
+		choice = v;
+	} else { /* structured_outputs */
+		schema = json_object_get(v, "json");
+		choice = json_object_get(v, "choice");
+		if (!json_is_object(v) || (!schema && !choice) || json_object_size(v) != 1)
+			return fail(why, ST_UNSUPPORTED, param, "structured_outputs supports one of 'json' and 'choice'");
+	}
+	if (json_is_string(schema)) { /* vLLM accepts the schema as a string too */
+		json_t *p = json_loads(json_string_value(schema), 0, NULL);
+		char *d = p ? json_dumps(p, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+		json_decref(p);
+		r->format_schema = d ? ar_strndup(r->arena, d, strlen(d)) : NULL;
+		free(d);
+		if (!r->format_schema)
+			return fail(why, ST_INVALID, param, "the schema string is not JSON");
+		r->format = OAI_FORMAT_JSON_SCHEMA;
+	} else if (schema) {
+		char *d = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+		r->format_schema = d ? ar_strndup(r->arena, d, strlen(d)) : NULL;
+		free(d);
+		if (!r->format_schema)
+			return NOMEM(why);
+		r->format = OAI_FORMAT_JSON_SCHEMA;
+	}
+	if (choice) {
+		size_t n = json_is_array(choice) ? json_array_size(choice) : 0;
+		if (!n || n > 4096)
+			return fail(why, ST_INVALID, param, "the choice list must be an array of 1..4096 strings");
+		const char **c = ar_alloc(r->arena, n * sizeof *c);
+		if (!c)
+			return NOMEM(why);
+		for (size_t i = 0; i < n; i++) {
+			json_t *x = json_array_get(choice, i);
+			if (!json_is_string(x))
+				return fail(why, ST_INVALID, param, "the choice list must be an array of 1..4096 strings");
+			if (!(c[i] = ar_strndup(r->arena, json_string_value(x), json_string_length(x))))
+				return NOMEM(why);
+		}
+		r->format_choices = c;
+		r->n_format_choices = (uint32_t)n;
+		r->format = OAI_FORMAT_CHOICE;
+	}
+	return ST_OK;
+}
+
 /* ---- the key table ---- */
 
 enum key {
@@ -465,6 +548,7 @@ enum key {
 	K_STOP, K_STOP_TOKEN_IDS, K_IGNORE_EOS, K_LOGPROBS, K_TOP_LOGPROBS, K_PRIORITY, K_CACHE_SALT,
 	K_MIN_TOKENS, K_INCLUDE_STOP, K_SKIP_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
 	K_PROMPT_LOGPROBS, /* evaluation */
+	K_FORMAT, /* structured outputs: guided_json, guided_choice, structured_outputs */
 	/* chat */
 	K_MESSAGES, K_TOOLS, K_TOOL_CHOICE, K_TEMPLATE_KWARGS, K_REASONING_EFFORT, K_THINKING,
 	K_INCLUDE_REASONING, K_ADD_GENERATION_PROMPT, K_CONTINUE_FINAL, K_MODALITIES,
@@ -512,6 +596,9 @@ static const struct key_def {
 	{"skip_special_tokens", K_SKIP_SPECIAL, F_GEN},
 	{"parallel_tool_calls", K_PARALLEL_TOOL_CALLS, F_CHAT},
 	{"response_format", K_RESPONSE_FORMAT, F_GEN},
+	{"guided_json", K_FORMAT, F_GEN},
+	{"guided_choice", K_FORMAT, F_GEN},
+	{"structured_outputs", K_FORMAT, F_GEN},
 	{"messages", K_MESSAGES, F_CHAT | F_TOKENIZE},
 	{"tools", K_TOOLS, F_CHAT | F_TOKENIZE},
 	{"tool_choice", K_TOOL_CHOICE, F_CHAT | F_TOKENIZE},
@@ -822,16 +909,10 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 				st = fail(why, ST_UNSUPPORTED, "parallel_tool_calls",
 					  "parallel_tool_calls=false is not supported (the model may emit several calls)");
 			break;
-		case K_RESPONSE_FORMAT: {
-			const char *t = json_string_value(json_object_get(v, "type"));
-			if (!json_is_object(v) || !t)
-				st = fail(why, ST_INVALID, "response_format", "'response_format' must be {\"type\": ...}");
-			else if (strcmp(t, "text"))
-				st = fail(why, ST_UNSUPPORTED, "response_format",
-					  "response_format type '%.40s' is not supported (no constrained decoding); "
-					  "only \"text\"", t);
+		case K_RESPONSE_FORMAT:
+		case K_FORMAT:
+			st = parse_format(r, k, v, why);
 			break;
-		}
 		case K_MESSAGES:
 			messages = v; /* after continue_final_message is known */
 			break;
@@ -928,6 +1009,15 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 		r->effort = MODEL_CHAT_EFFORT_NONE;
 	if (r->tool_choice == OAI_TOOL_NONE)
 		r->tools_json = NULL;
+	if ((r->tool_choice == OAI_TOOL_REQUIRED || r->tool_choice == OAI_TOOL_NAMED) && !r->tools_json) {
+		st = fail(why, ST_INVALID, "tool_choice", "tool_choice \"required\" or a named function needs 'tools'");
+		goto out;
+	}
+	if ((r->tool_choice == OAI_TOOL_REQUIRED || r->tool_choice == OAI_TOOL_NAMED) && r->format) {
+		st = fail(why, ST_UNSUPPORTED, "tool_choice", "tool_choice \"required\" or a named function cannot be "
+							      "combined with a response format");
+		goto out;
+	}
 	if (where & (F_CHAT | F_TOKENIZE)) {
 		if (!messages && where == F_CHAT) {
 			st = fail(why, ST_INVALID, "messages", "'messages' is required");
@@ -1123,5 +1213,6 @@ void oai_chat_options(const struct oai_request *r, struct model_chat_options *op
 	opt->thinking = r->thinking;
 	opt->effort = r->effort;
 	opt->tools_json = r->tools_json;
+	opt->response_format_json = r->response_format_json;
 	opt->continue_final = r->continue_final;
 }

@@ -39,7 +39,12 @@
 enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
 
 /* Who calls tools: auto (the model decides) or none (tools not rendered). */
-enum oai_tool_choice { OAI_TOOL_AUTO = 0, OAI_TOOL_NONE = 1 };
+enum oai_tool_choice { OAI_TOOL_AUTO = 0, OAI_TOOL_NONE = 1, OAI_TOOL_REQUIRED = 2, OAI_TOOL_NAMED = 3 };
+
+/* Structured outputs (model/gram.h; compiled by oai__start_job):
+ * response_format json_object / json_schema, vLLM's guided_json /
+ * guided_choice and structured_outputs {json | choice}. */
+enum oai_format { OAI_FORMAT_TEXT = 0, OAI_FORMAT_JSON_OBJECT, OAI_FORMAT_JSON_SCHEMA, OAI_FORMAT_CHOICE };
 
 /* One prompt of /v1/completions: text or token ids (exactly one set). */
 struct oai_prompt {
@@ -78,6 +83,11 @@ struct oai_request {
 	bool prompt_logprobs;
 	uint32_t prompt_top_logprobs;
 	bool score_only;
+	enum oai_format format;
+	const char *format_schema;        /* JSON_SCHEMA: the schema, re-serialized */
+	const char *const *format_choices; /* CHOICE */
+	uint32_t n_format_choices;
+	const char *response_format_json; /* response_format as given (rendered into the chat prompt), or NULL */
 
 	/* Chat. */
 	struct model_chat_message *messages;
@@ -85,6 +95,7 @@ struct oai_request {
 	const char *tools_json;     /* the "tools" array re-serialized, or NULL */
 	size_t n_tools;
 	enum oai_tool_choice tool_choice;
+	const char *tool_choice_name; /* OAI_TOOL_NAMED */
 	bool thinking;              /* prompt ends in <think>; output starts in reasoning */
 	enum model_chat_effort effort;
 	bool include_reasoning;     /* false: drop reasoning_content from the answer */

@@ -14,8 +14,12 @@
 #include <jansson.h>
 
 #include "common/strbuf.h"
+#include "common/log.h"
 #include "model/chat.h"
+#include "server/anthropic.h"
+#include "model/gram.h"
 #include "server/openai_format.h"
+#include "server/responses.h"
 
 /* ---- request handling ---- */
 
@@ -332,12 +336,17 @@ enum status oai_server_create(struct oai_server **out, const struct oai_server_o
 	s->free_head = -1;
 	pthread_mutex_init(&s->wake_mu, NULL);
 	atomic_store(&s->next_id, ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)s);
+	/* structured outputs: the vocabulary's byte trie, built once (without it requests run unconstrained) */
+	struct err ge = {0};
+	if (opt->tok && gram_vocab_from_tokenizer(&s->gvocab, opt->tok, &ge))
+		log_msg(LOG_WARN, "openai", "structured outputs unavailable: %s", ge.msg);
 	struct api *a = opt->api;
 	if (api_route(a, "POST", "/v1/chat/completions", "/v1/chat/completions", route_chat, s) ||
 	    api_route(a, "POST", "/v1/completions", "/v1/completions", route_completions, s) ||
 	    api_route(a, "POST", "/tokenize", "/tokenize", route_tokenize, s) ||
 	    api_route(a, "POST", "/detokenize", "/detokenize", route_detokenize, s) ||
-	    api_route(a, "GET", "/tokenizer_info", "/tokenizer_info", route_tokenizer_info, s)) {
+	    api_route(a, "GET", "/tokenizer_info", "/tokenizer_info", route_tokenizer_info, s) ||
+	    anth_register(s, a) || resp_register(s, a)) {
 		oai_server_destroy(s);
 		return err_set(e, ST_INVALID, "server: cannot register the OpenAI routes");
 	}
@@ -358,6 +367,8 @@ void oai_server_destroy(struct oai_server *s)
 		return;
 	for (int c = 0; c < s->n_chunks; c++)
 		free(s->chunks[c]);
+	resp_store_destroy(s->resp_store);
+	gram_vocab_destroy(s->gvocab);
 	pthread_mutex_destroy(&s->wake_mu);
 	free(s);
 }

@@ -8,6 +8,12 @@
  * semantics every variant must implement; sampling_ref.c is the CPU reference.
  *
  * Order of operations (each stage is skipped when its parameter is neutral):
+ *  -1. allow_mask (structured outputs, model/gram.h): tokens whose bit is
+ *                 clear get logit -inf before anything else, so the logprobs
+ *                 below are those of the constrained distribution (as vLLM
+ *                 reports them) and masked tokens never appear in top_logprobs.
+ *                 Only the CPU reference implements it: executors sample a
+ *                 row that carries a mask on the host.
  *   0. logprobs:  log_softmax of the RAW logits (before bias, penalties and
  *                 temperature; vLLM's default "raw_logprobs" mode). The chosen
  *                 token's logprob and the top_logprobs come from this.
@@ -61,6 +67,7 @@ struct kern_sampling_params {
 	uint64_t seed;            /* always set: the scheduler draws one when the request has none */
 	const struct kern_logit_bias *logit_bias; /* n_logit_bias entries, may be NULL */
 	uint32_t n_logit_bias;
+	const uint32_t *allow_mask; /* NULL, or (vocab + 31) / 32 words: bit v of word v / 32 = token v allowed */
 	bool logprobs;            /* return the chosen token's logprob */
 	uint32_t top_logprobs;    /* 0..KERN_SAMPLE_MAX_TOP_LOGPROBS; implies logprobs */
 };

@@ -33,11 +33,16 @@ static int cmp_desc(const void *a, const void *b, void *ctx)
 
 #define SEEN_IN_PROMPT 0x80000000u
 
+static inline bool masked_out(const uint32_t *m, uint32_t v) { return m && !(m[v >> 5] >> (v & 31) & 1u); }
+
 /* Top-n of the raw logits as logprobs (n <= KERN_SAMPLE_MAX_TOP_LOGPROBS). */
-static void raw_logprobs(const float *logits, uint32_t vocab, uint32_t n, double lse, struct kern_sample_out *out)
+static void raw_logprobs(const float *logits, const uint32_t *m, uint32_t vocab, uint32_t n, double lse,
+			 struct kern_sample_out *out)
 {
 	uint32_t k = 0;
 	for (uint32_t v = 0; v < vocab; v++) {
+		if (masked_out(m, v))
+			continue;
 		/* insertion into a sorted list of at most n entries; strict > keeps lower id first on ties */
 		if (k == n && !(logits[v] > logits[out->top_ids[k - 1]]))
 			continue;
@@ -69,6 +74,13 @@ enum status kern_sample_ref(const float *logits, uint32_t vocab, const struct ke
 	uint32_t *cnt = (uint32_t *)(l + vocab);
 	uint32_t *cand = cnt + vocab;
 	memcpy(l, logits, (size_t)vocab * sizeof(float));
+	const uint32_t *m = p->allow_mask;
+
+	/* -1. allowed tokens (the logprobs below are over them only) */
+	if (m)
+		for (uint32_t v = 0; v < vocab; v++)
+			if (masked_out(m, v))
+				l[v] = -INFINITY;
 
 	/* 0. raw logprobs */
 	double lse = 0.0;
@@ -76,13 +88,15 @@ enum status kern_sample_ref(const float *logits, uint32_t vocab, const struct ke
 	if (want_lp) {
 		float mx = -INFINITY;
 		for (uint32_t v = 0; v < vocab; v++)
-			mx = fmaxf(mx, logits[v]);
+			if (!masked_out(m, v))
+				mx = fmaxf(mx, logits[v]);
 		double s = 0.0;
 		for (uint32_t v = 0; v < vocab; v++)
-			s += exp((double)logits[v] - (double)mx);
+			if (!masked_out(m, v))
+				s += exp((double)logits[v] - (double)mx);
 		lse = (double)mx + log(s);
 		if (p->top_logprobs)
-			raw_logprobs(logits, vocab, p->top_logprobs, lse, out);
+			raw_logprobs(logits, m, vocab, p->top_logprobs, lse, out);
 	}
 
 	/* 1. logit bias */

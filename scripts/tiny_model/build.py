@@ -54,7 +54,7 @@ def _dump_json(path, obj):
 
 def _write_all(dirpath, variant, seed, master):
     cfg = model.config_for(variant)
-    tensors = model.variant_tensors(variant, master)
+    tensors = model.variant_tensors(variant, master, cfg)
     shards = {k: [] for k in range(1, N_SHARDS + 1)}
     for t in tensors:
         shards[model.shard_of(t.name)].append(t)

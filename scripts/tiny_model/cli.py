@@ -18,6 +18,9 @@ def main(argv=None):
                     help="checkpoint format; 'all' writes bf16, fp8, nvfp4, fp8-deq and nvfp4-deq")
     ap.add_argument("--dequantized", action="store_true",
                     help="store the quantized values dequantized (F32, bf16 layout); fp8 and nvfp4 only")
+    ap.add_argument("--release", choices=model.RELEASES, default="june",
+                    help="checkpoint layout: june (NextN MTP layer) or 0731 (three DSpark draft stages, "
+                         "same main weights); 0731 takes --variant bf16, fp8, nvfp4 or all")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", metavar="DIR",
                     help="output directory (default models/tiny-<variant>[-deq] in the repository); "
@@ -27,8 +30,17 @@ def main(argv=None):
         ap.error("--seed must be >= 0")
     if a.dequantized and a.variant not in ("fp8", "nvfp4"):
         ap.error("--dequantized applies to --variant fp8 or nvfp4")
+    if a.release == "0731" and a.dequantized:
+        ap.error("--dequantized applies to --release june")
 
-    if a.variant == "all":
+    if a.release == "0731":
+        names = model.VARIANTS_0731 if a.variant == "all" else ("0731-" + a.variant,)
+        if a.variant == "all":
+            parent = a.out or os.path.join(REPO, "models")
+            jobs = [(v, os.path.join(parent, "tiny-" + v)) for v in names]
+        else:
+            jobs = [(names[0], a.out or os.path.join(REPO, "models", "tiny-" + names[0]))]
+    elif a.variant == "all":
         parent = a.out or os.path.join(REPO, "models")
         jobs = [(v, os.path.join(parent, "tiny-" + v)) for v in model.VARIANTS]
     else:
@@ -39,7 +51,8 @@ def main(argv=None):
 
     def master():
         if "m" not in cache:
-            cache["m"] = model.master_weights(a.seed)
+            cfg = model.config_for("0731-bf16") if a.release == "0731" else model.CONFIG
+            cache["m"] = model.master_weights(a.seed, cfg)
         return cache["m"]
 
     try:

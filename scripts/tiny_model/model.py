@@ -20,6 +20,10 @@ from . import formats as fm
 from .st_io import Tensor
 
 VARIANTS = ("bf16", "fp8", "nvfp4", "fp8-deq", "nvfp4-deq")
+# The 0731 release's layout (../shared/docs/dsv4-0731.md): the same main model (the same tensor names,
+# so the same master values), with three DSpark draft stages mtp.0..2 in place of the NextN layer.
+RELEASES = ("june", "0731")
+VARIANTS_0731 = ("0731-bf16", "0731-fp8", "0731-nvfp4")
 
 CONFIG = {
     "architectures": ["DeepseekV4ForCausalLM"],
@@ -82,8 +86,26 @@ _INPUT_AMAX = {"w1": 8.0, "w3": 8.0, "w2": 16.0}
 _CLAMP_EXPERT, _CLAMP_GAIN = 7, 5.0
 
 
+# The 0731 keys at tiny scale: 46 -> 6 + 3 compress_ratios, the last three sliding draft stages fed
+# by the last three main layers; num_nextn_predict_layers stays 1, as in the release (a leftover).
+DSPARK_0731 = {"dspark_block_size": 5, "dspark_noise_token_id": 128799,
+               "dspark_target_layer_ids": [3, 4, 5], "dspark_markov_rank": 16}
+N_DSPARK_STAGES = 3
+
+
+def split_variant(variant):
+    """"0731-nvfp4" -> ("0731", "nvfp4"); "fp8-deq" -> ("june", "fp8-deq")."""
+    if variant.startswith("0731-"):
+        return "0731", variant[len("0731-"):]
+    return "june", variant
+
+
 def config_for(variant):
+    release, variant = split_variant(variant)
     cfg = dict(CONFIG)
+    if release == "0731":
+        cfg["compress_ratios"] = CONFIG["compress_ratios"][:CONFIG["num_hidden_layers"]] + [0] * N_DSPARK_STAGES
+        cfg.update(DSPARK_0731)
     if variant in ("fp8", "nvfp4"):
         cfg["quantization_config"] = dict(_FP8_QCONFIG if variant == "fp8" else _NVFP4_QCONFIG)
         cfg["expert_dtype"] = "fp4"
@@ -181,6 +203,22 @@ def tensor_specs(cfg=CONFIG):
     add("head.weight", "bf16", (V, D), ("normal", 0.0, 3.0 / np.sqrt(D)))
     norm("norm.weight", D)
     hc_head("")
+    if "dspark_target_layer_ids" in cfg:
+        n_stages = len(ratios) - n_layers
+        r = cfg["dspark_markov_rank"]
+        for m in range(n_stages):
+            p = f"mtp.{m}."
+            block(p, 0, False, True)                 # a sliding V4 block, experts MXFP4 as in the release
+            if m == 0:
+                lin(p + "main_proj", D, D * len(cfg["dspark_target_layer_ids"]))
+                norm(p + "main_norm.weight", D)
+            if m == n_stages - 1:
+                norm(p + "norm.weight", D)
+                hc_head(p)
+                add(p + "markov_head.markov_w1.weight", "bf16", (V, r), ("normal", 0.0, 1.0))
+                add(p + "markov_head.markov_w2.weight", "bf16", (V, r), ("normal", 0.0, 1.0 / np.sqrt(r)))
+                add(p + "confidence_head.proj.weight", "bf16", (1, D + r), ("normal", 0.0, 1.0 / np.sqrt(D + r)))
+        return specs
     for m in range(cfg["num_nextn_predict_layers"]):
         p = f"mtp.{m}."
         lin(p + "e_proj", D, D)
@@ -245,8 +283,10 @@ def _expert_proj(name):
     return name.rsplit(".", 1)[1]
 
 
-def variant_tensors(variant, master, cfg=CONFIG):
+def variant_tensors(variant, master, cfg=None):
     """The stored tensors of a variant: list of Tensor, in tensor_specs order."""
+    cfg = cfg or config_for(variant)
+    variant = split_variant(variant)[1]
     base, deq = variant.split("-")[0], variant.endswith("-deq")
     out = []
     for s in tensor_specs(cfg):

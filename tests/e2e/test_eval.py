@@ -9,6 +9,8 @@
      running byte counts). Against transformers (the goldens, float32): the top-1
      logprob at every position, and the prompt token's where the golden kept its
      logit (top-32 or probe ids), to 3e-4 (the forward tests' logit 1e-4 + lse 1e-4).
+  1a. The same prompts through the forward pass run directly (`dsv4 generate --prompt-logprobs`:
+      no scheduler, no token_logprobs op): equal to the server's to 1e-5.
   1b. The same prompts on a TP=2 server (ranks as threads): equal to TP=1 to 1e-5 (1 + |lp|/10).
   2. Bad input: logprobs / prompt_logprobs above --max-logprobs are a 400 naming
      the limit; max_tokens 0 without echo or prompt_logprobs is a 400.
@@ -26,6 +28,7 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -173,6 +176,28 @@ def part_logprobs(srv, check, seen):
           b["prompt_logprobs"][1], "chat prompt_logprobs: %d %s" % (st, str(b)[:300]))
 
 
+def part_direct(srv, check, seen):
+    """The forward pass run directly: `dsv4 generate --prompt-logprobs` (no scheduler, no token_logprobs op,
+    log-softmax in double on the host) on the served checkpoint, the same prompts."""
+    m = re.search(r"serving '[^']*' from (\S+) on", srv.logtext())
+    if not check(m, "no model directory in the server log"):
+        return
+    worst = 0.0
+    for i, (ids, tl) in enumerate(seen):
+        p = subprocess.run([serverproc.BIN, "generate", m.group(1), "--prompt-ids", ",".join(map(str, ids)),
+                            "--prompt-logprobs", "--precision", "fp32"], capture_output=True, text=True, timeout=300)
+        line = [l for l in p.stdout.splitlines() if l.startswith("prompt_logprobs:")]
+        if not check(p.returncode == 0 and line, "dsv4 generate --prompt-logprobs: %d %s" % (p.returncode,
+                                                                                          p.stderr[-500:])):
+            continue
+        vals = line[0].split()[1:]
+        check(vals[0] == "null" and len(vals) == len(ids), "generate printed %d values for %d tokens"
+              % (len(vals), len(ids)))
+        worst = max([worst] + [abs(float(a) - b) for a, b in zip(vals[1:], tl)])
+    check(worst <= TOL, "server prompt logprobs differ from the direct forward pass by %.3g" % worst)
+    print("direct forward (dsv4 generate): %d prompts, largest difference %.3g" % (len(seen), worst), flush=True)
+
+
 def part_tp(check, seen):
     """TP=2 (ranks as threads) against TP=1: the same prompt log-probabilities."""
     srv = serverproc.Server("--precision", "fp32", "--max-model-len", "1024", "--tensor-parallel-size", "2",
@@ -289,6 +314,7 @@ def main():
     seen = []
     try:
         part_logprobs(srv, check, seen)
+        part_direct(srv, check, seen)
         part_errors(srv, check)
         with tempfile.TemporaryDirectory() as tmp:
             ran = part_harness(srv, check, tmp)

@@ -322,6 +322,7 @@ class Fuzzer:
                     ("/v1/completions", {"prompt": [10 ** 7]}), ("/v1/completions", {"prompt": []}),
                     ("/v1/completions", {"prompt": [[]]}), ("/v1/completions", {"prompt": {"a": 1}}),
                     ("/v1/completions", {"prompt": [1.5]}), ("/v1/completions", {"prompt": "x", "suffix": "y"}),
+                    ("/v1/completions", {"prompt": "x", "best_of": 3}), ("/v1/completions", {"prompt": "x", "max_tokens": 0}),
                     ("/v1/completions", {"prompt": "x", "best_of": 3}), ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 99}),
                     ("/detokenize", {"tokens": "x"}), ("/detokenize", {"tokens": [-5]}),
                     ("/detokenize", {"tokens": [2 ** 40]}), ("/detokenize", {"tokens": [1.5]}),

@@ -329,7 +329,7 @@ def main():
 
     e = err(400, "POST", "/v1/chat/completions", {"messages": msgs, "frobnicate": 1})
     check(e.get("param") == "frobnicate", "unknown field named")
-    e = err(400, "POST", "/v1/chat/completions", {"messages": msgs, "response_format": {"type": "json_object"}})
+    e = err(400, "POST", "/v1/chat/completions", {"messages": msgs, "response_format": {"type": "xml"}})
     check(e.get("param") == "response_format", "response_format refused by name")
     err(400, "POST", "/v1/chat/completions", {"messages": msgs, "temperature": 5})
     err(400, "POST", "/v1/chat/completions", {"messages": []})

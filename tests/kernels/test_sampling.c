@@ -291,6 +291,57 @@ static void test_mask(void)
 	free(work);
 }
 
+/* allow_mask (structured outputs): only allowed tokens are sampled, and the
+ * logprobs are those of the distribution renormalised over them. */
+static void test_allow_mask(void)
+{
+	enum { V = 70 };
+	float logits[V];
+	uint32_t mask[(V + 31) / 32] = {0};
+	void *work = malloc(kern_sample_workspace_bytes(V));
+	for (uint32_t v = 0; v < V; v++)
+		logits[v] = (float)(urand() * 4 - 2);
+	logits[3] = 50.0f; /* the argmax is masked out */
+	uint32_t n_allowed = 0;
+	for (uint32_t v = 0; v < V; v++)
+		if (v != 3 && rnd(3) == 0) {
+			mask[v >> 5] |= 1u << (v & 31);
+			n_allowed++;
+		}
+	if (!n_allowed) {
+		mask[1] |= 1u;
+		n_allowed = 1;
+	}
+	double mx = -1e30, s = 0;
+	for (uint32_t v = 0; v < V; v++)
+		if (mask[v >> 5] >> (v & 31) & 1)
+			mx = logits[v] > mx ? logits[v] : mx;
+	for (uint32_t v = 0; v < V; v++)
+		if (mask[v >> 5] >> (v & 31) & 1)
+			s += exp(logits[v] - mx);
+	double lse = mx + log(s);
+	for (int t = 0; t < 3; t++) {
+		struct kern_sampling_params p = base(t == 0 ? 0.0f : t == 1 ? 1.0f : 2.0f);
+		p.allow_mask = mask;
+		p.logprobs = true;
+		p.top_logprobs = 5;
+		p.seed = g_rng;
+		for (uint64_t c = 0; c < 300; c++) {
+			struct kern_sample_out out;
+			T_CHECK(kern_sample_ref(logits, V, &p, NULL, c, work, &out) == ST_OK);
+			uint32_t id = (uint32_t)out.token_id;
+			T_CHECK(mask[id >> 5] >> (id & 31) & 1);
+			T_CLOSE(out.logprob, logits[id] - lse, 1e-5, 1e-5);
+			T_CHECK(out.n_top == (n_allowed < 5 ? n_allowed : 5));
+			for (uint32_t i = 0; i < out.n_top; i++) {
+				uint32_t k = (uint32_t)out.top_ids[i];
+				T_CHECK(mask[k >> 5] >> (k & 31) & 1);
+			}
+		}
+	}
+	free(work);
+}
+
 static void test_invalid(void)
 {
 	float logits[8] = {0};
@@ -331,6 +382,7 @@ int main(void)
 	test_logprobs();
 	test_distribution();
 	test_mask();
+	test_allow_mask();
 	test_invalid();
 	return test_exit();
 }

@@ -859,6 +859,47 @@ static void test_flash_schema(void)
 	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E8M0 && w.t[k].shape[0] == 4096 && w.t[k].shape[1] == 64);
 	T_CHECK(fx_find(&w, "layers.41.attn.compressor.ape") >= 0 && fx_find(&w, "layers.41.attn.indexer.wq_b.weight") < 0);
 	fx_free(&w);
+
+	/* the 0731 release: three DSpark stages in place of the NextN layer (dsv4-0731.md: its index
+	 * lists 72,317 tensors, total_size 166,878,536,440 bytes; 4,705 of them mtp.*) */
+	json_array_append_new(r, json_integer(0));
+	json_array_append_new(r, json_integer(0));
+	json_t *d = json_pack("{s:i, s:i, s:[i,i,i], s:i}", "dspark_block_size", 5, "dspark_noise_token_id", 128799,
+			      "dspark_target_layer_ids", 40, 41, 42, "dspark_markov_rank", 256);
+	json_object_update(c, d);
+	json_decref(d);
+	CHECK(fx_build(&w, c, FX_FP8, 3) == 0);
+	total = mtp = 0;
+	size_t n_mtp = 0;
+	for (size_t i = 0; i < w.n; i++) {
+		uint64_t b = fx_bytes(&w.t[i]);
+		total += b;
+		if (!strncmp(w.t[i].name, "mtp.", 4))
+			mtp += b, n_mtp++;
+	}
+	T_CHECKF(w.n == 72317, "0731: %zu tensors", w.n);
+	T_CHECKF(n_mtp == 4705, "0731: %zu mtp tensors", n_mtp);
+	T_CHECKF(total == 166878536440ull, "0731: %llu bytes", (unsigned long long)total);
+	k = fx_find(&w, "mtp.0.main_proj.scale");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E8M0 && w.t[k].shape[0] == 32 && w.t[k].shape[1] == 96);
+	k = fx_find(&w, "mtp.2.confidence_head.proj.weight");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_BF16 && w.t[k].shape[0] == 1 && w.t[k].shape[1] == 4352);
+	k = fx_find(&w, "mtp.1.ffn.experts.3.w2.scale");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E8M0 && w.t[k].shape[0] == 4096 && w.t[k].shape[1] == 64);
+	T_CHECK(fx_find(&w, "mtp.0.e_proj.weight") < 0 && fx_find(&w, "mtp.1.norm.weight") < 0);
+	fx_free(&w);
+	/* the NVFP4 conversion leaves the 4,705 mtp.* tensors as they were (draft experts MXFP4) */
+	fx_add_quant(c, 1);
+	CHECK(fx_build(&w, c, FX_NVFP4, 3) == 0);
+	n_mtp = 0;
+	for (size_t i = 0; i < w.n; i++)
+		n_mtp += !strncmp(w.t[i].name, "mtp.", 4);
+	T_CHECKF(n_mtp == 4705, "0731 NVFP4: %zu mtp tensors", n_mtp);
+	k = fx_find(&w, "mtp.2.ffn.experts.255.w1.weight");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_I8);
+	k = fx_find(&w, "layers.42.ffn.experts.255.w1.weight_scale");
+	T_CHECK(k >= 0 && w.t[k].dtype == MODEL_DTYPE_F8_E4M3);
+	fx_free(&w);
 	json_decref(c);
 }
 

@@ -156,7 +156,7 @@ static const char *const required[] = {
 	"num_attention_heads", "num_key_value_heads", "head_dim", "qk_rope_head_dim", "q_lora_rank", "o_groups",
 	"o_lora_rank", "max_position_embeddings", "moe_intermediate_size", "n_routed_experts", "n_shared_experts",
 	"num_experts_per_tok", "num_hash_layers", "sliding_window", "index_n_heads", "index_head_dim", "index_topk",
-	"hc_mult", "hc_sinkhorn_iters", "bos_token_id", "eos_token_id", "scoring_func", "topk_method", "hidden_act",
+	"hc_mult", "hc_sinkhorn_iters", "bos_token_id", "eos_token_id", "scoring_func", "hidden_act",
 	"norm_topk_prob", "routed_scaling_factor", "swiglu_limit", "rope_theta", "compress_rope_theta", "hc_eps",
 	"rms_norm_eps", "compress_ratios",
 };
@@ -165,6 +165,8 @@ static void test_missing(void)
 {
 	for (size_t i = 0; i < ARRAY_LEN(required); i++) {
 		json_t *c = with(required[i], NULL);
+		if (!strcmp(required[i], "architectures")) /* model_type deepseek_v4 stands in for it (transformers) */
+			json_object_del(c, "model_type");
 		char needle[128];
 		snprintf(needle, sizeof needle, "field %s: missing", required[i]);
 		T_REFUSED(c, ST_INVALID, needle);
@@ -227,14 +229,26 @@ static const struct bad bads[] = {
 	{"bos_token_id", "129280", ST_INVALID, "field bos_token_id"},
 	{"eos_token_id", "200000", ST_INVALID, "field eos_token_id"},
 	{"compress_ratios", "[0,0,4,8,4,8]", ST_INVALID, "field compress_ratios: has 6 entries, expected 7"},
-	{"compress_ratios", "[0,0,4,8,4,8,0,0]", ST_INVALID, "field compress_ratios: has 8 entries"},
+	{"compress_ratios", "[0,0,4,8,4]", ST_INVALID, "field compress_ratios: has 5 entries, expected at least 6"},
 	{"compress_ratios", "[0,0,4,6,4,8,0]", ST_INVALID, "field compress_ratios[3]: 6 is not"},
 	{"compress_ratios", "[0,0,4,2,4,8,0]", ST_INVALID, "field compress_ratios[3]: 2 is not"},
 	{"compress_ratios", "[0,0,4,8,4,-8,0]", ST_INVALID, "field compress_ratios[5]"},
 	{"compress_ratios", "[0,0,4,8,4,8.0,0]", ST_INVALID, "field compress_ratios[5]: must be an integer"},
 	{"compress_ratios", "[0,0,4,8,4,131072,0]", ST_INVALID, "field compress_ratios[5]"},
 	{"compress_ratios", "{}", ST_INVALID, "field compress_ratios: must be an array"},
-	{"num_nextn_predict_layers", "0", ST_INVALID, "field compress_ratios: has 7 entries, expected 6"},
+	{"layer_types", "[\"sliding_attention\",\"sliding_attention\",\"compressed_sparse_attention\",8,"
+			"\"compressed_sparse_attention\",8]", ST_INVALID, "field layer_types[3]: must be"},
+	{"layer_types", "[\"sliding_attention\",\"sliding_attention\",\"compressed_sparse_attention\","
+			"\"x\",\"compressed_sparse_attention\",\"sliding_attention\"]", ST_INVALID, "field layer_types[3]"},
+	{"layer_types", "[\"sliding_attention\",\"sliding_attention\",\"compressed_sparse_attention\","
+			"\"sliding_attention\"]", ST_INVALID, "field layer_types[3]: ratio 0 contradicts compress_ratios[3] 8"},
+	{"mlp_layer_types", "[\"hash_moe\",\"moe\",\"moe\",\"moe\",\"moe\",\"moe\"]", ST_INVALID,
+	 "field mlp_layer_types: 1 hash_moe layers contradict num_hash_layers 2"},
+	{"mlp_layer_types", "[\"hash_moe\",\"moe\",\"hash_moe\",\"moe\",\"moe\",\"moe\"]", ST_UNSUPPORTED,
+	 "field mlp_layer_types[2]"},
+	{"mlp_layer_types", "[\"hash_moe\",\"hash_moe\"]", ST_INVALID, "field mlp_layer_types: must be an array of 6"},
+	{"eos_token_id", "[]", ST_INVALID, "field eos_token_id"},
+	{"dspark_block_size", "5", ST_INVALID, "field dspark_noise_token_id: missing"},
 	{"max_position_embeddings", "2097152", ST_INVALID, "field max_position_embeddings"},
 	{"rope_scaling", "[]", ST_INVALID, "field rope_scaling"},
 	{"rope_scaling", "{\"type\":\"linear\",\"factor\":2}", ST_UNSUPPORTED, "field rope_scaling.type"},
@@ -317,8 +331,149 @@ static void test_not_json(void)
 	T_STR_CONTAINS(e.msg, "/nonexistent/dir/config.json");
 }
 
+/* The tiny config with the 0731 keys: stages listed in compress_ratios. */
+static json_t *tiny_0731(void)
+{
+	json_t *c = fx_tiny_config(129280);
+	json_object_set_new(c, "compress_ratios", json_pack("[i,i,i,i,i,i,i,i,i]", 0, 0, 4, 8, 4, 8, 0, 0, 0));
+	json_object_set_new(c, "dspark_block_size", json_integer(5));
+	json_object_set_new(c, "dspark_noise_token_id", json_integer(128799));
+	json_object_set_new(c, "dspark_target_layer_ids", json_pack("[i,i,i]", 3, 4, 5));
+	json_object_set_new(c, "dspark_markov_rank", json_integer(16));
+	return c;
+}
+
+static void test_0731(void)
+{
+	json_t *c = tiny_0731();
+	struct model_config cfg;
+	struct err e;
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.draft_kind == MODEL_DRAFT_DSPARK && cfg.n_draft_layers == 3 && cfg.n_layers_total == 9);
+	T_CHECK(cfg.num_nextn_predict_layers == 1 && cfg.n_compress_ratios == 9); /* the leftover key is kept */
+	T_CHECK(cfg.dspark.present && cfg.dspark.block_size == 5 && cfg.dspark.noise_token_id == 128799);
+	T_CHECK(cfg.dspark.n_target_layers == 3 && cfg.dspark.target_layer_ids[2] == 5 && cfg.dspark.markov_rank == 16);
+	T_CHECK(model_config_is_dspark_layer(&cfg, 6) && model_config_is_dspark_layer(&cfg, 8));
+	T_CHECK(!model_config_is_dspark_layer(&cfg, 5) && model_config_attn_kind(&cfg, 8) == MODEL_ATTN_SLIDING);
+	/* the tensors settle the count */
+	T_CHECK(model_config_set_draft_stages(&cfg, 2, true, false, "x", &e) == ST_INVALID); /* 3 listed */
+	T_STR_CONTAINS(e.msg, "tensor mtp.2.*: missing");
+	T_CHECK(model_config_set_draft_stages(&cfg, 3, true, false, "x", &e) == ST_OK);
+	T_CHECK(cfg.n_draft_layers == 3 && cfg.n_layers_total == 9 && cfg.draft_kind == MODEL_DRAFT_DSPARK);
+	T_CHECK(model_config_set_draft_stages(&cfg, 0, false, false, "x", &e) == ST_OK);
+	T_CHECK(cfg.draft_kind == MODEL_DRAFT_NONE && cfg.n_layers_total == 6);
+	T_CHECK(model_config_set_draft_stages(&cfg, 4, true, false, "x/model.safetensors", &e) == ST_INVALID);
+	T_STR_CONTAINS(e.msg, "tensor mtp.3.");
+	T_CHECK(model_config_set_draft_stages(&cfg, 1, false, true, "x", &e) == ST_INVALID);
+	T_STR_CONTAINS(e.msg, "tensor mtp.0.e_proj.weight");
+	T_CHECK(model_config_set_draft_stages(&cfg, 1, true, true, "x", &e) == ST_INVALID);
+	/* stages not listed (transformers keeps num_hidden_layers entries): the tensors decide */
+	json_object_set_new(c, "compress_ratios", json_pack("[i,i,i,i,i,i]", 0, 0, 4, 8, 4, 8));
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.draft_kind == MODEL_DRAFT_DSPARK && cfg.n_draft_layers == 3 && cfg.n_layers_total == 9);
+	T_CHECK(model_config_set_draft_stages(&cfg, 2, true, false, "x", &e) == ST_OK);
+	T_CHECK(cfg.n_draft_layers == 2 && cfg.n_layers_total == 8 && cfg.compress_ratios[7] == 0);
+	json_decref(c);
+
+	/* June config with DSpark tensors: refused naming the missing keys */
+	c = fx_tiny_config(129280);
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.draft_kind == MODEL_DRAFT_MTP && cfg.n_draft_layers == 1);
+	T_CHECK(model_config_set_draft_stages(&cfg, 3, true, false, "x", &e) == ST_INVALID);
+	T_STR_CONTAINS(e.msg, "dspark_target_layer_ids");
+	T_CHECK(model_config_set_draft_stages(&cfg, 2, false, true, "x", &e) == ST_INVALID);
+	T_STR_CONTAINS(e.msg, "tensor mtp.1.");
+	/* extra entries without DSpark keys are ignored */
+	json_object_set_new(c, "compress_ratios", json_pack("[i,i,i,i,i,i,i,i]", 0, 0, 4, 8, 4, 8, 0, 0));
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.n_layers_total == 7 && cfg.n_compress_ratios == 8);
+	json_object_set_new(c, "num_nextn_predict_layers", json_integer(0));
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.n_layers_total == 6 && cfg.draft_kind == MODEL_DRAFT_NONE);
+	json_decref(c);
+
+	/* refusals */
+	static const struct bad b0731[] = {
+		{"dspark_target_layer_ids", "[3, 4, 6]", ST_INVALID, "field dspark_target_layer_ids[2]: must be a main layer index in [0, 5]"},
+		{"dspark_target_layer_ids", "[-1]", ST_INVALID, "field dspark_target_layer_ids[0]"},
+		{"dspark_target_layer_ids", "[]", ST_INVALID, "field dspark_target_layer_ids"},
+		{"dspark_target_layer_ids", "3", ST_INVALID, "field dspark_target_layer_ids"},
+		{"dspark_noise_token_id", "129280", ST_INVALID, "field dspark_noise_token_id"},
+		{"dspark_block_size", "0", ST_INVALID, "field dspark_block_size"},
+		{"dspark_markov_rank", NULL, ST_INVALID, "field dspark_markov_rank: missing"},
+		{"compress_ratios", "[0,0,4,8,4,8,0,4,0]", ST_INVALID, "field compress_ratios[7]: 4 for DSpark stage 1"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(b0731); i++) {
+		json_error_t je;
+		c = tiny_0731();
+		if (b0731[i].json)
+			json_object_set_new(c, b0731[i].key, json_loads(b0731[i].json, JSON_DECODE_ANY, &je));
+		else
+			json_object_del(c, b0731[i].key);
+		T_REFUSED(c, b0731[i].st, b0731[i].needle);
+		json_decref(c);
+	}
+}
+
+/* The key set transformers' DeepseekV4Config writes (config.h). */
+static void test_hf_style(void)
+{
+	json_t *c = fx_tiny_config(129280);
+	struct model_config ref, cfg;
+	struct err e;
+	T_CHECKF(parse_json(c, &ref, &e) == ST_OK, "%s", e.msg);
+	json_object_del(c, "compress_ratios");
+	json_object_del(c, "num_hash_layers");
+	json_object_del(c, "qk_rope_head_dim");
+	json_object_del(c, "topk_method");
+	json_object_del(c, "rope_scaling");
+	json_object_del(c, "rope_theta");
+	json_object_del(c, "torch_dtype");
+	json_object_set_new(c, "dtype", json_string("bfloat16"));
+	json_object_set_new(c, "eos_token_id", json_pack("[i,i]", 1, 7));
+	json_object_set_new(c, "layer_types",
+			    json_pack("[s,s,s,s,s,s]", "sliding_attention", "sliding_attention", "compressed_sparse_attention",
+				      "heavily_compressed_attention", "compressed_sparse_attention",
+				      "heavily_compressed_attention"));
+	json_object_set_new(c, "compress_rates", json_pack("{s:i, s:i}", "compressed_sparse_attention", 4,
+							   "heavily_compressed_attention", 8));
+	json_object_set_new(c, "mlp_layer_types", json_pack("[s,s,s,s,s,s]", "hash_moe", "hash_moe", "moe", "moe", "moe", "moe"));
+	json_object_set_new(c, "partial_rotary_factor", json_real(0.25));
+	json_object_set_new(c, "rope_parameters",
+			    json_pack("{s:{s:s, s:f, s:f}, s:{s:s, s:f, s:f, s:f, s:i, s:f, s:f, s:f}}", "main", "rope_type",
+				      "default", "rope_theta", 10000.0, "partial_rotary_factor", 0.25, "compress", "rope_type",
+				      "yarn", "rope_theta", 160000.0, "partial_rotary_factor", 0.25, "factor", 16.0,
+				      "original_max_position_embeddings", 65536, "beta_fast", 32.0, "beta_slow", 1.0,
+				      "attention_factor", 1.0));
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.hf_style && !ref.hf_style);
+	T_CHECK(cfg.n_layers_total == 7 && !memcmp(cfg.compress_ratios, ref.compress_ratios, 7 * sizeof(int32_t)));
+	T_CHECK(cfg.num_hash_layers == 2 && cfg.qk_rope_head_dim == 16 && !strcmp(cfg.topk_method, "noaux_tc"));
+	T_CHECK(cfg.rope_scaling.type == MODEL_ROPE_SCALING_YARN && cfg.rope_scaling.factor == 16);
+	T_CHECK(cfg.rope_scaling.original_max_position_embeddings == 65536 && cfg.rope_theta == 10000);
+	T_CHECK(cfg.compress_rope_theta == 160000 && cfg.eos_token_id == 1 && !strcmp(cfg.torch_dtype, "bfloat16"));
+	/* plain RoPE on the compressed layers too (transformers' default) */
+	json_object_set_new(json_object_get(json_object_get(c, "rope_parameters"), "compress"), "rope_type",
+			    json_string("default"));
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg);
+	T_CHECK(cfg.rope_scaling.type == MODEL_ROPE_SCALING_NONE);
+	json_object_set_new(json_object_get(json_object_get(c, "rope_parameters"), "compress"), "rope_type",
+			    json_string("llama3"));
+	T_REFUSED(c, ST_UNSUPPORTED, "field rope_parameters.compress.rope_type");
+	json_object_set_new(json_object_get(json_object_get(c, "rope_parameters"), "compress"), "rope_type",
+			    json_string("default"));
+	json_object_set_new(c, "partial_rotary_factor", json_real(0.3));
+	T_REFUSED(c, ST_INVALID, "field partial_rotary_factor");
+	json_object_del(c, "partial_rotary_factor");
+	T_CHECKF(parse_json(c, &cfg, &e) == ST_OK, "%s", e.msg); /* rope_parameters.main's */
+	T_CHECK(cfg.qk_rope_head_dim == 16);
+	json_decref(c);
+}
+
 int main(void)
 {
+	test_0731();
+	test_hf_style();
 	test_tiny();
 	test_flash();
 	test_missing();

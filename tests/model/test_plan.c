@@ -94,7 +94,7 @@ static bool site_expected(const struct model_config *cfg, int layer, enum model_
 	case MODEL_LIN_IDX_CMP_WKV:
 	case MODEL_LIN_IDX_CMP_WGATE: return csa;
 	case MODEL_LIN_E_PROJ:
-	case MODEL_LIN_H_PROJ: return model_config_is_mtp_layer(cfg, layer);
+	case MODEL_LIN_H_PROJ: return model_config_is_mtp_layer(cfg, layer) && !model_config_is_dspark_layer(cfg, layer);
 	default: return true;
 	}
 }
@@ -129,9 +129,10 @@ static void check_variant(struct check *c, const struct kern_variant *v, int lay
  * within the check's limits, and the rows list every (layer, op) once. */
 static void check_complete(const struct model_config *cfg, const struct model_plan *p, struct check *c)
 {
-	T_CHECKF(p->n_layers == cfg->num_hidden_layers && p->n_mtp == (cfg->num_nextn_predict_layers > 0),
-		 "%s: %d + %d layers planned", c->what, p->n_layers, p->n_mtp);
-	for (int l = 0; l < p->n_layers + p->n_mtp; l++) {
+	T_CHECKF(p->n_layers == cfg->num_hidden_layers && p->n_mtp == (cfg->draft_kind == MODEL_DRAFT_MTP) &&
+			 p->n_dspark == (cfg->draft_kind == MODEL_DRAFT_DSPARK ? cfg->n_draft_layers : 0),
+		 "%s: %d + %d + %d layers planned", c->what, p->n_layers, p->n_mtp, p->n_dspark);
+	for (int l = 0; l < p->n_layers + p->n_mtp + p->n_dspark; l++) {
 		const struct model_layer_plan *ly = &p->layers[l];
 		T_CHECKF(ly->layer == l, "%s: layer %d records %d", c->what, l, ly->layer);
 		for (int s = 0; s < MODEL_LIN_COUNT; s++) {
@@ -157,7 +158,7 @@ static void check_complete(const struct model_config *cfg, const struct model_pl
 	}
 	/* rows: one layer's rows are contiguous, none repeats, and every chosen
 	 * (op, variant) of the layer is among them */
-	for (int l = -1; l < p->n_layers + p->n_mtp; l++) {
+	for (int l = -1; l < p->n_layers + p->n_mtp + p->n_dspark; l++) {
 		int start = -1, end = -1;
 		for (int i = 0; i < p->rows.n; i++) {
 			if (p->rows.entries[i].layer != l)
@@ -253,7 +254,8 @@ static void plan_everywhere(const struct source *src)
 				snprintf(what + strlen(what), sizeof what - strlen(what), ", arch variants disabled");
 			}
 			struct model_plan_options po = {.dev = &dev, .disabled = &dis, .max_step_tokens = 512,
-							.quant_sim = true, .load_mtp = true, .world_size = 1};
+							.quant_sim = true, .load_mtp = true, .plan_dspark = true,
+							.world_size = 1};
 			struct model_plan p;
 			enum status st = model_plan_build(&src->cfg, src->fmts, &po, &p, &e);
 			if (ccs[i] == 0) {
@@ -277,7 +279,7 @@ static void plan_everywhere(const struct source *src)
 			T_CHECK(buf && model_plan_str(&p, buf, need + 1) == need);
 			if (buf) {
 				char lbl[32];
-				snprintf(lbl, sizeof lbl, "layer %d (", p.n_layers + p.n_mtp - 1);
+				snprintf(lbl, sizeof lbl, "layer %d (", p.n_layers + p.n_mtp + p.n_dspark - 1);
 				contains(buf, lbl);
 				contains(buf, "head: linear[bf16]=");
 				contains(buf, src->fmts[0].group[MODEL_GROUP_ROUTED_EXPERTS] == MODEL_FMT_NVFP4 ? "moe_gemm[nvfp4]="
@@ -393,21 +395,45 @@ static void real_configs(void)
 	T_CHECKF(root != NULL, "DSV4_SOURCE_ROOT unset");
 	if (!root)
 		return;
-	const char *names[] = {"deepseek-v4-flash", "deepseek-v4-flash-nvfp4"};
-	for (int k = 0; k < 2; k++) {
+	const char *names[] = {"deepseek-v4-flash", "deepseek-v4-flash-nvfp4", "deepseek-v4-flash-0731",
+			       "deepseek-v4-flash-0731-nvfp4"};
+	for (int k0 = 0; k0 < 4; k0++) {
+		int k = k0 % 2;        /* NVFP4 */
+		bool r0731 = k0 >= 2; /* three DSpark stages in place of the NextN layer */
 		char path[1200];
-		snprintf(path, sizeof path, "%s/tests/model/data/%s/config.json", root, names[k]);
+		snprintf(path, sizeof path, "%s/tests/model/data/%s/config.json", root, names[k0]);
 		struct source s = {0};
-		if (source_from_config(&s, names[k], path)) {
+		if (source_from_config(&s, names[k0], path)) {
 			/* the real schedule (dsv4.md §1.2) and formats (§2.1, §5.4) */
-			T_CHECK(s.cfg.n_layers_total == 44 && s.cfg.num_hidden_layers == 43);
+			T_CHECK(s.cfg.n_layers_total == (r0731 ? 46 : 44) && s.cfg.num_hidden_layers == 43);
+			T_CHECK(s.cfg.draft_kind == (r0731 ? MODEL_DRAFT_DSPARK : MODEL_DRAFT_MTP));
+			T_CHECK(s.cfg.num_nextn_predict_layers == 1);
+			if (r0731) {
+				T_CHECK(s.cfg.dspark.n_target_layers == 3 && s.cfg.dspark.target_layer_ids[0] == 40);
+				T_CHECK(s.cfg.compress_ratios[44] == 0 && s.cfg.compress_ratios[45] == 0);
+				T_CHECK(s.fmts[44].group[MODEL_GROUP_MTP_PROJ] == MODEL_FMT_NONE);
+				T_CHECK(s.fmts[45].group[MODEL_GROUP_ROUTED_EXPERTS] == MODEL_FMT_MXFP4);
+				struct model_plan p;
+				struct err e = {0};
+				struct model_plan_options po = {.max_step_tokens = 64, .quant_sim = true, .load_mtp = true,
+								.plan_dspark = true, .world_size = 1};
+				T_CHECKF(model_plan_build(&s.cfg, s.fmts, &po, &p, &e) == ST_OK, "%s: %s", names[k0], e.msg);
+				if (!e.msg[0]) {
+					T_CHECK(p.n_mtp == 0 && p.n_dspark == 3 && p.layers[45].dspark && !p.layers[45].mtp);
+					T_CHECK(p.dspark_main_proj.out == 4096 && p.dspark_main_proj.in == 3 * 4096);
+					T_CHECK(p.dspark_main_proj.wfmt == KERN_WFMT_FP8_E8M0_B128);
+					T_CHECK(p.layers[44].lin[MODEL_LIN_E_PROJ].v == NULL);
+					T_CHECK(p.layers[43].lin[MODEL_LIN_EXP_W13].wfmt == KERN_WFMT_MXFP4);
+					model_plan_free(&p);
+				}
+			}
 			int n_csa = 0, n_hca = 0;
 			for (int l = 0; l < 43; l++) {
 				n_csa += model_config_attn_kind(&s.cfg, l) == MODEL_ATTN_CSA;
 				n_hca += model_config_attn_kind(&s.cfg, l) == MODEL_ATTN_HCA;
 			}
 			T_CHECKF(n_csa == 21 && n_hca == 20 && s.cfg.compress_ratios[42] == 4 && s.cfg.compress_ratios[43] == 0,
-				 "%s: %d CSA, %d HCA", names[k], n_csa, n_hca);
+				 "%s: %d CSA, %d HCA", names[k0], n_csa, n_hca);
 			T_CHECK(s.fmts[5].group[MODEL_GROUP_ATTN] == MODEL_FMT_FP8_BLOCK);
 			T_CHECK(s.fmts[5].group[MODEL_GROUP_SHARED_EXPERTS] == MODEL_FMT_FP8_BLOCK);
 			T_CHECK(s.fmts[5].group[MODEL_GROUP_MTP_PROJ] == MODEL_FMT_NONE);
@@ -420,7 +446,7 @@ static void real_configs(void)
 			struct err e = {0};
 			struct model_plan_options po = {.max_step_tokens = 64, .quant_sim = true, .load_mtp = true,
 							.world_size = 4};
-			T_CHECKF(model_plan_build(&s.cfg, s.fmts, &po, &p, &e) == ST_OK, "%s TP 4: %s", names[k], e.msg);
+			T_CHECKF(model_plan_build(&s.cfg, s.fmts, &po, &p, &e) == ST_OK, "%s TP 4: %s", names[k0], e.msg);
 			if (!e.msg[0]) {
 				T_CHECK(p.layers[3].lin[MODEL_LIN_WQ_B].out == 64 / 4 * 512);
 				T_CHECK(p.layers[3].lin[MODEL_LIN_WO_B].in == 8 / 4 * 1024);

@@ -28,6 +28,38 @@ static inline uint64_t state_next(uint64_t h, int32_t tok, uint32_t pos)
 	return mix64(h ^ mix64(((uint64_t)(uint32_t)tok << 32) ^ pos ^ 0xABCDEF));
 }
 
+/* Prompt log-probabilities (model/exec.h): entry pos + 1 from the state
+ * after the token at pos and the scored token, so a skipped or misplaced
+ * position leaves a wrong or empty entry (fake_prompt_entry recomputes it). */
+static float plp_value(uint64_t h, int32_t target)
+{
+	return -(float)(1 + mix64(h ^ (uint64_t)(uint32_t)target) % 4096) / 256.0f;
+}
+
+static void plp_write(const struct fake_exec_options *o, const struct exec_seq *s, uint32_t pos, uint64_t h)
+{
+	struct exec_prompt_lp *lp = s->prompt_lp;
+	if (!lp || !s->prompt_ids || pos + 1 >= s->n_prompt || !lp->logprob)
+		return;
+	lp->logprob[pos + 1] = plp_value(h, s->prompt_ids[pos + 1]);
+	lp->rank[pos + 1] = 1 + (int32_t)(mix64(h) % 7);
+	for (uint32_t k = 0; k < lp->n_top; k++) {
+		lp->top_ids[(size_t)(pos + 1) * lp->n_top + k] = (int32_t)(mix64(h + k + 1) % o->vocab);
+		lp->top_logprobs[(size_t)(pos + 1) * lp->n_top + k] = -(float)k;
+	}
+}
+
+void fake_prompt_entry(const struct fake_exec_options *o, const int32_t *ids, uint32_t p, float *logprob,
+		       int32_t *rank, int32_t *top0)
+{
+	uint64_t h = state_init(o);
+	for (uint32_t i = 0; i < p; i++)
+		h = state_next(h, ids[i], i);
+	*logprob = plp_value(h, ids[p]);
+	*rank = 1 + (int32_t)(mix64(h) % 7);
+	*top0 = (int32_t)(mix64(h + 1) % o->vocab);
+}
+
 static void make_logits(const struct fake_exec_options *o, uint64_t h, float *l)
 {
 	for (uint32_t v = 0; v < o->vocab; v++) {
@@ -114,6 +146,7 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 				if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
 					return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
 				h = state_next(h, st->token_ids[t], pos);
+				plp_write(o, s, pos, h);
 				f->blk_last_pos[b] = f->blk_snap_pos[b] = pos;
 				f->blk_state[b] = h;
 			}
@@ -147,6 +180,7 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 			if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
 				return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
 			h = state_next(h, st->token_ids[t], pos);
+			plp_write(o, s, pos, h);
 			f->blk_last_pos[b] = pos;
 			if (pos % B == B - 1) {
 				f->blk_state[b] = h;

@@ -11,6 +11,8 @@
  * sampled sequence from its state. So any scheduler mistake (a wrong block table, a reused block
  * that was overwritten, a lost prefix) changes the output, and fake_reference()
  * computes what the output must be without any scheduler at all.
+ * Prompt log-probabilities (exec_seq.prompt_lp) are written from the state
+ * too; fake_prompt_entry() gives entry p of a prompt without a scheduler.
  */
 #ifndef DSV4_TESTS_SCHEDULER_FAKE_EXEC_H
 #define DSV4_TESTS_SCHEDULER_FAKE_EXEC_H
@@ -57,6 +59,10 @@ struct fake_exec {
 
 int fake_exec_init(struct fake_exec *f, const struct fake_exec_options *o);
 void fake_exec_fini(struct fake_exec *f);
+/* Entry p (>= 1) of a prompt's log-probabilities as the fake writes them:
+ * logprob, rank and the first top id. */
+void fake_prompt_entry(const struct fake_exec_options *o, const int32_t *ids, uint32_t p, float *logprob,
+		       int32_t *rank, int32_t *top0);
 /* A small DSv4-like layer mix that passes exec_layer_mix_check for block_tokens. */
 struct exec_layer_mix fake_layer_mix(uint32_t block_tokens);
 

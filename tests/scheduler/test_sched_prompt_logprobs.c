@@ -18,6 +18,7 @@
  * executors on the GPU (fh_device), through the CUDA token_logprobs variant.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "model/exec_cpu.h"
 #include "scheduler/scheduler.h"
@@ -34,6 +35,7 @@ struct col {
 	uint32_t n_prompt;
 	float lp[MAXP];
 	int32_t rank[MAXP], top[MAXP][NTOP];
+	float top_lp[MAXP][NTOP];
 	int32_t tok0;
 	float tok0_lp;
 	int finish;
@@ -50,8 +52,10 @@ static void on_ev(void *u, struct sched_event *ev)
 		for (uint32_t p = 0; p < ev->n_prompt_tokens && p < MAXP; p++) {
 			c->lp[p] = ev->prompt_lp->logprob[p];
 			c->rank[p] = ev->prompt_lp->rank[p];
-			for (uint32_t k = 0; k < NTOP && k < ev->prompt_lp->n_top; k++)
+			for (uint32_t k = 0; k < NTOP && k < ev->prompt_lp->n_top; k++) {
 				c->top[p][k] = ev->prompt_lp->top_ids[(size_t)p * NTOP + k];
+				c->top_lp[p][k] = ev->prompt_lp->top_logprobs[(size_t)p * NTOP + k];
+			}
 		}
 	} else if (ev->kind == SCHED_EV_TOKEN) {
 		if (!c->n_tok) {
@@ -73,6 +77,7 @@ static void on_ev(void *u, struct sched_event *ev)
 struct ref {
 	float lp[MAXP], last_lp_max;
 	int32_t rank[MAXP], top[MAXP][NTOP], argmax_last;
+	float top_lp[MAXP][NTOP];
 };
 
 static int direct(const struct model_checkpoint *ck, const int32_t *ids, uint32_t n, struct ref *rf)
@@ -118,6 +123,8 @@ static int direct(const struct model_checkpoint *ck, const int32_t *ids, uint32_
 		rf->lp[p] = (float)(l[t] - lse);
 		rf->rank[p] = above + 1;
 		memcpy(rf->top[p], top, sizeof top);
+		for (int k = 0; k < NTOP; k++)
+			rf->top_lp[p][k] = (float)(l[top[k]] - lse);
 	}
 	free(lg);
 	model_exec_cpu_destroy(x);
@@ -129,13 +136,21 @@ static void compare(const char *name, const struct col *c, const struct ref *rf,
 	T_CHECKF(c->n_plp == 1 && !c->order_bad, "%s: %d prompt-logprob events (order ok %d)", name, c->n_plp,
 		 !c->order_bad);
 	T_CHECKF(c->n_prompt == n, "%s: event for %u tokens, prompt %u", name, c->n_prompt, n);
+	/* On the CPU both paths compute the same floats: ranks and ids match
+	 * exactly. On a GPU the batch compositions differ and logits may move
+	 * by ~1e-6, so a rank may shift by the tokens within that of the
+	 * target, and two top entries closer than TOL may swap. */
+	bool gpu = fh_on_gpu();
 	double worst = 0;
 	for (uint32_t p = 1; p < n && c->n_plp; p++) {
 		worst = fmax(worst, fabs((double)c->lp[p] - rf->lp[p]));
-		T_CHECKF(c->rank[p] == rf->rank[p], "%s: entry %u rank %d, direct %d", name, p, c->rank[p], rf->rank[p]);
-		for (int k = 0; k < NTOP; k++)
-			T_CHECKF(c->top[p][k] == rf->top[p][k], "%s: entry %u top %d: %d, direct %d", name, p, k,
-				 c->top[p][k], rf->top[p][k]);
+		T_CHECKF(c->rank[p] == rf->rank[p] || (gpu && abs(c->rank[p] - rf->rank[p]) <= 8),
+			 "%s: entry %u rank %d, direct %d", name, p, c->rank[p], rf->rank[p]);
+		for (int k = 0; k < NTOP; k++) {
+			worst = fmax(worst, fabs((double)c->top_lp[p][k] - rf->top_lp[p][k]));
+			T_CHECKF(c->top[p][k] == rf->top[p][k] || (gpu && fabs((double)c->top_lp[p][k] - rf->top_lp[p][k]) <= TOL),
+				 "%s: entry %u top %d: %d, direct %d", name, p, k, c->top[p][k], rf->top[p][k]);
+		}
 	}
 	T_CHECKF(worst <= TOL, "%s: prompt logprobs differ from the direct forward by %.3g", name, worst);
 	fprintf(stderr, "%s: %u entries, largest difference %.3g\n", name, n - 1, worst);
@@ -210,7 +225,7 @@ int main(void)
 	T_CHECK(c[0].n_plp == 0 && c[0].n_tok == 2);
 	compare("after a cache fill", &c[1], &rf[0], plen[0]);
 	T_CHECKF(c[1].n_cached == 0, "prompt logprobs: %u prompt tokens were served from the cache", c[1].n_cached);
-	T_CHECKF(c[1].tok0 == rf[0].argmax_last && fabs((double)c[1].tok0_lp - rf[0].last_lp_max) <= TOL,
+	T_CHECKF((c[1].tok0 == rf[0].argmax_last || fh_on_gpu()) && fabs((double)c[1].tok0_lp - rf[0].last_lp_max) <= TOL,
 		 "greedy token %d (%g), direct argmax %d (%g)", c[1].tok0, (double)c[1].tok0_lp, rf[0].argmax_last,
 		 (double)rf[0].last_lp_max);
 	compare("n = 2", &c[2], &rf[1], plen[1]);

@@ -102,6 +102,28 @@ for name, fmt in (("deepseek-v4-flash", "mxfp4"), ("deepseek-v4-flash-nvfp4", "n
             check(p.returncode == 1 and " op " in p.stderr and "no variant fits" in p.stderr and "layer " in p.stderr,
                   f"{name} cc {cc}: exit 1 naming layer and op ({p.returncode}: {p.stderr.strip()[:300]})")
 
+# The 0731 configs: 46 compress_ratios, three DSpark stages planned after the 43 layers (draft
+# experts MXFP4 in both), on every capability the acceptance lists.
+for name, fmt in (("deepseek-v4-flash-0731", "mxfp4"), ("deepseek-v4-flash-0731-nvfp4", "nvfp4")):
+    m = os.path.join(SRC, "tests", "model", "data", name)
+    p = run(m)
+    check(p.returncode == 0 and "plan complete: 43 layers + 3 DSpark stages" in p.stdout,
+          f"{name}: CPU plan from config.json alone ({p.stderr.strip()[:300]})")
+    check("layer 43 (sliding, DSpark):" in p.stdout and "layer 45 (sliding, DSpark):" in p.stdout
+          and "MTP" not in p.stdout, f"{name}: the stages, no NextN layer")
+    check(f"moe_gemm[{fmt}]=" in p.stdout.split("layer 43 (")[0] and
+          "moe_gemm[mxfp4]=" in p.stdout.split("layer 45 (")[-1], f"{name}: routed {fmt}, draft experts mxfp4")
+    for cc in ("8.0", "8.9", "9.0", "10.0", "10.3", "12.0", "12.1"):
+        p = run(m, "--simulate-cc", cc)
+        if have_cuda:
+            rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+            check(p.returncode == 0 and "plan complete: 43 layers + 3 DSpark stages" in p.stdout,
+                  f"{name} cc {cc}: complete plan ({p.returncode}: {p.stderr.strip()[:300]})")
+            check({r[0] for r in rows} == {str(i) for i in range(-1, 46)} and
+                  not any(r[-1].endswith("cpu_ref") for r in rows), f"{name} cc {cc}: CUDA rows for every layer")
+        else:
+            check(p.returncode == 1 and "no variant fits" in p.stderr, f"{name} cc {cc}: exit 1 ({p.returncode})")
+
 m = os.path.join(d, "tiny-fp8")
 p = run(m, "--simulate-cc", "9")
 check(p.returncode == 2 and "MAJOR.MINOR" in p.stderr, "bad --simulate-cc: exit 2 with the expected form")

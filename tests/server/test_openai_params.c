@@ -189,7 +189,31 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"functions\":[]"), "functions");
 	expect_refused(OAI_CHAT, chat("\"prompt\":\"x\""), "prompt");
 	expect_refused(OAI_CHAT, chat("\"echo\":true"), "echo");
-	expect_refused(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_object\"}"), "response_format");
+	expect_refused(OAI_CHAT, chat("\"response_format\":{\"type\":\"xml\"}"), "response_format");
+	expect_refused(OAI_CHAT, chat("\"guided_regex\":\"a+\""), "guided_regex");
+	expect_refused(OAI_CHAT, chat("\"guided_choice\":[]"), "guided_choice");
+	{ /* structured outputs (server/openai_structured.c compiles them) */
+		struct oai_request r;
+		struct oai_error why;
+		T_CHECK(parse(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_object\"}"), &r, &why));
+		T_CHECK(r.format == OAI_FORMAT_JSON_OBJECT && r.response_format_json);
+		oai_request_free(&r);
+		T_CHECK(parse(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+					     "\"schema\":{\"type\":\"integer\"},\"strict\":true}}"), &r, &why));
+		T_CHECK(r.format == OAI_FORMAT_JSON_SCHEMA && strstr(r.format_schema, "integer"));
+		oai_request_free(&r);
+		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"guided_choice\":[\"a\",\"b\"]}", &r, &why));
+		T_CHECK(r.format == OAI_FORMAT_CHOICE && r.n_format_choices == 2 && !strcmp(r.format_choices[1], "b"));
+		oai_request_free(&r);
+		T_CHECK(parse(OAI_CHAT, chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+					     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"), &r, &why));
+		T_CHECK(r.tool_choice == OAI_TOOL_NAMED && !strcmp(r.tool_choice_name, "f"));
+		oai_request_free(&r);
+		T_CHECK(parse(OAI_CHAT, chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+					     "\"tool_choice\":\"required\""), &r, &why));
+		T_CHECK(r.tool_choice == OAI_TOOL_REQUIRED);
+		oai_request_free(&r);
+	}
 	expect_refused(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"), "response_format");
 	expect_refused(OAI_CHAT, chat("\"response_format\":\"text\""), "response_format");
 	expect_refused(OAI_CHAT, chat("\"tool_choice\":\"required\""), "tool_choice");
