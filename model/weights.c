@@ -505,7 +505,8 @@ static enum status wmat_of(struct loader *L, const char *prefix, struct kern_wma
 	if (st == ST_NOTFOUND) {
 		/* a plain bf16/f32 matrix (head, gate, compressor, weights_proj) */
 		char name[192];
-		snprintf(name, sizeof name, "%s.weight", prefix);
+		if (snprintf(name, sizeof name, "%s.weight", prefix) >= (int)sizeof name) /* release -Werror */
+			return err_set(e, ST_NOTFOUND, "weights: tensor name %.100s... too long", prefix);
 		const struct model_tensor *t = model_checkpoint_tensor(L->ck, name);
 		if (!t || t->n_dims != 2 || (t->dtype != MODEL_DTYPE_BF16 && t->dtype != MODEL_DTYPE_F32))
 			return err_set(e, ST_NOTFOUND, "weights: no matrix %s", name);

@@ -185,7 +185,7 @@ static enum status parse_ids(struct oai_arena *a, json_t *v, const char *name, u
 	if (!ids)
 		return NOMEM(why);
 	for (size_t i = 0; i < n; i++) {
-		long long x;
+		long long x = 0; /* -O3: gcc cannot see get_int set it on success */
 		if (get_int(json_array_get(v, i), name, 0, vocab - 1, &x, why))
 			return ST_INVALID;
 		ids[i] = (int32_t)x;
@@ -215,7 +215,7 @@ static enum status parse_logit_bias(struct oai_request *r, json_t *v, int32_t vo
 		if (!k[0] || *end || id < 0 || id >= vocab)
 			return fail(why, ST_INVALID, "logit_bias", "logit_bias key '%.40s' is not a token id in [0, %d)",
 				    k, vocab);
-		double d;
+		double d = 0; /* -O3: see above */
 		if (get_num(x, "logit_bias", -100, 100, &d, why))
 			return ST_INVALID;
 		b[i].token_id = (int32_t)id;

@@ -70,7 +70,8 @@ static int add(struct gen *g, const struct model_schema_tensor *s)
 	}
 	struct tens *t = &g->t[g->n++];
 	memset(t, 0, sizeof *t);
-	snprintf(t->name, sizeof t->name, "%s", s->name);
+	if (snprintf(t->name, sizeof t->name, "%s", s->name) >= (int)sizeof t->name)
+		return -1; /* a name longer than the table holds (release -Werror) */
 	t->dt = s->dtype;
 	t->nd = s->n_dims;
 	uint64_t el = 1;
