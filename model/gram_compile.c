@@ -358,7 +358,7 @@ static uint32_t compile_ref(struct gb *b, const char *ptr, int depth)
 	}
 	b->refs[b->n_refs++] = (struct ref_memo){dup, ref};
 	uint32_t t = compile(b, target, depth + 1);
-	if (t != GRAM__NONE)
+	if (t != GRAM__NONE && ref != GRAM__NONE)
 		b->g->nodes[ref].a = t;
 	return ref;
 }
@@ -687,7 +687,9 @@ static uint32_t dsml_param(struct gb *b, void *ctx, size_t i)
 		 raw || raw_enum ? "true" : "false");
 	uint32_t value;
 	if (raw)
-		value = lits(b, DSML), value = node_new(b, GRAM__RAW, b->g->nodes[value].a, b->g->nodes[value].b, 0, 0);
+		value = lits(b, DSML),
+		value = value == GRAM__NONE ? GRAM__NONE
+					    : node_new(b, GRAM__RAW, b->g->nodes[value].a, b->g->nodes[value].b, 0, 0);
 	else if (raw_enum)
 		value = enum_of(b, en, true);
 	else
@@ -800,6 +802,8 @@ enum status gram_compile_tool_calls(struct gram **out, const char *tools_json, s
 	uint32_t calls = max_calls <= 1 || only_name ? one
 				: SEQ(&b, one, star(&b, SEQ(&b, lits(&b, "\n"), one), 0, max_calls - 1));
 	uint32_t block = SEQ(&b, lits(&b, "<" DSML "tool_calls>\n"), calls, lits(&b, "\n</" DSML "tool_calls>"));
+	if (b.st) /* a tool's schema was refused: the nodes below would index GRAM__NONE */
+		goto out;
 	if (mode == GRAM_TOOLS_AUTO) {
 		uint32_t text = lits(&b, "<" DSML);
 		text = node_new(&b, GRAM__RAW, b.g->nodes[text].a, b.g->nodes[text].b, 0, 0);
@@ -809,6 +813,8 @@ enum status gram_compile_tool_calls(struct gram **out, const char *tools_json, s
 	}
 	if (thinking) {
 		uint32_t think = lits(&b, "</think>");
+		if (b.st)
+			goto out;
 		uint32_t reason = node_new(&b, GRAM__RAW, b.g->nodes[think].a, b.g->nodes[think].b, 0, 0);
 		root = SEQ(&b, reason, think, root);
 	}

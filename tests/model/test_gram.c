@@ -592,6 +592,21 @@ int main(void)
 	check_json_object(v, NULL, TOY_EOS, 40);
 	check_schema_walks(v, NULL, TOY_EOS, 200, 300);
 	check_tools(v, NULL, TOY_EOS, 30);
+	/* a tool whose schema is refused (Claude Code sends exclusiveMinimum): every mode
+	 * returns the refusal; the auto mode crashed here once, indexing a failed node */
+	{
+		const char *tj = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+				 "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"exclusiveMinimum\":0}}}}}]";
+		enum gram_tool_mode modes[] = {GRAM_TOOLS_AUTO, GRAM_TOOLS_REQUIRED};
+		for (int m = 0; m < 2; m++)
+			for (int th = 0; th < 2; th++) {
+				struct gram *g = NULL;
+				struct err e2 = {0};
+				T_CHECK(gram_compile_tool_calls(&g, tj, strlen(tj), modes[m], NULL, 8, th, &e2) == ST_UNSUPPORTED);
+				T_CHECK(g == NULL);
+				gram_release(g);
+			}
+	}
 	printf("toy vocabulary: %d complete walks, %d cut by length\n", n_complete, n_cut);
 	T_CHECK(n_complete > 300);
 	gram_vocab_destroy(v);
