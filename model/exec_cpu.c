@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -209,30 +208,8 @@ static enum status sample_step(struct model_exec_cpu *x, const struct exec_step 
 									: kern_sample_workspace_bytes(x->vocab),
 					    .stream = x->mem.stream};
 	if (!x->mem.device || (!masked && kern_sample_batch_aux_count(x->sp, x->sh, n) <= x->sample_aux_cap)) {
-		if ((st = x->w.gops.sample(&sa))) {
-			if (getenv("DSV4_SAMPLE_DEBUG") && x->mem.device) { /* a test aid: what the rows held */
-				struct err e2 = {0};
-				if (!kern_mem_download(&x->mem, x->logits_host, x->logits, (size_t)n * x->vocab * sizeof(float), &e2))
-					for (uint32_t r = 0; r < n; r++) {
-						uint32_t nan = 0, inf = 0;
-						float mx = -INFINITY;
-						for (uint32_t v = 0; v < x->vocab; v++) {
-							float f = x->logits_host[(size_t)r * x->vocab + v];
-							nan += f != f;
-							inf += isinf(f);
-							mx = f > mx ? f : mx;
-						}
-						const struct kern_sampling_params *q = &x->sp[r];
-						log_msg(LOG_ERROR, "exec", "sample row %u (%s, st %d, work %p/%zu): nan %u inf %u max %g temp %g top_p %g min_p %g rep %g pres %g freq %g top_k %d bias %u/%p lp %d top %u mask %p hist %u/%u out %d",
-							r, x->w.kernels.gop[MODEL_GOP_SAMPLE]->name, (int)st, x->sample_dev, x->sample_dev_bytes,
-							nan, inf, mx, q->temperature, q->top_p, q->min_p, q->repetition_penalty,
-							q->presence_penalty, q->frequency_penalty, (int)q->top_k, q->n_logit_bias,
-							(const void *)q->logit_bias, q->logprobs, q->top_logprobs, (const void *)q->allow_mask,
-							(unsigned)x->sh[r].n_prompt, (unsigned)x->sh[r].n_output, x->so[r].token_id);
-					}
-			}
+		if ((st = x->w.gops.sample(&sa)))
 			return err_set(e, st, "sampling %u sequences", n);
-		}
 		for (uint32_t i = 0; i < n; i++)
 			out[i].out = x->so[i];
 		return ST_OK;

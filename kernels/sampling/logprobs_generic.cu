@@ -16,31 +16,12 @@ extern "C" {
 #include "kernels/sampling/logprobs_generic.h"
 }
 
+#include "kernels/sampling/sampling_cuda.cuh"
+
 #define LNT 256
 
 namespace {
 
-struct Best {
-	float v;
-	int32_t id; /* -1: none */
-};
-
-struct BestOp {
-	__device__ __forceinline__ Best operator()(const Best &a, const Best &b) const
-	{
-		if (b.id < 0)
-			return a;
-		if (a.id < 0)
-			return b;
-		return (b.v > a.v || (b.v == a.v && b.id < a.id)) ? b : a;
-	}
-};
-struct FMaxOp {
-	__device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct DSumOp {
-	__device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
-};
 struct ISumOp {
 	__device__ __forceinline__ int operator()(int a, int b) const { return a + b; }
 };
@@ -57,18 +38,6 @@ union Smem {
 	BRi::TempStorage i;
 };
 
-template <typename T, typename BR, typename Op>
-__device__ __forceinline__ T blk_reduce(typename BR::TempStorage &ts, T v, Op op)
-{
-	__shared__ T r;
-	T t = BR(ts).Reduce(v, op);
-	if (threadIdx.x == 0)
-		r = t;
-	__syncthreads();
-	t = r;
-	__syncthreads();
-	return t;
-}
 
 __global__ void __launch_bounds__(LNT)
 	token_logprobs_kernel(const float *logits, int64_t ld, uint32_t V, const int32_t *target, uint32_t n_top,

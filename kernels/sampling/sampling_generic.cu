@@ -41,31 +41,10 @@ extern "C" {
 #define SNT 512
 #define SEEN_IN_PROMPT 0x80000000u
 #define P_ONE_BITS 0x3F800000u
+#include "kernels/sampling/sampling_cuda.cuh"
+
 #define P_KEY_MASK 0x3FFFFFFFull
 
-struct Best {
-	float v;
-	int32_t id; /* -1: none */
-};
-
-/* (value desc, id asc): the order of greedy argmax and top_logprobs. */
-struct BestOp {
-	__device__ __forceinline__ Best operator()(const Best &a, const Best &b) const
-	{
-		if (b.id < 0)
-			return a;
-		if (a.id < 0)
-			return b;
-		return (b.v > a.v || (b.v == a.v && b.id < a.id)) ? b : a;
-	}
-};
-
-struct FMaxOp {
-	__device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct DSumOp {
-	__device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
-};
 struct USumOp {
 	__device__ __forceinline__ unsigned operator()(unsigned a, unsigned b) const { return a + b; }
 };
@@ -87,20 +66,6 @@ union Smem {
 	BSd::TempStorage s;
 };
 
-/* Block-wide reductions whose result every thread gets; each ends with a
- * barrier, so the shared storage is free for the next one. */
-template <typename T, typename BR, typename Op>
-static __device__ __forceinline__ T blk_reduce(typename BR::TempStorage &ts, T v, Op op)
-{
-	__shared__ T r;
-	T t = BR(ts).Reduce(v, op);
-	if (threadIdx.x == 0)
-		r = t;
-	__syncthreads();
-	t = r;
-	__syncthreads();
-	return t;
-}
 
 static __device__ __forceinline__ float key_prob(uint64_t k)
 {
