@@ -1141,7 +1141,8 @@ enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, str
 	 * (kernels/device/graph.h); the key is its batch size. Host collectives
 	 * (tensor parallel) synchronise inside the step, so graphs need ws 1;
 	 * the trace aid downloads inside the step, so it runs eagerly. */
-	bool graph = f->opt.graph && f->ws == 1 && f->T == (uint32_t)f->S && f->step_no >= f->trace_steps;
+	bool graph = f->opt.graph && f->ws == 1 && f->T == (uint32_t)f->S && f->step_no >= f->trace_steps &&
+		     kern_graph_warm(f->opt.graph, f->T);
 	if (graph && (st = kern_graph_begin(f->opt.graph, e)))
 		return st;
 	st = layers_run(f, e);
