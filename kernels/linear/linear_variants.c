@@ -79,7 +79,7 @@ static bool linear_cuda_generic_supports(const struct kern_problem *p, const str
  * is what the H200 runs cover (every DeepSeek-V4-Flash FP8 linear and its
  * TP=2 shards meet it), and kernels_linear_gpu's small-in sweep (act_quant
  * 0 or 128 at random, 1e-4 tolerance) is not made for this variant; relax
- * to 128 together with a GPU run of test_linear_gpu2 at in = 128 and 640.
+ * to 128 together with a GPU run of test_linear_cublaslt_gpu at in = 128 and 640.
  * out % 16: the FP8 path's 16-byte alignment of D and of each
  * K-block column of the weight's scales. out <= 65536: a padded 16-token
  * piece fits the 4 MiB stage. On a real device the numeric probe must have
