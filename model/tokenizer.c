@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "tokenizer_internal.h"
@@ -488,25 +489,7 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 	return ST_OK;
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *buf = NULL;
-	struct stat sb;
-	if (fstat(fileno(f), &sb) == 0 && sb.st_size >= 0) {
-		buf = malloc((size_t)sb.st_size + 1);
-		if (buf && fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
-			free(buf);
-			buf = NULL;
-			errno = EIO;
-		}
-		*len = (size_t)sb.st_size;
-	}
-	fclose(f);
-	return buf;
-}
+#define TOK_MAX_FILE_BYTES ((size_t)1 << 30) /* tokenizer.json: DeepSeek-V4's is 8 MiB */
 
 /* bos/eos from tokenizer_config.json in dir (string or {"content": ...}). */
 static int32_t config_token(const struct model_tokenizer *tok, json_t *cfg, const char *key,
@@ -542,9 +525,10 @@ enum status model_tokenizer_load(struct model_tokenizer **out, const char *path,
 	/* One read and json_loadb: json_load_file reads by getc, several times slower. */
 	json_error_t jerr;
 	size_t flen;
-	char *fbuf = read_file(file, &flen);
-	if (!fbuf)
-		return err_set(e, ST_IO, "tokenizer %s: %s", file, strerror(errno));
+	char *fbuf;
+	enum status rs = file_read_all(file, TOK_MAX_FILE_BYTES, &fbuf, &flen, e);
+	if (rs != ST_OK)
+		return e ? err_prefix(e, "tokenizer") : rs;
 	json_t *root = json_loadb(fbuf, flen, 0, &jerr);
 	free(fbuf);
 	if (!root)
