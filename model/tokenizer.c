@@ -299,10 +299,9 @@ static enum status parse_pretok(struct model_tokenizer *tok, json_t *root, struc
 	return ST_OK;
 }
 
-static enum status parse_model(struct model_tokenizer *tok, json_t *root, const int16_t c2b[512],
-			       const uint32_t b2c[256], struct err *e)
+/* model: a plain BPE (no dropout, subword affixes or ignore_merges). */
+static enum status model_check(json_t *model, struct err *e)
 {
-	json_t *model = json_object_get(root, "model");
 	const char *type = jstr(model, "type");
 	if (!type || strcmp(type, "BPE") != 0)
 		return err_set(e, ST_UNSUPPORTED, "model.type %s: only BPE", type ? type : "(none)");
@@ -314,12 +313,15 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		return err_set(e, ST_UNSUPPORTED, "model: subword prefix/suffix");
 	if (jtrue(model, "ignore_merges"))
 		return err_set(e, ST_UNSUPPORTED, "model: ignore_merges");
-	json_t *vocab = json_object_get(model, "vocab");
-	json_t *added = json_object_get(root, "added_tokens");
-	if (!json_is_object(vocab))
+	if (!json_is_object(json_object_get(model, "vocab")))
 		return err_set(e, ST_INVALID, "model.vocab: not an object");
+	return ST_OK;
+}
 
-	/* Size the id space. */
+/* The id space (1 + the largest id of the vocab and the added tokens) and
+ * the per-id tables sized for it. */
+static enum status ids_alloc(struct model_tokenizer *tok, json_t *vocab, json_t *added, struct err *e)
+{
 	json_int_t max_id = -1;
 	const char *key;
 	json_t *v;
@@ -359,20 +361,25 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		return err_set(e, ST_NOMEM, "tokenizer: out of memory (%zu ids)", nv);
 	memset(tok->str_off, 0xFF, nv * sizeof *tok->str_off);
 	memset(tok->str_map, 0xFF, map_slots * sizeof *tok->str_map);
+	return ST_OK;
+}
 
-	enum status s;
+/* The vocab's strings, and the one-byte tokens BPE starts from. */
+static enum status vocab_load(struct model_tokenizer *tok, json_t *vocab, const uint32_t b2c[256], struct err *e)
+{
+	const char *key;
+	json_t *v;
 	json_object_foreach(vocab, key, v)
 	{
 		int32_t id = (int32_t)json_integer_value(v);
 		if (tok->str_off[id] != UINT32_MAX)
 			return err_set(e, ST_INVALID, "model.vocab: id %d given twice", id);
-		s = strs_add(tok, key, strlen(key), &tok->str_off[id], e);
+		enum status s = strs_add(tok, key, strlen(key), &tok->str_off[id], e);
 		if (s != ST_OK)
 			return s;
 		tok->id_flags[id] |= TOK_ID_ASSIGNED;
 		str_map_put(tok, id);
 	}
-
 	/* The one-byte tokens BPE starts from. */
 	for (int b = 0; b < 256; b++) {
 		char u[4];
@@ -389,8 +396,14 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 			return err_set(e, ST_UNSUPPORTED, "model.vocab: no token for byte 0x%02x", b);
 	}
 
-	/* Merges, "left right" strings or [left, right] pairs; rank = position. */
-	json_t *merges = json_object_get(model, "merges");
+	return ST_OK;
+}
+
+/* Merges, "left right" strings or [left, right] pairs; rank = position. */
+static enum status merges_load(struct model_tokenizer *tok, json_t *merges, struct err *e)
+{
+	size_t i;
+	json_t *v;
 	size_t nm = json_array_size(merges), slots = 1;
 	while (slots < 2 * nm + 2)
 		slots *= 2;
@@ -433,7 +446,16 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		tok->merges[slot] = (struct tok__merge){.key = k, .rank = (uint32_t)i, .new_id = c};
 	}
 
-	/* Added tokens: they shadow vocab strings, and go into the tries. */
+	return ST_OK;
+}
+
+/* Added tokens: they shadow vocab strings, and go into the tries. Special
+ * is a property of the string (HF's special_tokens_set). */
+static enum status added_load(struct model_tokenizer *tok, json_t *added, struct err *e)
+{
+	size_t i;
+	json_t *v;
+	enum status s;
 	tok->n_added = json_array_size(added);
 	tok->added = calloc(tok->n_added ? tok->n_added : 1, sizeof *tok->added);
 	if (!tok->added)
@@ -463,7 +485,6 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		if (s != ST_OK)
 			return err_prefix(e, "added_tokens[%zu]", i);
 	}
-	/* Special is a property of the string (HF's special_tokens_set). */
 	for (i = 0; i < tok->n_added; i++) {
 		if (!tok->added[i].special)
 			continue;
@@ -473,7 +494,13 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		if (vid >= 0)
 			tok->id_flags[vid] |= TOK_ID_SPECIAL;
 	}
-	/* Pieces: each token's bytes as the ByteLevel decoder gives them. */
+	return ST_OK;
+}
+
+/* Pieces: each token's bytes as the ByteLevel decoder gives them. */
+static enum status pieces_build(struct model_tokenizer *tok, const int16_t c2b[512], struct err *e)
+{
+	size_t nv = (size_t)tok->vocab_size;
 	tok->pieces = malloc(tok->strs_len + 1);
 	if (!tok->pieces)
 		return err_set(e, ST_NOMEM, "tokenizer: out of memory (pieces)");
@@ -487,6 +514,18 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		tok->pieces_len += tok->piece_len[id];
 	}
 	return ST_OK;
+}
+
+static enum status parse_model(struct model_tokenizer *tok, json_t *root, const int16_t c2b[512],
+			       const uint32_t b2c[256], struct err *e)
+{
+	json_t *model = json_object_get(root, "model");
+	json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(root, "added_tokens");
+	enum status s;
+	if ((s = model_check(model, e)) || (s = ids_alloc(tok, vocab, added, e)) || (s = vocab_load(tok, vocab, b2c, e)) ||
+	    (s = merges_load(tok, json_object_get(model, "merges"), e)) || (s = added_load(tok, added, e)))
+		return s;
+	return pieces_build(tok, c2b, e);
 }
 
 #define TOK_MAX_FILE_BYTES ((size_t)1 << 30) /* tokenizer.json: DeepSeek-V4's is 8 MiB */
