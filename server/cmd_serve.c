@@ -32,6 +32,7 @@
 #include "kernels/registry/registry.h"
 #include "model/checkpoint.h"
 #include "model/exec_cpu.h"
+#include "model/exec_test.h"
 #include "server/load_args.h"
 #include "server/engine.h"
 #include "server/notify.h"
@@ -485,7 +486,7 @@ int cmd_serve(int argc, char **argv)
 	bool use_test = a.executor && !strcmp(a.executor, "test");
 	if (use_test) {
 		uint32_t len = a.max_model_len ? (uint32_t)a.max_model_len : (model_len < 65536 ? model_len : 65536);
-		if (engine_test_exec_create(&test_ex, (uint32_t)cfg->vocab_size, (int32_t)cfg->eos_token_id, len, &e)) {
+		if (model_exec_test_create(&test_ex, (uint32_t)cfg->vocab_size, (int32_t)cfg->eos_token_id, len, &e)) {
 			fprintf(stderr, "dsv4 serve: %s\n", e.msg);
 			model_checkpoint_destroy(ck);
 			return CLI_EXIT_FAIL;
@@ -534,7 +535,7 @@ int cmd_serve(int argc, char **argv)
 	}
 	const char *delay = getenv("DSV4_TEST_EXEC_STEP_MS");
 	if (delay && delay[0] && test_ex)
-		engine_test_exec_set_step_delay(test_ex, (uint32_t)strtoul(delay, NULL, 10));
+		model_exec_test_set_step_delay(test_ex, (uint32_t)strtoul(delay, NULL, 10));
 	const char *script = getenv("DSV4_TEST_EXEC_SCRIPT");
 	if (script && script[0] && !test_ex) {
 		fprintf(stderr, "dsv4 serve: DSV4_TEST_EXEC_SCRIPT needs --executor test\n");
@@ -553,9 +554,9 @@ int cmd_serve(int argc, char **argv)
 				break;
 			ids[n++] = (int32_t)v;
 		}
-		if (engine_test_exec_script(test_ex, ids, n, &e)) {
+		if (model_exec_test_script(test_ex, ids, n, &e)) {
 			fprintf(stderr, "dsv4 serve: DSV4_TEST_EXEC_SCRIPT: %s\n", e.msg);
-			engine_test_exec_destroy(test_ex);
+			model_exec_test_destroy(test_ex);
 			model_checkpoint_destroy(ck);
 			return CLI_EXIT_FAIL;
 		}
@@ -589,7 +590,7 @@ int cmd_serve(int argc, char **argv)
 	struct engine *en = NULL;
 	if (engine_create(&en, &eo, &e)) {
 		fprintf(stderr, "dsv4 serve: %s\n", e.msg);
-		engine_test_exec_destroy(test_ex);
+		model_exec_test_destroy(test_ex);
 		model_exec_cpu_destroy(cpu);
 		tp_serve_destroy(tp); /* ---- tensor parallel ---- */
 		model_checkpoint_destroy(ck);
@@ -651,7 +652,7 @@ int cmd_serve(int argc, char **argv)
 	}
 	log_msg(LOG_INFO, "serve", "drained; stopping");
 	engine_destroy(en);
-	engine_test_exec_destroy(test_ex);
+	model_exec_test_destroy(test_ex);
 	model_exec_cpu_destroy(cpu);
 	/* ---- tensor parallel ---- */
 	bool tp_failed = tp && atomic_load(&g_tp_failed);
