@@ -78,17 +78,26 @@ enum sched_finish_reason {
 };
 const char *sched_finish_reason_str(enum sched_finish_reason r); /* "stop", "length", "abort", ... */
 
-/* Why submit said no; the server maps them to HTTP codes. */
+/* Why submit said no (the server maps these to its protocol's statuses). */
 enum sched_refusal {
 	SCHED_ACCEPTED = 0,
-	SCHED_REFUSE_INVALID,    /* 400: bad parameter */
-	SCHED_REFUSE_TOO_LONG,   /* 400: prompt + max_tokens over max_model_len or the whole KV cache */
-	SCHED_REFUSE_QUEUE_FULL, /* 429: max_queued_requests reached */
-	SCHED_REFUSE_DRAINING,   /* 503: shutting down */
-	SCHED_REFUSE_NOMEM,      /* 503: allocation failed */
+	SCHED_REFUSE_INVALID,    /* a parameter out of its range */
+	SCHED_REFUSE_TOO_LONG,   /* prompt + max_tokens over max_model_len or the whole KV cache */
+	SCHED_REFUSE_QUEUE_FULL, /* max_queued_requests reached (try later) */
+	SCHED_REFUSE_DRAINING,   /* shutting down */
+	SCHED_REFUSE_NOMEM,      /* allocation failed */
 	SCHED_REFUSE_N
 };
-int sched_refusal_http_status(enum sched_refusal r); /* 200, 400, 429, 503 */
+
+/* The request parameter a refusal is about (sched_check_param), as data:
+ * the server names it in its own terms. */
+enum sched_req_param {
+	SCHED_PARAM_NONE = 0, SCHED_PARAM_PROMPT, SCHED_PARAM_N, SCHED_PARAM_TEMPERATURE, SCHED_PARAM_TOP_P,
+	SCHED_PARAM_MIN_P, SCHED_PARAM_TOP_K, SCHED_PARAM_PENALTY, SCHED_PARAM_REPETITION_PENALTY,
+	SCHED_PARAM_TOP_LOGPROBS, SCHED_PARAM_LOGIT_BIAS, SCHED_PARAM_STOP_TOKEN_IDS, SCHED_PARAM_STOP,
+	SCHED_PARAM_MIN_TOKENS, SCHED_PARAM_MAX_TOKENS, SCHED_PARAM_PROMPT_LOGPROBS, SCHED_PARAM_GRAMMAR,
+	SCHED_PARAM_PRIORITY,
+};
 
 /* Per-request timing (monotonic seconds, time_mono_s()); 0 = not yet. */
 struct sched_timing {
@@ -218,6 +227,11 @@ void sched_destroy(struct sched *s);
 /* Check a request against the limits without submitting it (any thread:
  * reads only immutable configuration). */
 enum sched_refusal sched_check(const struct sched *s, const struct sched_request_params *p, struct err *e);
+/* sched_check, and *param (may be NULL) = the parameter refused
+ * (SCHED_PARAM_NONE when accepted). TOO_LONG names the prompt when it alone
+ * fills the context, else max_tokens. */
+enum sched_refusal sched_check_param(const struct sched *s, const struct sched_request_params *p,
+				     enum sched_req_param *param, struct err *e);
 
 /* Queue a request. On refusal returns ST_INVALID / ST_BUSY / ST_NOMEM, sets
  * *why and e, and emits no events. On success *id_out (may be NULL) is the

@@ -580,14 +580,12 @@ static void finalize(struct oai_job *j)
 			      j->error ? (j->error_msg[0] ? j->error_msg : "internal error") : NULL);
 	} else if (j->stream) {
 		if (j->error)
-			oai_sse_error(&j->out, 500, "server_error", j->error_msg[0] ? j->error_msg : "internal error");
+			oai_sse_error(&j->out, 500, NULL, j->error_msg[0] ? j->error_msg : "internal error");
 		if (j->head.usage_null)
 			oai_sse_usage_chunk(&j->out, &j->head, &j->usage);
 		oai_sse_done(&j->out);
 	} else if (j->error) {
-		strbuf_printf(&j->out, "{\"error\":{\"message\":\"%s\",\"type\":\"server_error\",\"param\":null,"
-				       "\"code\":500}}",
-			      j->error_msg[0] ? j->error_msg : "internal error");
+		api_error_json(&j->out, 500, NULL, NULL, j->error_msg[0] ? j->error_msg : "internal error");
 	} else {
 		render_full(j);
 	}
@@ -727,15 +725,50 @@ static void job_close(void *ctx, bool aborted)
 
 /* ---- submission ---- */
 
-static void refusal_reply(struct http_response *resp, enum sched_refusal why, const struct err *e)
+/* The OpenAI name of a parameter the scheduler refused. */
+static const char *param_name(enum sched_req_param p, enum oai_kind kind)
 {
-	int code = sched_refusal_http_status(why);
+	switch (p) {
+	case SCHED_PARAM_PROMPT: return kind == OAI_CHAT ? "messages" : "prompt";
+	case SCHED_PARAM_N: return "n";
+	case SCHED_PARAM_TEMPERATURE: return "temperature";
+	case SCHED_PARAM_TOP_P: return "top_p";
+	case SCHED_PARAM_MIN_P: return "min_p";
+	case SCHED_PARAM_TOP_K: return "top_k";
+	case SCHED_PARAM_PENALTY: return "presence_penalty";
+	case SCHED_PARAM_REPETITION_PENALTY: return "repetition_penalty";
+	case SCHED_PARAM_TOP_LOGPROBS: return kind == OAI_CHAT ? "top_logprobs" : "logprobs";
+	case SCHED_PARAM_LOGIT_BIAS: return "logit_bias";
+	case SCHED_PARAM_STOP_TOKEN_IDS: return "stop_token_ids";
+	case SCHED_PARAM_STOP: return "stop";
+	case SCHED_PARAM_MIN_TOKENS: return "min_tokens";
+	case SCHED_PARAM_MAX_TOKENS: return "max_tokens";
+	case SCHED_PARAM_PROMPT_LOGPROBS: return "prompt_logprobs";
+	case SCHED_PARAM_GRAMMAR: return "response_format";
+	case SCHED_PARAM_PRIORITY: return "priority";
+	case SCHED_PARAM_NONE: break;
+	}
+	return NULL;
+}
+
+/* A scheduler refusal as an HTTP answer: the statuses are this layer's
+ * (400 / 429 with Retry-After / 503); the parameter comes from
+ * sched_check_param as data. */
+static void refusal_reply(struct oai_server *s, const struct sched_request_params *p, enum oai_kind kind,
+			  struct http_response *resp, enum sched_refusal why, const struct err *e)
+{
+	enum sched_req_param prm = SCHED_PARAM_NONE;
+	if (why == SCHED_REFUSE_INVALID || why == SCHED_REFUSE_TOO_LONG) {
+		struct err e2 = {0};
+		(void)sched_check_param(sched_loop_core(s->opt.loop), p, &prm, &e2);
+	}
 	switch (why) {
 	case SCHED_REFUSE_TOO_LONG:
-		api_error(resp, 400, "invalid_request_error", "messages", "context_length_exceeded", "%s", e->msg);
+		/* OpenAI names the input for any context overflow, whichever part is long */
+		api_error(resp, 400, param_name(SCHED_PARAM_PROMPT, kind), "context_length_exceeded", "%s", e->msg);
 		break;
 	case SCHED_REFUSE_QUEUE_FULL:
-		api_error(resp, 429, "rate_limit_error", NULL, "queue_full", "%s", e->msg[0] ? e->msg : "queue full");
+		api_error(resp, 429, NULL, "rate_limit_exceeded", "%s", e->msg[0] ? e->msg : "queue full");
 		for (int i = 0; i < 4; i++)
 			if (!resp->headers[i].name) {
 				resp->headers[i].name = "Retry-After";
@@ -744,22 +777,14 @@ static void refusal_reply(struct http_response *resp, enum sched_refusal why, co
 			}
 		break;
 	case SCHED_REFUSE_DRAINING:
-		api_error(resp, 503, "service_unavailable", NULL, "draining", "the server is shutting down");
+		api_error(resp, 503, NULL, "draining", "the server is shutting down");
 		break;
-	case SCHED_REFUSE_INVALID: {
-		/* Name the parameter when the scheduler's message does. */
-		static const char *params[] = {"priority", "min_tokens", "max_tokens", "stop_token_ids", "stop",
-					       "logit_bias", "top_logprobs", "seed", "n"};
-		const char *param = NULL;
-		for (size_t i = 0; i < sizeof params / sizeof params[0] && !param; i++)
-			if (strstr(e->msg, params[i]))
-				param = params[i];
-		api_error(resp, 400, "invalid_request_error", param, NULL, "%s", e->msg);
+	case SCHED_REFUSE_INVALID:
+		api_error(resp, 400, param_name(prm, kind), e->st == ST_UNSUPPORTED ? "unsupported_value" : "invalid_value",
+			  "%s", e->msg);
 		break;
-	}
 	default:
-		api_error(resp, code >= 400 ? code : 500, "server_error", NULL, NULL, "%s",
-			  e->msg[0] ? e->msg : "cannot accept the request");
+		api_error(resp, 503, NULL, NULL, "%s", e->msg[0] ? e->msg : "cannot accept the request");
 	}
 }
 
@@ -798,7 +823,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
 		bool prompt = r->prompt_logprobs && r->prompt_top_logprobs > lim;
 		const char *param = prompt ? "prompt_logprobs" : r->kind == OAI_CHAT ? "top_logprobs" : "logprobs";
-		api_error(resp, 400, "invalid_request_error", param, NULL,
+		api_error(resp, 400, param, "invalid_value",
 			  "'%s' asks for %u logprobs; this server's maximum is %u (--max-logprobs)", param,
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
 		return;
@@ -813,7 +838,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			est += (uint64_t)r->n * t * per_tok;
 		}
 		if (est > OAI_MAX_RESPONSE_BYTES) {
-			api_error(resp, 400, "invalid_request_error", "max_tokens", NULL,
+			api_error(resp, 400, "max_tokens", "invalid_value",
 				  "this non-streamed answer could reach %llu MB: %u prompt(s) x n %u x max_tokens %llu x "
 				  "%llu bytes per token (logprobs %u) > the limit of %llu MB; lower n, max_tokens or "
 				  "top_logprobs, or stream it",
@@ -829,7 +854,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
 		gram_release(grammar);
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	j->fmt = fmt;
@@ -860,7 +885,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		j->n_choices = 0;
 		job_free(j);
 		gram_release(grammar);
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	for (uint32_t i = 0; i < j->n_choices; i++) {
@@ -879,7 +904,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			if (model_oparse_create(&c->parser, &po, &e)) {
 				job_free(j);
 				gram_release(grammar);
-				api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
+				api_error(resp, 500, NULL, NULL, "%s", e.msg);
 				return;
 			}
 		}
@@ -899,7 +924,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			sb->ss = NULL;
 			gram_release(grammar);
 			job_free(j);
-			refusal_reply(resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
+			refusal_reply(s, &p, r->kind, resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
 			return;
 		}
 		if (p.prompt_logprobs) {
@@ -942,7 +967,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	pthread_mutex_unlock(&s->wake_mu);
 	if (si < 0) {
 		job_free(j);
-		api_error(resp, 503, "server_error", NULL, NULL, "too many requests in flight");
+		api_error(resp, 503, NULL, NULL, "too many requests in flight");
 		return;
 	}
 	for (uint32_t i = 0; i < n_prompts; i++)
@@ -969,7 +994,7 @@ void oai__start_job_fmt(struct oai_server *s, const struct oai_request *r, int32
 {
 	resp->stream_ctx = NULL;
 	if (r->n != 1 || r->kind != OAI_CHAT)
-		api_error(resp, 400, "invalid_request_error", "n", NULL, "this endpoint answers one choice");
+		api_error(resp, 400, "n", "unsupported_value", "this endpoint answers one choice");
 	else
 		start_job(s, r, &prompt_ids, &n_ids, 1, NULL, NULL, fmt, fmt_ctx, resp, hs);
 	if (!resp->stream_ctx) /* refused: no job owns the format */

@@ -36,11 +36,13 @@ static void test_refusals(void)
 	p.prompt_ids = prompt;
 	p.n_prompt = 512;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_TOO_LONG);
-	T_CHECK(sched_refusal_http_status(why) == 400);
+	enum sched_req_param prm = SCHED_PARAM_NONE;
+	T_CHECK(sched_check_param(h.s, &p, &prm, &e) == SCHED_REFUSE_TOO_LONG && prm == SCHED_PARAM_PROMPT);
 	p.n_prompt = 500;
 	p.max_tokens = 13;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_TOO_LONG);
 	T_STR_CONTAINS(e.msg, "512");
+	T_CHECK(sched_check_param(h.s, &p, &prm, &e) == SCHED_REFUSE_TOO_LONG && prm == SCHED_PARAM_MAX_TOKENS);
 	p = h_params(r);
 	p.n = 5;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_INVALID);
@@ -71,11 +73,11 @@ static void test_refusals(void)
 	T_CHECK(sched_check(h.s, &p, &e) == SCHED_ACCEPTED);
 	p.sampling = (struct kern_sampling_params){0};
 	T_CHECK(sched_check(h.s, &p, &e) == SCHED_REFUSE_INVALID);
+	T_CHECK(sched_check_param(h.s, &p, &prm, &e) == SCHED_REFUSE_INVALID && prm == SCHED_PARAM_TOP_P);
 	p = h_params(r);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_OK && why == SCHED_ACCEPTED);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_OK);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_BUSY && why == SCHED_REFUSE_QUEUE_FULL);
-	T_CHECK(sched_refusal_http_status(why) == 429);
 	struct sched_stats st;
 	sched_stats_get(h.s, &st);
 	T_CHECK(st.n_requests_waiting == 2 && st.n_refused[SCHED_REFUSE_QUEUE_FULL] == 1);
