@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "model/gram.h"
+#include "model/tokenizer.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -277,6 +278,11 @@ enum sched_refusal sched_check_param(const struct sched *s, const struct sched_r
 		size_t L = p->stop_strings[i] ? strlen(p->stop_strings[i]) : 0;
 		if (!L || L > SCHED_MAX_STOP_STRING_BYTES)
 			return refuse(e, param, SCHED_PARAM_STOP, SCHED_REFUSE_INVALID, ST_INVALID, "stop strings must be 1..256 bytes");
+		/* whole characters: the text they are matched in is (model/detok.h) */
+		for (size_t k = 0, l = 0; k < L; k += l)
+			if (model_utf8_classify((const uint8_t *)p->stop_strings[i] + k, L - k, &l) != 1)
+				return refuse(e, param, SCHED_PARAM_STOP, SCHED_REFUSE_INVALID, ST_INVALID,
+					      "stop strings must be valid UTF-8");
 	}
 	if (p->min_tokens && p->max_tokens && p->min_tokens > p->max_tokens)
 		return refuse(e, param, SCHED_PARAM_MIN_TOKENS, SCHED_REFUSE_INVALID, ST_INVALID, "min_tokens must not exceed max_tokens");
@@ -609,6 +615,7 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	}
 	r->min_tokens = p->min_tokens;
 	r->include_stop_str = p->include_stop_str_in_output;
+	r->keep_special = p->keep_special_tokens;
 	if (p->min_tokens) {
 		uint32_t nb = p->sampling.n_logit_bias, k = nb;
 		r->bias_min = malloc((size_t)(nb + r->n_stop_ids + 1) * sizeof(*r->bias_min));

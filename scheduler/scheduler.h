@@ -37,9 +37,11 @@
 
 /* Text of one token, for stop strings: write the bytes token_id decodes to
  * (byte-level BPE: the concatenation of pieces is the text; special tokens
- * may return 0 bytes) into buf (cap bytes) and return the count (<= cap).
- * Called on the step-loop thread only. */
-typedef uint32_t (*sched_detok_fn)(void *ctx, int32_t token_id, char *buf, uint32_t cap);
+ * give 0 bytes unless keep_special) into buf (cap bytes) and return the
+ * count (<= cap). The server passes model_detok_piece (model/detok.h); the
+ * bytes go through the sequence's streaming detokenizer, so events carry
+ * whole UTF-8 characters. Called on the step-loop thread only. */
+typedef uint32_t (*sched_detok_fn)(void *ctx, int32_t token_id, bool keep_special, char *buf, uint32_t cap);
 
 enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY = 1 };
 
@@ -159,6 +161,7 @@ struct sched_request_params {
 	const char *const *stop_strings; /* copied; need options.detokenize */
 	uint32_t n_stop_strings;
 	bool include_stop_str_in_output; /* a matched stop string ends the released text instead of being cut */
+	bool keep_special_tokens;       /* special tokens' text in the events (vLLM's skip_special_tokens: false) */
 	uint32_t n;                     /* choices; 0 = 1 */
 	int32_t priority;               /* SCHED_POLICY_PRIORITY: lower runs first; must be 0 under FCFS */
 	uint64_t cache_salt;            /* mixed into the first block's hash (tenant isolation); 0 = none */

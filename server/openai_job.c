@@ -3,8 +3,7 @@
  * OpenAI responses (SSE chunks or one JSON body).
  *
  * A job owns: the parsed request's derived state, one sched_stream per
- * prompt (n choices each), per-choice output state (UTF-8 carry, the DSML
- * output parser for chat, accumulated text for non-streamed answers,
+ * prompt (n choices each), per-choice output state (the DSML output parser for chat, accumulated text for non-streamed answers,
  * logprobs), and the output buffer the HTTP pull callback drains. The job is
  * created in the handler and freed in the stream's close callback, which the
  * HTTP layer calls exactly once (finished or client gone).
@@ -44,8 +43,6 @@ struct choice {
 	struct oai_job *job;
 	uint32_t index;
 	struct model_oparse *parser;  /* chat only */
-	uint8_t carry[4];             /* incomplete UTF-8 tail */
-	uint32_t n_carry;
 	struct strbuf content, reasoning; /* accumulated (non-stream) */
 	struct tool_acc *tools;
 	size_t n_tools, cap_tools;
@@ -99,23 +96,6 @@ struct oai_job {
 	const struct oai_job_format *fmt; /* another API's shapes (openai_internal.h), or NULL */
 	void *fmt_ctx;
 };
-
-/* ---- detokenize callback for the scheduler ---- */
-
-uint32_t oai_detok_piece(void *ctx, int32_t token_id, char *buf, uint32_t cap)
-{
-	const struct model_tokenizer *tok = ctx;
-	if (model_tokenizer_is_special(tok, token_id))
-		return 0;
-	size_t n = 0;
-	const char *p = model_tokenizer_piece(tok, token_id, &n);
-	if (!p)
-		return 0;
-	if (n > cap)
-		n = cap;
-	memcpy(buf, p, n);
-	return (uint32_t)n;
-}
 
 /* ---- wake slots ---- */
 
@@ -280,55 +260,24 @@ static void on_parse(void *user, const struct model_oparse_event *ev)
 	emit_chat_delta(c, &d);
 }
 
-/* Bytes of a token event: prepend the carried incomplete UTF-8 tail and keep
- * the new one, so that the parser and the client see whole characters. */
-static void feed_text(struct choice *c, const char *text, size_t n, bool final, const char *lp_json)
+/* The text of a token event: whole UTF-8 characters already (the
+ * scheduler's streaming detokenizer, model/detok.h, holds a split one back
+ * and flushes it with the last token). */
+static void feed_text(struct choice *c, const char *text, size_t n, const char *lp_json)
 {
 	struct oai_job *j = c->job;
-	char local[512];
-	char *buf = local;
-	size_t total = c->n_carry + n;
-	if (total > sizeof local) {
-		buf = malloc(total);
-		if (!buf) {
-			j->error = true;
-			return;
-		}
-	}
-	memcpy(buf, c->carry, c->n_carry);
-	if (n)
-		memcpy(buf + c->n_carry, text, n);
-	size_t keep = 0;
-	if (!final) {
-		/* A proper prefix of a character at the very end is held (at most 3 bytes). */
-		for (size_t back = 1; back <= 3 && back <= total; back++) {
-			size_t len;
-			int k = model_utf8_classify((const uint8_t *)buf + total - back, back, &len);
-			if (k == -1) {
-				keep = back;
-				break;
-			}
-			if (k == 1 || k == 0)
-				continue;
-		}
-	}
-	size_t emit = total - keep;
-	memcpy(c->carry, buf + emit, keep);
-	c->n_carry = (uint32_t)keep;
-	if (j->kind == OAI_COMPLETION && j->stream && (emit || lp_json)) {
-		c->text_bytes += emit;
-		oai_sse_completion_chunk(&j->out, &j->head, c->index, buf, emit, lp_json, NULL);
-	} else if (emit) {
+	if (j->kind == OAI_COMPLETION && j->stream && (n || lp_json)) {
+		c->text_bytes += n;
+		oai_sse_completion_chunk(&j->out, &j->head, c->index, text ? text : "", n, lp_json, NULL);
+	} else if (n) {
 		if (j->kind == OAI_CHAT) {
-			if (model_oparse_feed(c->parser, buf, emit))
+			if (model_oparse_feed(c->parser, text, n))
 				j->error = true;
 		} else {
-			c->text_bytes += emit;
-			strbuf_append(&c->content, buf, emit);
+			c->text_bytes += n;
+			strbuf_append(&c->content, text, n);
 		}
 	}
-	if (buf != local)
-		free(buf);
 }
 
 static void record_metrics(struct oai_job *j, struct sub *sb, const struct sched_event *ev, const char *reason)
@@ -425,7 +374,7 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 				c->n_lp++;
 			} else {
 				oai_compl_logprobs_add(&c->clp, j->srv->opt.tok, ev->token_id, &ev->sample,
-						       j->top_logprobs, sb->echo_lp_bytes + c->text_bytes + c->n_carry);
+						       j->top_logprobs, sb->echo_lp_bytes + c->text_bytes);
 			}
 		}
 		if (j->kind == OAI_COMPLETION && j->stream && j->logprobs) {
@@ -433,10 +382,10 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 			struct strbuf lpj;
 			strbuf_init(&lpj);
 			oai_compl_logprobs_render(&c->clp, &lpj, true);
-			feed_text(c, ev->text, ev->text_bytes, false, strbuf_cstr(&lpj));
+			feed_text(c, ev->text, ev->text_bytes, strbuf_cstr(&lpj));
 			strbuf_free(&lpj);
 		} else {
-			feed_text(c, ev->text, ev->text_bytes, false, NULL);
+			feed_text(c, ev->text, ev->text_bytes, NULL);
 		}
 		sched_event_clear(ev);
 		return;
@@ -450,7 +399,6 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 	}
 	sb->n_finished++;
 	j->usage.completion_tokens += ev->n_output_tokens;
-	feed_text(c, NULL, 0, true, NULL);
 	bool tools = false;
 	if (j->kind == OAI_CHAT) {
 		if (model_oparse_finish(c->parser))
@@ -797,6 +745,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->ignore_eos = r->ignore_eos;
 	p->min_tokens = r->min_tokens;
 	p->include_stop_str_in_output = r->include_stop_str_in_output;
+	p->keep_special_tokens = !r->skip_special_tokens;
 	p->stop_token_ids = r->stop_token_ids;
 	p->n_stop_token_ids = r->n_stop_token_ids;
 	p->stop_strings = r->stop;

@@ -557,7 +557,7 @@ enum key {
 	K_IGNORED = 0, K_MODEL, K_STREAM, K_STREAM_OPTIONS, K_N, K_MAX_TOKENS, K_MAX_COMPLETION_TOKENS,
 	K_TEMPERATURE, K_TOP_P, K_TOP_K, K_MIN_P, K_SEED, K_PRESENCE, K_FREQUENCY, K_REPETITION, K_LOGIT_BIAS,
 	K_STOP, K_STOP_TOKEN_IDS, K_IGNORE_EOS, K_LOGPROBS, K_TOP_LOGPROBS, K_PRIORITY, K_CACHE_SALT,
-	K_MIN_TOKENS, K_INCLUDE_STOP, K_SKIP_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
+	K_MIN_TOKENS, K_INCLUDE_STOP, K_SKIP_SPECIAL, K_SPACES_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
 	K_PROMPT_LOGPROBS, /* evaluation */
 	K_FORMAT, /* structured outputs: guided_json, guided_choice, structured_outputs */
 	/* chat */
@@ -605,6 +605,7 @@ static const struct key_def {
 	{"min_tokens", K_MIN_TOKENS, F_GEN},
 	{"include_stop_str_in_output", K_INCLUDE_STOP, F_GEN},
 	{"skip_special_tokens", K_SKIP_SPECIAL, F_GEN},
+	{"spaces_between_special_tokens", K_SPACES_SPECIAL, F_GEN},
 	{"parallel_tool_calls", K_PARALLEL_TOOL_CALLS, F_CHAT},
 	{"response_format", K_RESPONSE_FORMAT, F_GEN},
 	{"guided_json", K_FORMAT, F_GEN},
@@ -908,9 +909,12 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 			st = get_bool(v, "include_stop_str_in_output", &r->include_stop_str_in_output, why);
 			break;
 		case K_SKIP_SPECIAL:
-			if (!(st = get_bool(v, "skip_special_tokens", &bv, why)) && !bv)
-				st = fail(why, ST_UNSUPPORTED, "skip_special_tokens",
-					  "skip_special_tokens=false is not supported");
+			st = get_bool(v, "skip_special_tokens", &r->skip_special_tokens, why);
+			break;
+		case K_SPACES_SPECIAL:
+			/* vLLM's fast-tokenizer detokenizer (this model's) joins special
+			 * tokens' text without spaces whatever the flag says; so do we */
+			st = get_bool(v, "spaces_between_special_tokens", &bv, why);
 			break;
 		case K_PARALLEL_TOOL_CALLS:
 			if (!(st = get_bool(v, "parallel_tool_calls", &bv, why)) && !bv)

@@ -156,5 +156,38 @@ check(st == 200, "detokenize: null model is absent: %d %r" % (st, text[:200]))
 err(400, "POST", C, chat(functions=[{"name": "f"}]), param="functions")
 err(400, "POST", C, chat(audio={"voice": "x"}), param="audio")
 
+# ---- skip_special_tokens / spaces_between_special_tokens (vLLM's) ----
+SPECIAL = "<\uff5cplace\u2581holder\u2581no\u25813\uff5c>"  # a special added token of this tokenizer
+st, text, _ = req("POST", "/tokenize", {"prompt": "Hello" + SPECIAL + " world", "add_special_tokens": False})
+ids = json.loads(text)["tokens"] if st == 200 else []
+check(len(ids) >= 3, "tokenize the scripted output: %d %r" % (st, text[:200]))
+serverproc.stop_and_check(srv, check)
+
+srv = Server("--api-key", KEY, "--max-model-len", "512",
+             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(str(i) for i in ids)})
+for path, body, get in (
+        (P, {"prompt": "x", "max_tokens": len(ids)}, lambda d: d["choices"][0]["text"]),
+        (C, chat(max_tokens=len(ids)), lambda d: d["choices"][0]["message"]["content"])):
+    outs = {}
+    for extra in ({}, {"skip_special_tokens": True}, {"skip_special_tokens": False},
+                  {"skip_special_tokens": False, "spaces_between_special_tokens": False},
+                  {"skip_special_tokens": False, "spaces_between_special_tokens": True}):
+        b = dict(body)
+        b.update(extra)
+        st, text, _ = req("POST", path, b)
+        check(st == 200, "%s %r: %d %r" % (path, extra, st, text[:200]))
+        outs[json.dumps(extra)] = get(json.loads(text)) if st == 200 else None
+    check(outs["{}"] == "Hello world", "%s: special tokens skipped by default: %r" % (path, outs["{}"]))
+    check(outs['{"skip_special_tokens": true}'] == "Hello world", "%s: skip_special_tokens true" % path)
+    check(outs['{"skip_special_tokens": false}'] == "Hello" + SPECIAL + " world",
+          "%s: skip_special_tokens false keeps the special token's text: %r" % (path, outs['{"skip_special_tokens": false}']))
+    check(len(set(v for k, v in outs.items() if "false" in k)) == 1,
+          "%s: spaces_between_special_tokens changes nothing with this fast tokenizer, as in vLLM: %r" % (path, outs))
+# streamed: the same text arrives in deltas
+st, text, _ = req("POST", P, {"prompt": "x", "max_tokens": len(ids), "stream": True, "skip_special_tokens": False})
+pieces = [json.loads(l[6:])["choices"][0]["text"] for l in text.decode().splitlines()
+          if l.startswith("data: {") and json.loads(l[6:]).get("choices")]
+check("".join(pieces) == "Hello" + SPECIAL + " world", "streamed with special tokens: %r" % pieces)
+
 serverproc.stop_and_check(srv, check)
 sys.exit(check.finish())
