@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "model/detok.h"
 #include "model/tokenizer.h"
 #include "scheduler/scheduler.h"
 #include "server/api.h"
@@ -86,7 +87,7 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 		.max_queued_requests = opt->max_queued_requests,
 		.max_model_len = opt->max_model_len,
 		.policy = opt->priority_scheduling ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS,
-		.detokenize = oai_detok_piece,
+		.detokenize = model_detok_piece,
 		.detok_ctx = en->tok,
 		.heartbeat = engine__heartbeat,
 		.heartbeat_ctx = en,
