@@ -33,8 +33,6 @@ const char *model_dsv4_version(void); /* model/model_version.c */
 #define EXEC_OPEN_PING_INTERVAL_S 0.5
 #define EXEC_OPEN_CONFIG_MAGIC 0x47464354u /* "TCFG" */
 #define EXEC_OPEN_CONFIG_WORDS 8
-/* Serving on the CPU: the default context (the state is fp32 host memory). */
-#define EXEC_OPEN_CPU_MAX_MODEL_LEN 16384u
 
 int model_exec_parallel_world(const struct model_exec_parallel *p, struct err *e)
 {
@@ -317,8 +315,8 @@ static struct model_exec_cpu_options exec_open__xo(const struct model_exec_open_
 		.dev = dev,
 		.block_tokens = opt->block_tokens,
 		.n_blocks = opt->n_blocks,
-		.max_step_tokens = opt->max_step_tokens,
-		.max_step_seqs = opt->max_step_seqs,
+		.max_step_tokens = opt->max_step_tokens ? opt->max_step_tokens : MODEL_EXEC_DEFAULT_STEP_TOKENS,
+		.max_step_seqs = opt->max_step_seqs ? opt->max_step_seqs : MODEL_EXEC_DEFAULT_STEP_SEQS,
 		.max_model_len = opt->max_model_len,
 		.precision = opt->precision,
 		.load_mtp = opt->load_mtp,
@@ -336,7 +334,7 @@ static struct model_exec_cpu_options exec_open__xo(const struct model_exec_open_
 		uint32_t model_len = cfg->max_position_embeddings > INT32_MAX ? INT32_MAX
 									      : (uint32_t)cfg->max_position_embeddings;
 		uint32_t len = opt->max_model_len ? opt->max_model_len
-				: model_len < EXEC_OPEN_CPU_MAX_MODEL_LEN ? model_len : EXEC_OPEN_CPU_MAX_MODEL_LEN;
+				: model_len < (uint32_t)MODEL_EXEC_CPU_MAX_MODEL_LEN ? model_len : (uint32_t)MODEL_EXEC_CPU_MAX_MODEL_LEN;
 		uint32_t per_seq = (len + 255) / 256;
 		xo.max_model_len = len;
 		if (!xo.n_blocks)

@@ -46,6 +46,11 @@
 struct model_exec_open;
 
 #define MODEL_EXEC_DEFAULT_MASTER_PORT 29555
+/* Sizes when the caller leaves them 0: tokens and sequences per step, and
+ * serving's context on the CPU. */
+#define MODEL_EXEC_DEFAULT_STEP_TOKENS 512
+#define MODEL_EXEC_DEFAULT_STEP_SEQS 64
+#define MODEL_EXEC_CPU_MAX_MODEL_LEN 16384
 
 /* Tensor parallelism (vLLM's flags; docs/two-gb10.md). */
 struct model_exec_parallel {
@@ -77,6 +82,9 @@ struct model_exec_open_options {
 	double gpu_memory_utilization;     /* GPU: fraction of the device for this process; 0 = 0.9 */
 	const struct kern_disabled *disabled; /* NULL: none */
 	bool kernel_selfcheck;
+	/* --enforce-eager (vLLM): never capture or replay CUDA graphs; steps
+	 * run eagerly. Read by the CUDA executor's graph capture. */
+	bool enforce_eager;
 	struct model_exec_parallel parallel;
 	/* (optional) tensor parallel: the group failed; any thread, once. */
 	void (*on_fail)(void *ctx, const char *msg);

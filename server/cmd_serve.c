@@ -1,10 +1,15 @@
 /*
- * server/cmd_serve.c: `dsv4 serve --model DIR`, the OpenAI-compatible
- * server, with vLLM's flag names where they exist.
+ * server/cmd_serve.c: `dsv4 serve MODEL_DIR` (or --model), the
+ * OpenAI-compatible server, with vLLM's flag names where they exist: a vLLM
+ * command line starts it unchanged (flags that mean nothing here are
+ * accepted with one log line saying why; a value that cannot be honoured is
+ * an error naming the flag).
  *
  * The main thread owns process life: it parses flags (exit 2 on a bad one),
- * resolves the model (`--model tiny` builds and caches the tiny checkpoint),
- * starts the engine, tells systemd READY=1 once the port is open, and then
+ * binds the port (a busy port fails before anything loads), resolves the
+ * model (`tiny` builds and caches the tiny checkpoint), opens the executor
+ * (model/exec_open.h: device, plan, tensor-parallel group), starts the
+ * engine, tells systemd READY=1 once the port is open, and then
  * waits for signals. WATCHDOG=1 is sent at half of $WATCHDOG_USEC, but only
  * while the scheduler's step loop shows a recent heartbeat, so a hung loop
  * lets systemd restart us. SIGTERM / SIGINT: STOPPING=1, stop admitting,
@@ -32,8 +37,10 @@
 #include "kernels/registry/registry.h"
 #include "model/checkpoint.h"
 #include "model/exec_open.h"
+#include "scheduler/limits.h"
 #include "server/load_args.h"
 #include "server/engine.h"
+#include "server/http.h"
 #include "server/notify.h"
 #include "server/serve_guard.h" /* ---- hardening ---- */
 
@@ -55,36 +62,52 @@ struct serve_args {
 	bool kernel_selfcheck;
 	long max_logprobs;           /* --max-logprobs (evaluation) */
 	long responses_store_bytes;  /* --responses-store-bytes (agents) */
+	/* ---- cli: vLLM's common flags ---- */
+	bool disable_prefix_caching; /* --no-enable-prefix-caching */
+	bool disable_log_requests;   /* --disable-log-requests: read by the access log (server/api) */
+	bool enforce_eager;          /* --enforce-eager: no CUDA graphs (model_exec_open_options) */
+	const char *notes[24];       /* one log line each, after the log is up: flags accepted with no effect */
+	int n_notes;
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: dsv4 serve --model DIR|tiny [options]\n"
+		"usage: dsv4 serve MODEL_DIR|tiny [options]     (or --model MODEL_DIR|tiny)\n"
 		"\n"
-		"Serve the OpenAI-compatible API (docs/api.md) for the checkpoint in DIR.\n"
-		"--model tiny builds the tiny random checkpoint once (scripts/make_tiny_model),\n"
-		"caches it and serves it.\n"
+		"Serve the OpenAI-compatible API (docs/api.md) for the checkpoint in MODEL_DIR, on the GPU\n"
+		"when one is usable, else on the CPU (--device). 'tiny' builds the tiny random checkpoint\n"
+		"once (scripts/make_tiny_model), caches it and serves it. A vLLM command line works as is:\n"
+		"its flags below either act as in vLLM or are accepted with one log line saying why they\n"
+		"change nothing here; a value dsv4 cannot honour is an error naming the flag.\n"
 		"\n"
 		"options (vLLM's names):\n"
 		"  --model DIR                  checkpoint directory (config.json, shards, tokenizer.json), or 'tiny'\n"
-		"  --host ADDR                  numeric address to listen on (default 127.0.0.1)\n"
+		"  --host HOST                  address or name to listen on, IPv4 or IPv6 (default 127.0.0.1);\n"
+		"                               the port is bound before the weights load\n"
 		"  --port N                     TCP port (default 8000; 0 = any free port)\n"
 		"  --served-model-name NAME     model id clients must send (default: the directory name)\n"
 		"  --api-key KEY                require 'Authorization: Bearer KEY' on /v1 (or $DSV4_API_KEY)\n"
-		"  --max-model-len N            context length, prompt + output tokens (default: the model's)\n"
-		"  --max-num-seqs N             sequences per step (default 256)\n"
-		"  --max-num-batched-tokens N   tokens per step (default 8192)\n"
-		"  --max-num-queued-reqs N      waiting requests before 429 (default 1024)\n"
-		"  --gpu-memory-utilization F   fraction of the GPU's memory this process may use for weights,\n"
-		"                               activations and the KV cache, (0, 1] (default 0.9; GPU only)\n"
+		"  --max-model-len N            context length, prompt + output tokens (default: GPU: the model's,\n"
+		"                               capped by the KV cache; CPU: min(the model's, %d))\n"
+		"  --max-num-seqs N             sequences per step (default %d)\n"
+		"  --max-num-batched-tokens N   tokens per step (default %d)\n"
+		"  --max-num-queued-reqs N      waiting requests before 429 (default %d)\n"
+		"  --gpu-memory-utilization F   GPU: fraction of the GPU's total memory this process may use for\n"
+		"                               weights, activations and the KV cache, (0, 1] (default 0.9); the\n"
+		"                               KV cache gets what is left. CPU: no effect (the KV cache holds\n"
+		"                               4 sequences of --max-model-len, or --num-gpu-blocks-override)\n"
 		"  --scheduling-policy P        fcfs (default) or priority (lower \"priority\" runs first)\n"
 		"  --shutdown-timeout S         seconds to drain requests on SIGTERM (default 30)\n"
 		"  --executor model|test        model: the forward pass on --device (default; 'cpu' is accepted\n"
 		"                               for it); test: the deterministic test executor (no weights\n"
 		"                               read; for API tests)\n"
 		"  --num-gpu-blocks-override N  KV blocks to allocate (default: GPU: from --gpu-memory-utilization;\n"
-		"                               CPU: 4 sequences of max-model-len)\n"
+		"                               CPU: 4 sequences of max-model-len, at least 64)\n"
+		"  --enable-prefix-caching      reuse the KV blocks of a shared prompt prefix (default: on)\n"
+		"  --no-enable-prefix-caching   compute every prompt token\n"
+		"  --enforce-eager              never use CUDA graphs (steps run eagerly)\n"
+		"  --disable-log-requests       no per-request line in the log (--enable-log-requests: the default)\n"
 		"  --http-threads N             HTTP worker threads (default 8)\n"
 		"  --disable-kernel A,B         remove kernel variants from selection (also $DSV4_DISABLED_KERNELS)\n"
 		"  --kernel-selfcheck           check each chosen kernel against the CPU reference at load\n"
@@ -92,7 +115,15 @@ static void usage(FILE *f)
 		"                               for, 1..20 (default 20)\n"
 		"  --responses-store-bytes N    memory for stored /v1/responses answers, oldest out first;\n"
 		"                               lost on restart (default 64 MiB)\n"
-		"  -h, --help                   this text\n");
+		"  -h, --help                   this text\n"
+		"vLLM flags accepted with no effect (one log line each says why):\n"
+		"  --trust-remote-code, --enable-auto-tool-choice, --enable-expert-parallel,\n"
+		"  --dtype auto|bfloat16, --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_ds_mla,\n"
+		"  --tool-call-parser deepseek_v4|deepseekv4, --reasoning-parser deepseek_v4|deepseekv4|deepseek_r1,\n"
+		"  --tokenizer-mode auto|deepseek_v4|hf, --uvicorn-log-level LEVEL, --swap-space GiB,\n"
+		"  --pipeline-parallel-size 1 (-pp), --data-parallel-size 1 (-dp)\n",
+		MODEL_EXEC_CPU_MAX_MODEL_LEN, MODEL_EXEC_DEFAULT_STEP_SEQS, MODEL_EXEC_DEFAULT_STEP_TOKENS,
+		SCHED_DEFAULT_MAX_QUEUED_REQUESTS);
 	fputs(load_args_exec_usage(), f); /* --device, --precision, tensor parallel */
 	fputs(load_args_usage(), f); /* dummy-load */
 	fputs(serve_guard_usage(), f); /* ---- hardening ---- */
@@ -133,7 +164,26 @@ enum {
 	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY, O_DISABLE_KERNEL, O_SELFCHECK,
 	O_MAX_LOGPROBS,
 	O_RESP_STORE,
+	/* ---- cli: vLLM's common flags ---- */
+	O_TRUST, O_DTYPE, O_AUTO_TOOL, O_TOOL_PARSER, O_REASONING, O_PREFIX_ON, O_PREFIX_OFF, O_KV_DTYPE,
+	O_NO_LOG_REQ, O_LOG_REQ, O_UVICORN, O_EAGER, O_EXPERT_PAR, O_TOK_MODE, O_SWAP, O_PP, O_DP,
 };
+
+/* A vLLM flag accepted with no effect here: one log line later (the log
+ * level is not set up while parsing). */
+static void note(struct serve_args *a, const char *line)
+{
+	if (a->n_notes < (int)(sizeof a->notes / sizeof a->notes[0]))
+		a->notes[a->n_notes++] = line;
+}
+
+static bool one_of(const char *v, const char *const *words)
+{
+	for (; *words; words++)
+		if (!strcmp(v, *words))
+			return true;
+	return false;
+}
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
 {
@@ -157,6 +207,23 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"kernel-selfcheck", no_argument, NULL, O_SELFCHECK},
 		{"max-logprobs", required_argument, NULL, O_MAX_LOGPROBS},
 		{"responses-store-bytes", required_argument, NULL, O_RESP_STORE},
+		{"trust-remote-code", no_argument, NULL, O_TRUST},
+		{"dtype", required_argument, NULL, O_DTYPE},
+		{"enable-auto-tool-choice", no_argument, NULL, O_AUTO_TOOL},
+		{"tool-call-parser", required_argument, NULL, O_TOOL_PARSER},
+		{"reasoning-parser", required_argument, NULL, O_REASONING},
+		{"enable-prefix-caching", no_argument, NULL, O_PREFIX_ON},
+		{"no-enable-prefix-caching", no_argument, NULL, O_PREFIX_OFF},
+		{"kv-cache-dtype", required_argument, NULL, O_KV_DTYPE},
+		{"disable-log-requests", no_argument, NULL, O_NO_LOG_REQ},
+		{"enable-log-requests", no_argument, NULL, O_LOG_REQ},
+		{"uvicorn-log-level", required_argument, NULL, O_UVICORN},
+		{"enforce-eager", no_argument, NULL, O_EAGER},
+		{"enable-expert-parallel", no_argument, NULL, O_EXPERT_PAR},
+		{"tokenizer-mode", required_argument, NULL, O_TOK_MODE},
+		{"swap-space", required_argument, NULL, O_SWAP},
+		{"pipeline-parallel-size", required_argument, NULL, O_PP},
+		{"data-parallel-size", required_argument, NULL, O_DP},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -164,6 +231,11 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 				 .shutdown_timeout_s = 30.0,
 				 .max_logprobs = KERN_SAMPLE_MAX_TOP_LOGPROBS};
 	a->api_key = getenv("DSV4_API_KEY");
+	for (int i = 1; i < argc; i++) /* vLLM's two-letter short forms; getopt knows one letter */
+		if (!strcmp(argv[i], "-pp"))
+			argv[i] = "--pipeline-parallel-size";
+		else if (!strcmp(argv[i], "-dp"))
+			argv[i] = "--data-parallel-size";
 	opterr = 0;
 	optind = 1;
 	int c;
@@ -246,6 +318,100 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 			if (!parse_long(v, 1024, 1L << 40, &a->responses_store_bytes))
 				return bad("--responses-store-bytes '%s': expected an integer in 1024..2^40", v);
 			break;
+		/* ---- cli: vLLM's common flags ---- */
+		case O_TRUST:
+			note(a, "--trust-remote-code: no effect: dsv4 implements DeepSeek-V4 itself and runs no code "
+				"from the checkpoint");
+			break;
+		case O_DTYPE:
+			if (strcmp(v, "auto") && strcmp(v, "bfloat16"))
+				return bad("--dtype '%s': not supported: the weights run in the checkpoint's own formats "
+					   "(bf16/FP8/FP4) with bf16 activations; use 'auto' (or --precision fp32 for float32 "
+					   "numerics)", v);
+			note(a, "--dtype: no effect: the weights run in the checkpoint's own formats with bf16 "
+				"activations (what 'auto' means in vLLM for this model)");
+			break;
+		case O_AUTO_TOOL:
+			note(a, "--enable-auto-tool-choice: no effect: tool_choice \"auto\" is always available");
+			break;
+		case O_TOOL_PARSER: {
+			static const char *const ok[] = {"deepseek_v4", "deepseekv4", NULL};
+			if (!one_of(v, ok))
+				return bad("--tool-call-parser '%s': dsv4 parses DeepSeek-V4's DSML tool calls only "
+					   "(deepseek_v4)", v);
+			note(a, "--tool-call-parser: no effect: DeepSeek-V4's DSML tool-call parser is built in");
+			break;
+		}
+		case O_REASONING: {
+			static const char *const ok[] = {"deepseek_v4", "deepseekv4", "deepseek_r1", NULL};
+			if (!one_of(v, ok))
+				return bad("--reasoning-parser '%s': dsv4 parses DeepSeek-V4's <think> blocks only "
+					   "(deepseek_v4)", v);
+			note(a, "--reasoning-parser: no effect: the thinking block is always returned as "
+				"reasoning_content by the built-in parser");
+			break;
+		}
+		case O_PREFIX_ON:
+			a->disable_prefix_caching = false;
+			break;
+		case O_PREFIX_OFF:
+			a->disable_prefix_caching = true;
+			break;
+		case O_KV_DTYPE: {
+			static const char *const ok[] = {"auto", "fp8", "fp8_e4m3", "fp8_ds_mla", NULL};
+			if (!one_of(v, ok))
+				return bad("--kv-cache-dtype '%s': not supported (auto, fp8, fp8_e4m3 or fp8_ds_mla)", v);
+			if (strcmp(v, "auto"))
+				note(a, "--kv-cache-dtype: no effect: the KV cache is stored in fp32; at --precision "
+					"reference its entries are rounded to FP8 as DeepSeek's cache is");
+			break;
+		}
+		case O_NO_LOG_REQ:
+			a->disable_log_requests = true;
+			break;
+		case O_LOG_REQ:
+			a->disable_log_requests = false;
+			break;
+		case O_UVICORN: {
+			static const char *const ok[] = {"critical", "error", "warning", "info", "debug", "trace", NULL};
+			if (!one_of(v, ok))
+				return bad("--uvicorn-log-level '%s': expected critical, error, warning, info, debug or trace", v);
+			note(a, "--uvicorn-log-level: no effect: dsv4 has no uvicorn; $DSV4_LOG_LEVEL sets the log level");
+			break;
+		}
+		case O_EAGER:
+			a->enforce_eager = true;
+			break;
+		case O_EXPERT_PAR:
+			note(a, "--enable-expert-parallel: no effect: the experts are already split across the "
+				"tensor-parallel ranks");
+			break;
+		case O_TOK_MODE: {
+			static const char *const ok[] = {"auto", "deepseek_v4", "hf", "slow", NULL};
+			if (!one_of(v, ok))
+				return bad("--tokenizer-mode '%s': expected auto, deepseek_v4, hf or slow", v);
+			note(a, "--tokenizer-mode: no effect: the built-in tokenizer reads the checkpoint's "
+				"tokenizer.json and DeepSeek-V4's chat encoding");
+			break;
+		}
+		case O_SWAP: {
+			double gib;
+			if (!parse_double(v, 0, 1 << 20, &gib))
+				return bad("--swap-space '%s': expected GiB >= 0", v);
+			note(a, "--swap-space: no effect: preempted sequences are recomputed, never swapped to host memory");
+			break;
+		}
+		case O_PP:
+		case O_DP: {
+			long n;
+			const char *flag = c == O_PP ? "--pipeline-parallel-size" : "--data-parallel-size";
+			if (!parse_long(v, 1, 1, &n)) {
+				fprintf(stderr, "dsv4 serve: %s '%s': only 1 is supported (split the model with "
+						"--tensor-parallel-size)\n(try 'dsv4 serve --help')\n", flag, v);
+				return CLI_EXIT_USAGE;
+			}
+			break;
+		}
 		case O_BLOCKS:
 			if (!parse_long(v, 1, 1L << 30, &a->num_blocks))
 				return bad("--num-gpu-blocks-override '%s': expected a positive integer", v);
@@ -256,10 +422,16 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 			return bad("unknown option '%s'", argv[optind - 1]);
 		}
 	}
+	/* `dsv4 serve MODEL_DIR`, as `vllm serve MODEL` */
+	if (optind < argc) {
+		if (a->model && strcmp(a->model, argv[optind]))
+			return bad("two models: --model and '%s'", argv[optind]);
+		a->model = argv[optind++];
+	}
 	if (optind < argc)
 		return bad("unexpected argument '%s'", argv[optind]);
 	if (!a->model)
-		return bad("--model DIR is required%s", "");
+		return bad("a model is required: dsv4 serve MODEL_DIR (or --model MODEL_DIR, or 'tiny')%s", "");
 	return 0;
 }
 
@@ -349,6 +521,9 @@ int cmd_serve(int argc, char **argv)
 		return rc < 0 ? CLI_EXIT_OK : rc;
 	if ((rc = serve_guard_check(&ga, a.host, &a.api_key))) /* ---- hardening ---- */
 		return rc;
+	for (int i = 0; i < a.n_notes; i++) /* vLLM flags that change nothing here */
+		log_msg(LOG_INFO, "serve", "%s", a.notes[i]);
+	xo.enforce_eager = a.enforce_eager;
 	bool use_test = a.executor && !strcmp(a.executor, "test");
 	struct err pe = {0};
 	if (use_test && model_exec_parallel_world(&xo.parallel, &pe) > 1) {
@@ -367,13 +542,6 @@ int cmd_serve(int argc, char **argv)
 			return CLI_EXIT_USAGE;
 		}
 	}
-	char dir[PATH_MAX];
-	bool tiny = !strcmp(a.model, "tiny");
-	if (load_args_model_dir(a.model, dir, sizeof dir))
-		return CLI_EXIT_FAIL;
-	char name[256];
-	snprintf(name, sizeof name, "%s", a.served_model_name ? a.served_model_name : tiny ? "tiny" : base_name(dir));
-
 	/* Signals go to the main thread only: block them before any thread starts. */
 	sigset_t sigs;
 	sigemptyset(&sigs);
@@ -383,6 +551,30 @@ int cmd_serve(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	struct err e = {0};
+	/* The port is bound before anything slow (tiny build, weights): a busy
+	 * port or a bad --host fails in a second. Listening starts with the
+	 * server, so a client that comes early is refused, not kept waiting.
+	 * Worker ranks serve no HTTP. */
+	int bound_fd = -1;
+	if (xo.parallel.node_rank == 0) {
+		int bound_port = 0;
+		double t0 = time_mono_s();
+		if (http_bind(a.host, a.port, &bound_fd, &bound_port, &e)) {
+			fprintf(stderr, "dsv4 serve: %s\n", e.msg);
+			return CLI_EXIT_FAIL;
+		}
+		log_msg(LOG_INFO, "serve", "bound %s port %d in %.3f s (listening once the model is loaded)", a.host,
+			bound_port, time_mono_s() - t0);
+	}
+	char dir[PATH_MAX];
+	bool tiny = !strcmp(a.model, "tiny");
+	if (load_args_model_dir(a.model, dir, sizeof dir)) {
+		if (bound_fd >= 0)
+			close(bound_fd);
+		return CLI_EXIT_FAIL;
+	}
+	char name[256];
+	snprintf(name, sizeof name, "%s", a.served_model_name ? a.served_model_name : tiny ? "tiny" : base_name(dir));
 	struct model_checkpoint *ck = NULL;
 	struct model_checkpoint_options co = load_opts; /* dummy-load */
 	co.dir = dir;
@@ -484,6 +676,10 @@ int cmd_serve(int argc, char **argv)
 		.heartbeat_ctx = mx,
 		/* ---- hardening: /health 503 when a rank is late ---- */
 		.health_stall_s = mx && model_exec_open_world(mx) > 1 ? 10.0 : 0,
+		.use_bound_fd = bound_fd >= 0, /* cli: bound before loading; the engine owns it now */
+		.bound_fd = bound_fd,
+		.disable_prefix_caching = a.disable_prefix_caching,
+		.disable_log_requests = a.disable_log_requests,
 	};
 	struct engine *en = NULL;
 	if (engine_create(&en, &eo, &e)) {
