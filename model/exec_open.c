@@ -162,6 +162,31 @@ static enum status exec_open__secret(const struct model_exec_parallel *p, struct
 	return comm_secret_load(s, p->secret_file, e);
 }
 
+/* Every rank's pool must serve rank 0's block ids and context: a GPU rank
+ * sizes its pool from its own free memory, so the ranks compare their sizes
+ * (one all-gather) and all fail alike, naming the short rank, when one holds
+ * fewer blocks or positions than rank 0 or another block size. */
+static enum status exec_open__agree(struct comm *c, struct model_exec_cpu *x, struct err *e)
+{
+	const struct exec_info *in = &model_exec_cpu_exec(x)->info;
+	uint32_t mine[3] = {in->n_blocks, in->max_model_len, in->block_tokens};
+	int n = comm_n_ranks(c);
+	uint32_t *all = calloc((size_t)n * 3, sizeof *all);
+	if (!all)
+		return err_set(e, ST_NOMEM, "tensor parallel: out of memory");
+	enum status st = comm_all_gather(c, mine, all, sizeof mine, COMM_DTYPE_BYTES, COMM_MEM_HOST, e);
+	for (int r = 1; !st && r < n; r++) {
+		const uint32_t *o = all + 3 * r;
+		if (o[0] < all[0] || o[1] < all[1] || o[2] != all[2])
+			st = err_set(e, ST_NOMEM, "tensor parallel: rank %d holds %u KV blocks of %u tokens and %u positions, "
+						  "rank 0 %u blocks of %u tokens and %u positions: every rank needs rank 0's "
+						  "pool (set --num-gpu-blocks-override or a lower --gpu-memory-utilization)",
+				     r, o[0], o[2], o[1], all[0], all[2], all[1]);
+	}
+	free(all);
+	return st;
+}
+
 /* ---- Rank 0 ---- */
 
 struct exec_open_rank {
@@ -235,6 +260,8 @@ static void *exec_open__rank_main(void *arg)
 	}
 	if (!st)
 		st = comm_barrier(c, &e);
+	if (!st)
+		st = exec_open__agree(c, x, &e);
 	if (!st)
 		st = model_exec_tp_worker_run(model_exec_cpu_exec(x), c, NULL, &e);
 	if (st) {
@@ -397,6 +424,8 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 		}
 		if (!st && (st = comm_barrier(x->comm, e)))
 			err_prefix(e, "tensor parallel start-up: ");
+		if (!st)
+			st = exec_open__agree(x->comm, x->cpu, e);
 		if (!st) {
 			struct model_exec_tp_options to = {.inner = model_exec_cpu_exec(x->cpu), .comm = x->comm,
 							   .on_fail = exec_open__on_exec_fail, .fail_ctx = x};
@@ -561,6 +590,8 @@ enum status model_exec_open_worker(const struct model_exec_open_options *opt, co
 	}
 	if (!st)
 		st = comm_barrier(w.comm, e);
+	if (!st)
+		st = exec_open__agree(w.comm, x, e);
 	if (!st) {
 		log_msg(LOG_INFO, "tp", "worker rank %d of %d: running rank 0's step plans", p->node_rank, world);
 		st = model_exec_tp_worker_run(model_exec_cpu_exec(x), w.comm, &steps, e);
