@@ -66,6 +66,7 @@ struct serve_args {
 	bool disable_prefix_caching; /* --no-enable-prefix-caching */
 	bool disable_log_requests;   /* --disable-log-requests: read by the access log (server/api) */
 	bool enforce_eager;          /* --enforce-eager: no CUDA graphs (model_exec_open_options) */
+	bool gpu_memory_utilization_set;
 	const char *notes[24];       /* one log line each, after the log is up: flags accepted with no effect */
 	int n_notes;
 };
@@ -285,6 +286,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		case O_GPU:
 			if (!parse_double(v, 1e-6, 1.0, &a->gpu_memory_utilization))
 				return bad("--gpu-memory-utilization '%s': expected a number in (0, 1]", v);
+			a->gpu_memory_utilization_set = true;
 			break;
 		case O_SHUTDOWN:
 			if (!parse_double(v, 0, 86400, &a->shutdown_timeout_s))
@@ -523,6 +525,9 @@ int cmd_serve(int argc, char **argv)
 		return rc;
 	for (int i = 0; i < a.n_notes; i++) /* vLLM flags that change nothing here */
 		log_msg(LOG_INFO, "serve", "%s", a.notes[i]);
+	if (load_opts.dummy_seed && load_opts.load_format != MODEL_LOAD_DUMMY)
+		log_msg(LOG_INFO, "serve", "--seed: no effect: it seeds --load-format dummy weights only; requests "
+					   "carry their own \"seed\"");
 	xo.enforce_eager = a.enforce_eager;
 	bool use_test = a.executor && !strcmp(a.executor, "test");
 	struct err pe = {0};
@@ -622,6 +627,9 @@ int cmd_serve(int argc, char **argv)
 			return CLI_EXIT_FAIL;
 		}
 		ex = model_exec_open_exec(mx);
+		if (a.gpu_memory_utilization_set && !model_exec_open_device(mx)->cc_major)
+			log_msg(LOG_INFO, "serve", "--gpu-memory-utilization: no effect on the CPU (the KV cache is sized "
+						   "from --max-model-len, or --num-gpu-blocks-override)");
 	}
 	const char *delay = getenv("DSV4_TEST_EXEC_STEP_MS");
 	if (delay && delay[0] && test_ex)

@@ -98,10 +98,10 @@ VLLM_FLAGS = ["--trust-remote-code", "--dtype", "auto", "--enable-auto-tool-choi
               "--kv-cache-dtype", "fp8_ds_mla", "--enable-prefix-caching", "--disable-log-requests",
               "--uvicorn-log-level", "warning", "--enforce-eager", "-tp", "1", "--enable-expert-parallel",
               "--gpu-memory-utilization", "0.9", "--max-model-len", "2048", "--max-num-seqs", "8",
-              "--swap-space", "4"]
+              "--swap-space", "4", "--seed", "1234"]
 NO_EFFECT = ["--trust-remote-code", "--dtype", "--enable-auto-tool-choice", "--tool-call-parser",
              "--reasoning-parser", "--tokenizer-mode", "--kv-cache-dtype", "--uvicorn-log-level",
-             "--enable-expert-parallel", "--swap-space"]
+             "--enable-expert-parallel", "--swap-space", "--seed"]
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city",
                                            "parameters": {"type": "object",
@@ -117,6 +117,8 @@ def vllm_command_line(model):
         n = len(re.findall(r"serve: %s: no effect: \S" % re.escape(f), log))
         check(n == 1, "%s: one log line saying why it has no effect (%d)" % (f, n))
     check("device: the CPU" in log or "device: GPU" in log, "the log says where the model runs")
+    if "device: the CPU" in log:
+        check("--gpu-memory-utilization: no effect on the CPU" in log, "--gpu-memory-utilization on the CPU: said")
     client = openai.OpenAI(base_url="http://localhost:%d/v1" % s.port, api_key="EMPTY", timeout=120, max_retries=0)
     models = [m.id for m in client.models.list().data]
     check(models == [name], "models.list: %r" % models)
