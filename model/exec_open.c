@@ -350,6 +350,7 @@ static struct model_exec_cpu_options exec_open__xo(const struct model_exec_open_
 		.gpu_memory_utilization = opt->gpu_memory_utilization,
 		.disabled = opt->disabled,
 		.kernel_selfcheck = opt->kernel_selfcheck,
+		.enforce_eager = opt->enforce_eager,
 	};
 	bool gpu = dev->cc_major > 0;
 	if (opt->serving && !gpu) {
@@ -570,7 +571,8 @@ enum status model_exec_open_worker(const struct model_exec_open_options *opt, co
 	memset(&secret, 0, sizeof secret);
 	struct model_exec_cpu_options xo = {.ck = opt->ck, .dev = &dev, .rank = p->node_rank, .world_size = world,
 					    .disabled = opt->disabled, .kernel_selfcheck = opt->kernel_selfcheck,
-					    .gpu_memory_utilization = opt->gpu_memory_utilization};
+					    .gpu_memory_utilization = opt->gpu_memory_utilization,
+					    .enforce_eager = opt->enforce_eager};
 	uint32_t cfg[EXEC_OPEN_CONFIG_WORDS];
 	if (!st)
 		st = comm_broadcast(w.comm, NULL, cfg, sizeof cfg, COMM_DTYPE_BYTES, 0, COMM_MEM_HOST, e);

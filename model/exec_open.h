@@ -83,7 +83,7 @@ struct model_exec_open_options {
 	const struct kern_disabled *disabled; /* NULL: none */
 	bool kernel_selfcheck;
 	/* --enforce-eager (vLLM): never capture or replay CUDA graphs; steps
-	 * run eagerly. Read by the CUDA executor's graph capture. */
+	 * run eagerly (model_exec_cpu_options.enforce_eager). */
 	bool enforce_eager;
 	struct model_exec_parallel parallel;
 	/* (optional) tensor parallel: the group failed; any thread, once. */
