@@ -88,7 +88,8 @@ static void usage(FILE *f)
 		"                               the port is bound before the weights load\n"
 		"  --port N                     TCP port (default 8000; 0 = any free port)\n"
 		"  --served-model-name NAME     model id clients must send (default: the directory name)\n"
-		"  --api-key KEY                require 'Authorization: Bearer KEY' on /v1 (or $DSV4_API_KEY)\n"
+		"  --api-key KEY                require 'Authorization: Bearer KEY' on /v1 (or $DSV4_API_KEY,\n"
+		"                               else vLLM's $VLLM_API_KEY)\n"
 		"  --max-model-len N            context length, prompt + output tokens (default: GPU: the model's,\n"
 		"                               capped by the KV cache; CPU: min(the model's, %d))\n"
 		"  --max-num-seqs N             sequences per step (default %d)\n"
@@ -232,6 +233,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 				 .shutdown_timeout_s = 30.0,
 				 .max_logprobs = KERN_SAMPLE_MAX_TOP_LOGPROBS};
 	a->api_key = getenv("DSV4_API_KEY");
+	if (!a->api_key || !a->api_key[0])
+		a->api_key = getenv("VLLM_API_KEY"); /* a vLLM set-up's environment works as is */
 	for (int i = 1; i < argc; i++) /* vLLM's two-letter short forms; getopt knows one letter */
 		if (!strcmp(argv[i], "-pp"))
 			argv[i] = "--pipeline-parallel-size";

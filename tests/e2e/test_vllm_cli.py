@@ -9,7 +9,8 @@
    --disable-log-requests, --uvicorn-log-level, --enforce-eager, -tp 1, ...): it starts, says in one
    log line per flag why a flag has no effect, and answers the OpenAI SDK (models, chat, streamed
    chat, tools with tool_choice auto, completions); SIGTERM ends it with exit 0.
-3. The same with --host ::1 (IPv6) and --no-enable-prefix-caching, which reaches the scheduler.
+3. The same with --host ::1 (IPv6), --no-enable-prefix-caching (which reaches the scheduler) and the
+   key from vLLM's $VLLM_API_KEY.
 4. Values dsv4 cannot honour are usage errors (exit 2) naming the flag.
 """
 import os
@@ -44,12 +45,13 @@ def tiny_model():
 
 
 class Serve:
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         fd, self.log_path = tempfile.mkstemp(prefix="dsv4-vllm-cli-", suffix=".log")
         os.close(fd)
         self.log = open(self.log_path, "w+")
         self.cmd = [BIN, "serve", *args]
-        self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=dict(os.environ, **(env or {})))
         self.port = None
         t0 = time.time()
         while time.time() - t0 < 120 and self.p.poll() is None:
@@ -149,12 +151,18 @@ def vllm_command_line(model):
 
 
 def ipv6_no_prefix_cache(model):
-    s = Serve("--model", model, "--host", "::1", "--port", "0", "--no-enable-prefix-caching", "--executor", "test")
+    s = Serve("--model", model, "--host", "::1", "--port", "0", "--no-enable-prefix-caching", "--executor", "test",
+              env={"DSV4_API_KEY": "", "VLLM_API_KEY": "sk-vllm-env"})
     log = s.text()
     check("prefix caching off" in log, "--no-enable-prefix-caching reaches the scheduler")
     check("on http://::1:" in log, "bound on ::1")
-    client = openai.OpenAI(base_url="http://[::1]:%d/v1" % s.port, api_key="EMPTY", timeout=60, max_retries=0)
+    client = openai.OpenAI(base_url="http://[::1]:%d/v1" % s.port, api_key="sk-vllm-env", timeout=60, max_retries=0)
     check(len(client.models.list().data) == 1, "IPv6: models.list answers")
+    try:
+        openai.OpenAI(base_url="http://[::1]:%d/v1" % s.port, api_key="wrong", max_retries=0).models.list()
+        check(False, "$VLLM_API_KEY is the server's key: a wrong key is refused")
+    except openai.AuthenticationError:
+        pass
     check(s.stop() == 0, "IPv6 server: SIGTERM exits 0")
 
 
