@@ -171,13 +171,15 @@ static const char *why_not(const struct kern_variant *v, const struct kern_devic
 		return "disabled (--disable-kernel / DSV4_DISABLED_KERNELS)";
 	if ((v->backend == KERN_BACKEND_CPU) == gpu_device(dev))
 		return v->backend == KERN_BACKEND_CPU ? "a CPU variant (device: GPU)" : "a CUDA variant (device: CPU)";
-	if (v->backend != KERN_BACKEND_CPU && (!v->run || (v->target & dev->compiled) != v->target)) {
+	if (v->backend != KERN_BACKEND_CPU && (v->target & dev->compiled) != v->target) {
 		char t[64];
 		kern_targets_str(v->target, t, sizeof t);
 		snprintf(buf, n, "not compiled: this binary has no %s image (build with -Dcuda=enabled "
 				 "-Dgpu_targets=...)", t);
 		return buf;
 	}
+	if (!v->run)
+		return "not implemented: the variant has no kernel in this binary";
 	return NULL;
 }
 
@@ -190,21 +192,24 @@ static void explain_refusals(const struct kern_device *dev, const struct kern_di
 	const struct kern_op *const *ops = kern_registry_ops(&n_ops);
 	bool gpu = gpu_device(dev);
 	for (int i = 0; i < n_ops; i++) {
-		int same = 0, compiled = 0;
+		int same = 0, usable = 0, no_kernel = 0, no_image = 0;
 		for (int v = 0; v < (int)ops[i]->n_variants; v++) {
 			const struct kern_variant *x = &ops[i]->variants[v];
 			if ((x->backend != KERN_BACKEND_CPU) != gpu)
 				continue;
 			same++;
 			char b[160];
-			compiled += why_not(x, dev, dis, b, sizeof b) == NULL;
+			const char *w = why_not(x, dev, dis, b, sizeof b);
+			usable += w == NULL;
+			no_kernel += w && !strncmp(w, "not implemented", 15);
+			no_image += w && !strncmp(w, "not compiled", 12);
 		}
-		if (!same)
-			fprintf(stderr, "  op %s: not implemented for %s (no variant of that backend)\n", ops[i]->name,
-				gpu ? "GPUs" : "the CPU");
-		else if (!compiled && !(gpu && !dev->compiled))
-			fprintf(stderr, "  op %s: not compiled: none of its %d %s variants is usable in this binary\n",
-				ops[i]->name, same, gpu ? "CUDA" : "CPU");
+		if (!same || (no_kernel == same))
+			fprintf(stderr, "  op %s: not implemented for %s (no %s kernel)\n", ops[i]->name,
+				gpu ? "GPUs" : "the CPU", gpu ? "CUDA" : "CPU");
+		else if (!usable && no_image && !(gpu && !dev->compiled))
+			fprintf(stderr, "  op %s: not compiled: none of its %d %s variants is in this binary for this "
+					"device\n", ops[i]->name, same, gpu ? "CUDA" : "CPU");
 	}
 	if (gpu && !dev->compiled)
 		fprintf(stderr, "  not compiled: this binary was built without CUDA, so no CUDA variant can run "
