@@ -162,26 +162,35 @@ static enum status exec_open__secret(const struct model_exec_parallel *p, struct
 	return comm_secret_load(s, p->secret_file, e);
 }
 
-/* Every rank's pool must serve rank 0's block ids and context: a GPU rank
- * sizes its pool from its own free memory, so the ranks compare their sizes
- * (one all-gather) and all fail alike, naming the short rank, when one holds
- * fewer blocks or positions than rank 0 or another block size. */
+/* Every rank's pool must serve the block ids and context the scheduler
+ * uses, and a GPU rank sizes its pool from its own free memory: the ranks
+ * compare their sizes (one all-gather) and rank 0 tells the scheduler the
+ * smallest pool and context of any rank (a rank's larger pool is left
+ * partly unused). Different block sizes fail every rank alike. */
 static enum status exec_open__agree(struct comm *c, struct model_exec_cpu *x, struct err *e)
 {
-	const struct exec_info *in = &model_exec_cpu_exec(x)->info;
+	struct exec_info *in = &model_exec_cpu_exec(x)->info;
 	uint32_t mine[3] = {in->n_blocks, in->max_model_len, in->block_tokens};
 	int n = comm_n_ranks(c);
 	uint32_t *all = calloc((size_t)n * 3, sizeof *all);
 	if (!all)
 		return err_set(e, ST_NOMEM, "tensor parallel: out of memory");
 	enum status st = comm_all_gather(c, mine, all, sizeof mine, COMM_DTYPE_BYTES, COMM_MEM_HOST, e);
+	uint32_t nb = all[0], len = all[1];
 	for (int r = 1; !st && r < n; r++) {
 		const uint32_t *o = all + 3 * r;
-		if (o[0] < all[0] || o[1] < all[1] || o[2] != all[2])
-			st = err_set(e, ST_NOMEM, "tensor parallel: rank %d holds %u KV blocks of %u tokens and %u positions, "
-						  "rank 0 %u blocks of %u tokens and %u positions: every rank needs rank 0's "
-						  "pool (set --num-gpu-blocks-override or a lower --gpu-memory-utilization)",
-				     r, o[0], o[2], o[1], all[0], all[2], all[1]);
+		if (o[2] != all[2])
+			st = err_set(e, ST_INVALID, "tensor parallel: rank %d uses KV blocks of %u tokens, rank 0 of %u",
+				     r, o[2], all[2]);
+		nb = o[0] < nb ? o[0] : nb;
+		len = o[1] < len ? o[1] : len;
+	}
+	if (!st && comm_rank(c) == 0 && (nb < in->n_blocks || len < in->max_model_len)) {
+		log_msg(LOG_INFO, "tp", "tensor parallel: the smallest rank holds %u KV blocks and %u positions: "
+					"serving with those (rank 0 has room for %u and %u)", nb, len, in->n_blocks,
+			in->max_model_len);
+		in->n_blocks = nb;
+		in->max_model_len = len;
 	}
 	free(all);
 	return st;
