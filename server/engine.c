@@ -91,6 +91,7 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 		.detok_ctx = en->tok,
 		.heartbeat = engine__heartbeat,
 		.heartbeat_ctx = en,
+		.disable_prefix_caching = opt->disable_prefix_caching,
 	};
 	en->user_heartbeat = opt->heartbeat;
 	en->user_heartbeat_ctx = opt->heartbeat_ctx;
@@ -139,7 +140,8 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 				  .connection_timeout_s = ENGINE_CONNECTION_TIMEOUT_S,
 				  .max_connections = opt->max_connections,
 				  .max_connections_per_ip = opt->max_connections_per_ip,
-				  .request_deadline_s = opt->request_deadline_s};
+				  .request_deadline_s = opt->request_deadline_s,
+				  .use_bound_fd = opt->use_bound_fd, .bound_fd = opt->bound_fd};
 	api_set_liveness(en->api, engine__last_beat, en, opt->health_stall_s);
 	api_http_bind(en->api, &ho);
 	if ((st = http_server_create(&en->http, &ho, e))) {

@@ -49,6 +49,11 @@ struct engine_options {
 	/* /health 503 "stalled" when the step loop has not beaten for this long
 	 * (seconds; 0 = never): a tensor-parallel rank that stopped answering. */
 	double health_stall_s;
+	/* ---- cli: vLLM's command line ---- */
+	bool use_bound_fd;               /* bound_fd: the socket http_bind() reserved before loading (host and */
+	int bound_fd;                    /* port then only name it); the engine owns it from engine_create */
+	bool disable_prefix_caching;     /* --no-enable-prefix-caching */
+	bool disable_log_requests;       /* --disable-log-requests: no per-request access log line */
 };
 
 enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e) DSV4_WUR;
