@@ -31,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +90,13 @@ struct http_conn {
 #define HTTP_TRIM_AFTER_BYTES ((size_t)1 << 20)
 /* A request's headers and body must arrive within this (see http.h). */
 #define HTTP_DEFAULT_REQUEST_DEADLINE_S 60u
+/* At a connection limit, a connection still sending its request after this
+ * long may be closed to admit a new one (slowloris, issue 17); the oldest
+ * goes first, so a fresh request in flight is the last to go. */
+#define HTTP_EVICT_MIN_AGE_S 0.1
+/* libmicrohttpd's own hard limit sits this far above ours, so that our
+ * accept policy (which evicts) decides first. */
+#define HTTP_CONNECTION_HEADROOM 32u
 
 struct http_server {
 	struct MHD_Daemon *d;
@@ -112,6 +120,9 @@ struct http_server {
 	/* Open connections and when their current request started (under
 	 * ip_mu), for the request deadline the housekeeper enforces. */
 	struct http_sock *socks;
+	unsigned n_socks;           /* open connections (the socks list) */
+	unsigned max_socks;         /* at most; past it a slow one is evicted or the new one refused */
+	double evict_log_t;         /* last eviction message (one a second at most) */
 	double request_deadline_s;
 	double write_stall_s;
 	/* The worker pool: a FIFO of connections whose handler is to run. */
@@ -140,6 +151,8 @@ struct http_sock {
 	bool cut;              /* shut down by the housekeeper */
 	uint64_t acked;        /* bytes the peer acknowledged at the last progress */
 	double progress_t;     /* when the answer last made progress */
+	double opened_t;       /* when the connection was accepted */
+	struct sockaddr_storage addr; /* the client's (family AF_UNSPEC: unknown) */
 };
 
 /* The request phase of c is over (true) or begins again (false). */
@@ -749,16 +762,56 @@ static struct http_ip_count *ip_find(struct http_server *s, const struct sockadd
 	return NULL;
 }
 
-/* Accept policy: refuse an address that already has its share. */
+/* At a connection limit, make room by shutting the oldest connection still
+ * sending its request (a slowloris holds its slots that way; a request being
+ * answered is never touched), of addr when given, at least
+ * HTTP_EVICT_MIN_AGE_S old. False when there is none. Under ip_mu. */
+static bool evict_slow(struct http_server *s, const struct sockaddr *addr, double now)
+{
+	struct http_sock *best = NULL;
+	for (struct http_sock *k = s->socks; k; k = k->next) {
+		if (!k->receiving || k->cut || now - k->opened_t < HTTP_EVICT_MIN_AGE_S)
+			continue;
+		if (addr && !ip_same(addr, &k->addr))
+			continue;
+		if (!best || k->t0 < best->t0)
+			best = k;
+	}
+	if (!best)
+		return false;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(best->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return false;
+	(void)shutdown(ci->connect_fd, SHUT_RDWR);
+	best->cut = true;
+	if (now - s->evict_log_t >= 1.0) {
+		s->evict_log_t = now;
+		log_msg(LOG_WARN, "http", "at the %s connection limit: closed a connection whose request had not "
+			"arrived after %.0f s (slow client) to admit a new one", addr ? "per-address" : "total",
+			now - best->t0);
+	}
+	return true;
+}
+
+/* Accept policy: an address that already has its share, or a server at its
+ * connection limit, admits the new connection only by evicting a slow one
+ * (so /health stays answerable under a slowloris from any address). */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
 	(void)addrlen;
 	struct http_server *s = cls;
-	if (!s->opt.max_connections_per_ip || !addr)
+	if (!addr)
 		return MHD_YES;
+	double now = time_mono_s();
 	pthread_mutex_lock(&s->ip_mu);
-	struct http_ip_count *ic = ip_find(s, addr);
-	bool ok = !ic || ic->n < s->opt.max_connections_per_ip;
+	bool ok = true;
+	if (s->opt.max_connections_per_ip) {
+		struct http_ip_count *ic = ip_find(s, addr);
+		if (ic && ic->n >= s->opt.max_connections_per_ip)
+			ok = evict_slow(s, addr, now);
+	}
+	if (ok && s->n_socks >= s->max_socks)
+		ok = evict_slow(s, NULL, now);
 	pthread_mutex_unlock(&s->ip_mu);
 	return ok ? MHD_YES : MHD_NO;
 }
@@ -806,13 +859,19 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		struct http_sock *k = calloc(1, sizeof *k);
 		if (k) {
 			k->c = c;
-			k->t0 = time_mono_s();
+			k->t0 = k->opened_t = k->progress_t = time_mono_s();
 			k->receiving = true;
+			const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+			if (ai && ai->client_addr)
+				memcpy(&k->addr, ai->client_addr, ai->client_addr->sa_family == AF_INET6
+									  ? sizeof(struct sockaddr_in6)
+									  : sizeof(struct sockaddr_in));
 			pthread_mutex_lock(&s->ip_mu);
 			k->next = s->socks;
 			if (s->socks)
 				s->socks->prev = k;
 			s->socks = k;
+			s->n_socks++;
 			pthread_mutex_unlock(&s->ip_mu);
 		}
 		*socket_context = k;
@@ -825,6 +884,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 			s->socks = k->next;
 		if (k->next)
 			k->next->prev = k->prev;
+		s->n_socks--;
 		pthread_mutex_unlock(&s->ip_mu);
 		free(k);
 		*socket_context = NULL;
@@ -902,6 +962,22 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	log_msg(LOG_DEBUG, "http", "%s", line);
 }
 
+/* Room for n open files: the soft RLIMIT_NOFILE raised toward the hard one
+ * (a default soft limit of 1024 is below 1000 connections and the rest). */
+static void raise_fd_limit(rlim_t n)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= n)
+		return;
+	rlim_t want = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n ? rl.rlim_max : n;
+	if (want > rl.rlim_cur) {
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			log_msg(LOG_WARN, "http", "could not raise the open-file limit to %llu: %s", (unsigned long long)want,
+				strerror(errno));
+	}
+}
+
 enum status http_server_create(struct http_server **out, const struct http_options *opt, struct err *e)
 {
 	*out = NULL;
@@ -932,6 +1008,8 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 	pthread_mutex_init(&s->ip_mu, NULL);
 	s->request_deadline_s = opt->request_deadline_s ? opt->request_deadline_s : HTTP_DEFAULT_REQUEST_DEADLINE_S;
 	s->write_stall_s = opt->write_stall_s ? opt->write_stall_s : atomic_load(&http__default_write_stall_s);
+	s->max_socks = opt->max_connections ? opt->max_connections : HTTP_DEFAULT_MAX_CONNECTIONS;
+	raise_fd_limit(s->max_socks + HTTP_CONNECTION_HEADROOM + 128);
 	pthread_mutex_init(&s->work_mu, NULL);
 	pthread_cond_init(&s->work_cv, NULL);
 	s->max_work = opt->max_queued_work ? opt->max_queued_work : HTTP_DEFAULT_MAX_QUEUED_WORK;
@@ -954,8 +1032,7 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 				MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 				MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-				MHD_OPTION_CONNECTION_LIMIT,
-				opt->max_connections ? opt->max_connections : HTTP_DEFAULT_MAX_CONNECTIONS,
+				MHD_OPTION_CONNECTION_LIMIT, s->max_socks + HTTP_CONNECTION_HEADROOM,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				MHD_OPTION_END);
 	freeaddrinfo(ai);
