@@ -96,7 +96,7 @@ for name, fmt in (("deepseek-v4-flash", "mxfp4"), ("deepseek-v4-flash-nvfp4", "n
           f"{name}: the real layer schedule")
     check(f"moe_gemm[{fmt}]=" in p.stdout and "moe_gemm[mxfp4]=" in p.stdout.split("layer 43 (")[-1],
           f"{name}: routed experts {fmt}, MTP experts mxfp4")
-    for cc in ("12.1",) if name.endswith("nvfp4") else ("8.0", "9.0", "10.0", "12.1"):
+    for cc in ("8.0", "8.9", "9.0", "10.0", "10.3", "12.0", "12.1"):
         p = run(m, "--simulate-cc", cc)
         if have_cuda:
             # every op has a generic CUDA variant: the plan must complete
