@@ -19,5 +19,6 @@ const struct cli_command cli_commands[] = {
 	{"generate", "run one prompt through the CPU executor (prefill, decode, sampling)", cmd_generate},
 	/* ---- openai server ---- */
 	{"serve", "serve the OpenAI-compatible API (chat, completions, tokenize) over HTTP", cmd_serve},
+	{"bench", "benchmarks: decode (ms/step, tokens/s, bytes read vs measured bandwidth, per-op profile)", cmd_bench},
 	{NULL, NULL, NULL},
 };
