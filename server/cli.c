@@ -19,5 +19,6 @@ const struct cli_command cli_commands[] = {
 	{"generate", "run one prompt through the model (GPU when usable, else CPU): prefill, decode, sampling", cmd_generate},
 	/* ---- openai server ---- */
 	{"serve", "serve the OpenAI-compatible API over HTTP: dsv4 serve MODEL_DIR [vLLM's flags]", cmd_serve},
+	{"bench", "benchmarks: decode (ms/step, tokens/s, bytes read vs measured bandwidth, per-op profile)", cmd_bench},
 	{NULL, NULL, NULL},
 };

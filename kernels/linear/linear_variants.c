@@ -538,7 +538,7 @@ const struct kern_op kern_op_linear = {
 size_t kern_linear_workspace_bytes(const struct kern_variant *v, int64_t max_tokens, int64_t in)
 {
 #if DSV4_HAVE_CUDA
-	if (v && v->run == KERN_FN(kern_linear_cublaslt))
+	if (v && kern_variant_base(v)->run == KERN_FN(kern_linear_cublaslt)) /* base: profiled copies */
 		return kern_linear_cublaslt_workspace_bytes(max_tokens, in);
 #else
 	(void)max_tokens;
