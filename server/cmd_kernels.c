@@ -11,7 +11,9 @@
  * load, so CI proves the plan for every GPU family without one. A
  * selection that fails exits 1 with the layer, the op and every variant's
  * reason, exactly as `serve` would at start-up. --verbose adds, for each op,
- * every variant's verdict on a representative problem.
+ * every variant's verdict on a representative problem. --max-num-batched-tokens
+ * N plans for steps of at most N tokens (default 512, a prefill-sized plan;
+ * N < 64 is a decode plan, where the FP8 linears get the decode GEMV).
  *
  * A MODEL_DIR that holds only config.json (tests/model/data/deepseek-v4-flash)
  * is planned from the config alone: the weight formats come from its
@@ -58,8 +60,9 @@ static bool dir_has(const char *dir, const char *name)
 	return stat(path, &sb) == 0;
 }
 
-/* Plan from DIR/config.json alone. */
-static int plan_config_only(const char *dir, const struct kern_device *dev, const struct kern_disabled *dis)
+/* Plan from DIR/config.json alone, for steps of up to max_step_tokens tokens. */
+static int plan_config_only(const char *dir, const struct kern_device *dev, const struct kern_disabled *dis,
+			    int64_t max_step_tokens)
 {
 	struct err e = {0};
 	char path[4096];
@@ -77,8 +80,8 @@ static int plan_config_only(const char *dir, const struct kern_device *dev, cons
 		return CLI_EXIT_FAIL;
 	}
 	struct model_plan plan;
-	struct model_plan_options po = {.dev = dev, .disabled = dis, .max_step_tokens = 512, .quant_sim = true,
-					.load_mtp = true, .plan_dspark = true, .world_size = 1};
+	struct model_plan_options po = {.dev = dev, .disabled = dis, .max_step_tokens = max_step_tokens,
+					.quant_sim = true, .load_mtp = true, .plan_dspark = true, .world_size = 1};
 	int rc = CLI_EXIT_OK;
 	if (model_formats_from_config(&cfg, fmts, &e) || model_plan_build(&cfg, fmts, &po, &plan, &e)) {
 		fprintf(stderr, "dsv4 kernels: %s: %s\n", path, e.msg);
@@ -93,11 +96,13 @@ static int plan_config_only(const char *dir, const struct kern_device *dev, cons
 
 static int usage(FILE *f, int code)
 {
-	fprintf(f, "usage: dsv4 kernels MODEL_DIR [--simulate-cc X.Y] [--disable-kernel NAME[,NAME...]] [--verbose]\n"
+	fprintf(f, "usage: dsv4 kernels MODEL_DIR [--simulate-cc X.Y] [--disable-kernel NAME[,NAME...]]\n"
+		   "                   [--max-num-batched-tokens N] [--verbose]\n"
 		   "  Select and prepare every layer's kernels as serve would, and print the plan.\n"
 		   "  A MODEL_DIR with only config.json is planned from the config (formats from quantization_config).\n"
 		   "  --simulate-cc X.Y     plan for a GPU of compute capability X.Y (no GPU needed)\n"
 		   "  --disable-kernel L    remove variants from selection (also $DSV4_DISABLED_KERNELS)\n"
+		   "  --max-num-batched-tokens N  plan for steps of at most N tokens (default 512; < 64: decode)\n"
 		   "  --verbose             every variant's verdict per op\n");
 	return code;
 }
@@ -135,6 +140,7 @@ int cmd_kernels(int argc, char **argv)
 		return CLI_EXIT_USAGE;
 	const char *dir = NULL, *sim = NULL, *disable = NULL;
 	bool verbose = false;
+	int64_t max_step_tokens = 512;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -147,6 +153,15 @@ int cmd_kernels(int argc, char **argv)
 			*(a[2] == 's' ? &sim : &disable) = argv[++i];
 		} else if (!strcmp(a, "--verbose")) {
 			verbose = true;
+		} else if (!strcmp(a, "--max-num-batched-tokens")) {
+			char *end = NULL;
+			long long n = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+			if (i + 1 >= argc || !end || *end || n < 1 || n > (1 << 24)) {
+				fprintf(stderr, "dsv4 kernels: --max-num-batched-tokens: expected 1 .. %d\n", 1 << 24);
+				return CLI_EXIT_USAGE;
+			}
+			max_step_tokens = n;
+			i++;
 		} else if (a[0] == '-') {
 			fprintf(stderr, "dsv4 kernels: unknown option '%s'\n", a);
 			return usage(stderr, CLI_EXIT_USAGE);
@@ -198,7 +213,7 @@ int cmd_kernels(int argc, char **argv)
 
 	if (load_opts.load_format != MODEL_LOAD_DUMMY && !dir_has(dir, "model.safetensors.index.json") && !dir_has(dir, "model.safetensors") &&
 	    dir_has(dir, "config.json")) {
-		int rc = plan_config_only(dir, &dev, &dis);
+		int rc = plan_config_only(dir, &dev, &dis, max_step_tokens);
 		if (rc == CLI_EXIT_OK && verbose)
 			print_report(&dev, &dis);
 		return rc;
@@ -213,7 +228,7 @@ int cmd_kernels(int argc, char **argv)
 	}
 	struct model_weights w;
 	memset(&w, 0, sizeof w);
-	struct model_weights_options wo = {.ck = ck, .dev = &dev, .disabled = &dis, .max_step_tokens = 512,
+	struct model_weights_options wo = {.ck = ck, .dev = &dev, .disabled = &dis, .max_step_tokens = max_step_tokens,
 					   .quant_sim = true, .load_mtp = true, .rank = 0, .world_size = 1};
 	int rc = CLI_EXIT_OK;
 	if (model_weights_load(&w, &wo, &e)) {

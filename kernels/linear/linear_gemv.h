@@ -2,8 +2,8 @@
  * kernels/linear/linear_gemv.h: the portable FP8 block-scaled decode GEMV /
  * skinny GEMM (variant linear_cuda_gemv, kernels/linear/linear_gemv.cu).
  *
- * y = xq · Wᵀ for n_tokens <= KERN_LINEAR_GEMV_MAX_TOKENS (any n_tokens is
- * correct; the kernel is built for decode), W e4m3 with f32 128x128 block
+ * y = xq · Wᵀ for decode-sized n_tokens (any n_tokens is correct; the kernel
+ * is built for 1..64), W e4m3 with f32 128x128 block
  * scales (KERN_WFMT_FP8_F32_B128: prepare() widens E8M0, exact), x f32 or
  * bf16, y f32 or bf16, any row strides. xq is the reference's FP8 act_quant
  * of x (act_quant_block 128, bit-identical codes and scales, computed per
@@ -17,7 +17,9 @@
 
 #include "kernels/linear/linear.h"
 
-#define KERN_LINEAR_GEMV_MAX_TOKENS 64 /* largest max_tokens of a plan the variant accepts */
+/* Largest max_tokens of a plan the variant accepts: below one 64-token tile of
+ * the tensor-core variants, which take plans from 64 tokens on. */
+#define KERN_LINEAR_GEMV_MAX_TOKENS 63
 
 enum status kern_linear_gemv_cuda(const struct kern_linear_args *a);
 enum status kern_linear_gemv_cuda_host(const struct kern_linear_args *a);

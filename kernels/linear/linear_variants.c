@@ -21,10 +21,11 @@
  * Added by fp8gemv:
  *   linear_cuda_gemv     cc >= 8.0, sm_80 image; FP8 128x128 block scales
  *                        (E8M0 widened at load); decode plans (max_tokens
- *                        <= 64; on cc 9.0 <= 16, where cuBLASLt keeps the
- *                        larger ones): the weight-streaming GEMV of
- *                        linear_gemv.h. Priority 22: above cuBLASLt (20),
- *                        the tensor-core tiles (15) and the generic kernel.
+ *                        < 64, where the 64-token tensor-core tiles refuse;
+ *                        on cc 9.0 <= 16, where cuBLASLt keeps the larger
+ *                        ones): the weight-streaming GEMV of linear_gemv.h.
+ *                        Priority 22: above cuBLASLt (20) and the generic
+ *                        kernel (10).
  */
 #include "kernels/linear/linear.h"
 
@@ -194,8 +195,10 @@ static bool linear_mma_fp8_supports(const struct kern_problem *p, const struct k
 /* ---- guard of the decode GEMV (fp8gemv) ---- */
 
 /* linear_cuda_gemv: FP8 with act_quant 0 or 128, in % 128 (whole scale
- * blocks, 16-byte aligned weight rows), plans of at most 64 tokens (decode
- * and small batches). On cc 9.0 only up to LINEAR_GEMV_SM90_MAX_TOKENS: above
+ * blocks, 16-byte aligned weight rows), plans of up to
+ * KERN_LINEAR_GEMV_MAX_TOKENS (63: decode and small batches; from one 64-row
+ * tile on, the tensor-core variants take the plan, their run() serving its
+ * small calls too). On cc 9.0 only up to LINEAR_GEMV_SM90_MAX_TOKENS: above
  * that cuBLASLt's FP8 tensor cores are expected to be faster than the GEMV's
  * f32 FMAs (the crossover is measured by bench_kernels' decode table; move
  * the bound with it). */
@@ -210,8 +213,8 @@ static bool linear_gemv_supports(const struct kern_problem *p, const struct kern
 		return false;
 	}
 	if (s->max_tokens > KERN_LINEAR_GEMV_MAX_TOKENS) {
-		snprintf(why, n, "max_tokens %lld above the GEMV's %d (prefill plan)", (long long)s->max_tokens,
-			 KERN_LINEAR_GEMV_MAX_TOKENS);
+		snprintf(why, n, "max_tokens %lld above the GEMV's %d (a tensor-core tile plan)",
+			 (long long)s->max_tokens, KERN_LINEAR_GEMV_MAX_TOKENS);
 		return false;
 	}
 	if (dev && dev->cc_major == 9 && dev->cc_minor == 0 && s->max_tokens > LINEAR_GEMV_SM90_MAX_TOKENS) {
@@ -435,13 +438,8 @@ static enum status linear_selfcheck(const struct kern_op *op, const struct kern_
 	struct kern_problem sp = *p;
 	sp.shape = &small;
 	char why[KERN_REASON_BYTES];
-	if (!kern_variant_accepts(v, &sp, dev, NULL, why, sizeof why)) {
-		if (small.max_tokens <= s->max_tokens)
-			return ST_OK; /* the small stand-in is outside its limits: nothing to compare */
-		small.max_tokens = s->max_tokens; /* a 64-token decode plan (linear_cuda_gemv): T = 1, 7, 16 */
-		if (!kern_variant_accepts(v, &sp, dev, NULL, why, sizeof why))
-			return ST_OK;
-	}
+	if (!kern_variant_accepts(v, &sp, dev, NULL, why, sizeof why))
+		return ST_OK; /* the small stand-in is outside its limits: nothing to compare */
 
 	uint64_t rng = 0x5eedull ^ (uint64_t)small.in * 131 ^ (uint64_t)small.out;
 	struct kern_wmat w = {0}, wp = {0};

@@ -18,8 +18,8 @@
  *     rows must be written and agree with the reference, and nothing past
  *     them (row padding, rows >= T) may be written;
  *   - the guard's refusals with their reasons, and selection on the device:
- *     a decode plan picks linear_cuda_gemv (on cc 9.0 above 16 tokens
- *     cuBLASLt keeps it) and its self-check passes.
+ *     a decode plan (max_tokens 1, 16, 63) picks linear_cuda_gemv (on cc 9.0
+ *     above 16 tokens cuBLASLt keeps it) and its self-check passes.
  * Tolerance (relative to max |y_ref|, the existing linear GPU tests'): 2e-3
  * for f32 y, 1e-2 for bf16 y. The activation codes and scales are
  * bit-identical to the reference's and the products exact, so only the
@@ -193,7 +193,7 @@ int main(void)
 	const bool sm90 = dev.cc_major == 9 && dev.cc_minor == 0;
 
 	/* Guards. */
-	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 4096, 1024, 65, "above the GEMV's 64");
+	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 4096, 1024, 64, "above the GEMV's 63");
 	expect_refusal(v, &dev, KERN_WFMT_FP8_E8M0_B128, 4096 + 64, 1024, 1, "not a multiple of 128");
 	expect_refusal(v, &dev, KERN_WFMT_BF16, 4096, 1024, 1, "weight format bf16");
 	expect_refusal(v, &dev, KERN_WFMT_NVFP4, 4096, 1024, 1, "weight format nvfp4");
@@ -208,7 +208,7 @@ int main(void)
 	T_CHECK(kern_linear_gemv_cuda(&none) == ST_OK); /* n_tokens 0: no launch */
 
 	/* Selection of decode plans on this device, with the self-check. */
-	static const int64_t plan_T[] = {1, 16, 64};
+	static const int64_t plan_T[] = {1, 16, 63};
 	for (int i = 0; i < 3; i++) {
 		struct kern_linear_shape sh = {.in = 4096, .out = 1024, .max_tokens = plan_T[i], .act_quant_block = 128,
 					       .x_dtype = KERN_DT_F32, .y_dtype = KERN_DT_F32};
