@@ -3,19 +3,25 @@
  * skinny GEMM (variant linear_cuda_gemv, linear_gemv.h), for every cc >= 8.0.
  *
  * Decode reads every weight byte once per step and does a handful of FMAs
- * per byte, so the kernel is built around the weight stream:
- *   - a CTA (8 warps) owns 4·(8/wk) output rows and one chunk of up to 8
- *     tokens; its warps split the rows into groups of 4 and K into wk
- *     interleaved 512-column steps; a lane loads 16 e4m3 bytes of each of
- *     its 4 rows per step (16-byte __ldg), the next step's loads issued
- *     before the current step's math (register double buffer), and the
- *     first step's loads issued before the activations are staged;
+ * per byte, so the kernel is built around the weight stream. Two forms share
+ * the per-step math:
+ *   - streaming (linear_gemv_stream_kernel; whenever a CTA's tokens fit in
+ *     shared memory over the whole of K: every shape at T = 1, most at T <= 8):
+ *     one wave of CTAs, each staging its (up to 8) tokens once and owning a
+ *     range of row groups of 4 rows; each warp walks its (row group, K step)
+ *     items with no barrier, two items' weights in flight while one is
+ *     computed; sums parked in shared memory per row group, added at the end;
+ *   - chunked (linear_gemv_kernel; the rest): CTAs of 4 * (8 / wk) rows, x
+ *     staged K chunk by K chunk.
+ * In both, a warp's 8 / wk row groups of 4 rows and wk interleaved 512-column
+ * K steps: a lane loads 16 e4m3 bytes of each of its 4 rows per step
+ * (16-byte __ldg);
  *   - e4m3 is decoded in registers with three integer operations per byte
  *     (byte to the top, arithmetic shift by 4, mask): the result is the f32
  *     whose bits place e4m3's exponent and mantissa in f32's fields, i.e. the
  *     code's value times 2^-120, exact for normals and subnormals;
- *   - the activations of the CTA's tokens are staged once per K chunk in
- *     shared memory as f32 multiplied by a power of two: with act_quant 128
+ *   - the activations of the CTA's tokens are staged in shared memory as f32
+ *     multiplied by a power of two: with act_quant 128
  *     they are the reference's e4m3 codes (amax over the 128-column block by
  *     warp shuffles, pow2-ceil scale, RNE: bit-identical to
  *     kern_act_quant_fp8) times 2^116, the block scale kept aside; with
@@ -26,9 +32,9 @@
  *     512-column step so that the lanes' 16-byte shared loads do not conflict;
  *   - per-lane sums are reduced by warp shuffles, then across the wk warps
  *     of a row group in shared memory, and stored (f32 or bf16, RNE).
- * No workspace and one launch. Tokens beyond 8 take more CTAs (grid
- * tiles × chunks, the chunks of one row tile adjacent so their weight reads
- * hit L2). Summation order differs from the reference's (k ascending), the
+ * No workspace and one launch. Tokens beyond 8 take more CTAs (the chunks of
+ * one row range adjacent in the grid so their weight reads hit L2).
+ * Summation order differs from the reference's (k ascending), the
  * products are the same: agreement is within the linear tests' tolerance.
  * An e4m3 NaN code (0x7F / 0xFF; checkpoints have none) decodes as 480.
  */
@@ -57,6 +63,7 @@ struct gv_params {
 	int wk;       /* warps along K (1, 2, 4 or 8); warps along rows: 8 / wk */
 	int kc;       /* K columns staged per chunk, a multiple of 512 */
 	int n_chunks; /* token chunks per row tile */
+	int64_t gpb;  /* streaming kernel: row groups (of GV_RB rows) per CTA, a multiple of 8 / wk */
 };
 
 /* Byte `byte` of word (an e4m3 code) as the f32 of value code * 2^-120. */
@@ -248,6 +255,104 @@ __global__ void __launch_bounds__(GV_THREADS) linear_gemv_kernel(const gv_params
 	}
 }
 
+/* The streaming form, used when a CTA's tokens fit in shared memory over the
+ * whole of K (every decode shape at T = 1): x is staged once per CTA, then
+ * each warp walks its (row group, K step) items without any barrier, the
+ * weights of the next two items in flight while one is computed (so a warp
+ * always has 128 bytes per lane outstanding, across row groups too); a
+ * finished row group's sums are reduced by shuffles and parked in shared
+ * memory; one barrier at the end, then the wk partial sums of each row are
+ * added and stored. Grid: one wave of CTAs (occupancy x SMs), each owning
+ * gpb consecutive row groups of one token chunk. */
+template <int TC>
+__global__ void __launch_bounds__(GV_THREADS, TC <= 2 ? 2 : 1) linear_gemv_stream_kernel(const gv_params P)
+{
+	extern __shared__ float4 gv_smem4[];
+	float *xs = (float *)gv_smem4;            /* [TC][kc], permuted within 512-column steps */
+	float *sx = xs + TC * P.kc;               /* [TC][kc / 128] activation block scales */
+	float *red = sx + TC * (P.kc >> 7);       /* [gpb][wk][GV_RB][TC] */
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int wk = warp % P.wk, wr = warp / P.wk, nwr = GV_WARPS / P.wk;
+	const int64_t range = blockIdx.x / P.n_chunks;
+	const int64_t t0 = (int64_t)(blockIdx.x - range * P.n_chunks) * TC;
+	const int64_t n_groups = (P.out + GV_RB - 1) / GV_RB;
+	const int64_t g0 = range * P.gpb, g1 = min(g0 + P.gpb, n_groups);
+	const int klen = (int)P.in;
+	const int nsteps = (klen + GV_STEP - 1) / GV_STEP;
+	const int my_steps = (nsteps - wk + P.wk - 1) / P.wk; /* >= 1: the host keeps wk <= nsteps */
+	const int64_t my_groups = g1 - g0 > wr ? (g1 - g0 - wr + nwr - 1) / nwr : 0;
+	const int64_t n_items = my_groups * my_steps;
+
+	/* item (gi, si): row group g0 + wr + gi * nwr, step wk + si * P.wk */
+	uint4 wa[GV_RB], wb[GV_RB];
+	float sa[GV_RB], sb[GV_RB];
+	int64_t lg = 0; /* the loader's position, two items ahead of the math */
+	int ls = 0;
+	gv_load(P, n_items > 0 ? (g0 + wr) * GV_RB : P.out, 0, wk, klen, lane, wa, sa);
+	if (++ls == my_steps)
+		ls = 0, lg++;
+	gv_load(P, n_items > 1 ? (g0 + wr + lg * nwr) * GV_RB : P.out, 0, wk + ls * P.wk, klen, lane, wb, sb);
+	if (++ls == my_steps)
+		ls = 0, lg++;
+	gv_stage<TC>(P, xs, sx, t0, 0, klen, warp, lane);
+	__syncthreads();
+
+	float acc[GV_RB][TC];
+#pragma unroll
+	for (int i = 0; i < GV_RB; i++)
+#pragma unroll
+		for (int t = 0; t < TC; t++)
+			acc[i][t] = 0.f;
+	int64_t gi = 0;
+	int si = 0;
+	for (int64_t n = 0; n < n_items; n++) {
+		uint4 wc[GV_RB];
+		float sc[GV_RB];
+		gv_load(P, n + 2 < n_items ? (g0 + wr + lg * nwr) * GV_RB : P.out, 0, wk + ls * P.wk, klen, lane, wc, sc);
+		if (++ls == my_steps)
+			ls = 0, lg++;
+		gv_step<TC>(xs, sx, wk + si * P.wk, klen, lane, P.kc, wa, sa, acc);
+		if (++si == my_steps) { /* row group done: reduce, park, restart */
+			const int64_t gl = gi * nwr + wr;
+#pragma unroll
+			for (int i = 0; i < GV_RB; i++)
+#pragma unroll
+				for (int t = 0; t < TC; t++) {
+					float v = acc[i][t];
+#pragma unroll
+					for (int off = 16; off > 0; off >>= 1)
+						v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+					if (lane == 0)
+						red[((gl * P.wk + wk) * GV_RB + i) * TC + t] = v;
+					acc[i][t] = 0.f;
+				}
+			si = 0;
+			gi++;
+		}
+#pragma unroll
+		for (int i = 0; i < GV_RB; i++) {
+			wa[i] = wb[i];
+			sa[i] = sb[i];
+			wb[i] = wc[i];
+			sb[i] = sc[i];
+		}
+	}
+	__syncthreads();
+	const int64_t nq = (g1 - g0) * GV_RB * TC;
+	for (int64_t q = threadIdx.x; q < nq; q += GV_THREADS) {
+		const int64_t r = q / TC; /* row within the CTA's range */
+		const int t = (int)(q - r * TC);
+		const int64_t gl = r / GV_RB;
+		const int i = (int)(r - gl * GV_RB);
+		float sum = 0.f;
+		for (int kq = 0; kq < P.wk; kq++)
+			sum += red[((gl * P.wk + kq) * GV_RB + i) * TC + t];
+		const int64_t o = g0 * GV_RB + r, tg = t0 + t;
+		if (o < P.out && tg < P.T)
+			kq_store(P.y, P.y_dt, tg * P.ldy + o, sum);
+	}
+}
+
 /* SM count of the current device (cached per device index). */
 static int gv_sm_count(void)
 {
@@ -265,8 +370,9 @@ static int gv_sm_count(void)
 	return n;
 }
 
+/* The chunked form (x staged K chunk by K chunk): CTAs of 4 * (8 / wk) rows. */
 template <int TC>
-static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
+static cudaError_t gv_launch_chunked(gv_params P, cudaStream_t stream)
 {
 	int kc = (GV_X_BYTES / (4 * TC)) / GV_STEP * GV_STEP;
 	const int64_t in_r = (P.in + GV_STEP - 1) / GV_STEP * GV_STEP;
@@ -290,6 +396,52 @@ static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
 		return cudaErrorInvalidConfiguration;
 	const size_t smem = ((size_t)TC * kc + (size_t)TC * (kc / 128) + (size_t)GV_WARPS * GV_RB * TC) * sizeof(float);
 	linear_gemv_kernel<TC><<<(unsigned)blocks, GV_THREADS, smem, stream>>>(P);
+	return cudaGetLastError();
+}
+
+#define GV_STREAM_X_BYTES (40 * 1024) /* the streaming form's staged x (+ scales) */
+#define GV_RED_BYTES (8 * 1024)       /* its parked row sums */
+
+/* The streaming form where the tokens' whole rows fit, else the chunked one. */
+template <int TC>
+static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
+{
+	const int64_t in_r = (P.in + GV_STEP - 1) / GV_STEP * GV_STEP;
+	const size_t xbytes = ((size_t)TC * in_r + (size_t)TC * (in_r / 128)) * sizeof(float);
+	if (xbytes > GV_STREAM_X_BYTES)
+		return gv_launch_chunked<TC>(P, stream);
+	P.kc = (int)in_r;
+	const int nsteps = (int)((P.in + GV_STEP - 1) / GV_STEP);
+	const int64_t n_groups = (P.out + GV_RB - 1) / GV_RB;
+	int per_sm = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, linear_gemv_stream_kernel<TC>, GV_THREADS,
+							  xbytes + GV_RED_BYTES) != cudaSuccess ||
+	    per_sm < 1)
+		per_sm = 1;
+	const int64_t target = (int64_t)gv_sm_count() * per_sm; /* one wave */
+	/* Warps along K: as few as give every CTA of the wave a set of 8 / wk row
+	 * groups (fewer partial sums), at most the number of K steps. */
+	int wk = 1;
+	while (wk < GV_WARPS && wk < nsteps && (n_groups + GV_WARPS / wk - 1) / (GV_WARPS / wk) * P.n_chunks < target)
+		wk *= 2;
+	P.wk = wk;
+	const int64_t nwr = GV_WARPS / wk, units = (n_groups + nwr - 1) / nwr;
+	int64_t bpc = target / P.n_chunks; /* CTAs per token chunk */
+	if (bpc < 1)
+		bpc = 1;
+	if (bpc > units)
+		bpc = units;
+	int64_t gpb = (units + bpc - 1) / bpc * nwr;
+	const int64_t max_gpb = GV_RED_BYTES / ((int64_t)wk * GV_RB * TC * (int64_t)sizeof(float)) / nwr * nwr;
+	if (gpb > max_gpb)
+		gpb = max_gpb;
+	P.gpb = gpb;
+	bpc = (n_groups + gpb - 1) / gpb;
+	const int64_t blocks = bpc * P.n_chunks;
+	if (blocks > 0x7FFFFFFF)
+		return cudaErrorInvalidConfiguration;
+	const size_t smem = xbytes + (size_t)gpb * wk * GV_RB * TC * sizeof(float);
+	linear_gemv_stream_kernel<TC><<<(unsigned)blocks, GV_THREADS, smem, stream>>>(P);
 	return cudaGetLastError();
 }
 
