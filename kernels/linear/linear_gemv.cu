@@ -146,43 +146,62 @@ static __device__ __forceinline__ void gv_step(const float *xs, const float *sx,
 	}
 }
 
-/* Stage tokens [t0, t0 + TC) x columns [k0, k0 + klen) (klen % 128 == 0). */
+/* Stage tokens [t0, t0 + TC) x columns [k0, k0 + klen) (klen % 128 == 0):
+ * warp w takes the 128-column blocks w, w + 8, ...; the loads of up to
+ * GV_STAGE_BATCH of its blocks are issued together (one L2 round trip per
+ * batch, not per block), then each block's amax, scale and codes. */
+#define GV_STAGE_BATCH 4
 template <int TC>
 static __device__ __forceinline__ void gv_stage(const gv_params &P, float *xs, float *sx, int64_t t0, int64_t k0,
 						int klen, int warp, int lane)
 {
-	const int nb = klen >> 7, nkbc = P.kc >> 7;
-	for (int blk = warp; blk < TC * nb; blk += GV_WARPS) {
-		const int t = blk / nb, b = blk - t * nb;
-		const int64_t tg = t0 + t;
-		const int c = b * 128 + lane * 4;
-		float v[4], amax = 0.f;
+	const int nb = klen >> 7, nkbc = P.kc >> 7, nblk = TC * nb;
+	for (int blk0 = warp; blk0 < nblk; blk0 += GV_WARPS * GV_STAGE_BATCH) {
+		float v[GV_STAGE_BATCH][4];
 #pragma unroll
-		for (int e = 0; e < 4; e++) {
-			v[e] = tg < P.T ? kq_load(P.x, P.x_dt, tg * P.ldx + k0 + c + e) : 0.f;
-			amax = fmaxf(amax, fabsf(v[e]));
-		}
-#pragma unroll
-		for (int off = 16; off > 0; off >>= 1)
-			amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
-		float s;
-		if (P.aq) {
-			s = kq_fp8_block_scale(amax);
+		for (int u = 0; u < GV_STAGE_BATCH; u++) {
+			const int blk = blk0 + u * GV_WARPS;
+			const int t = blk / nb, b = blk - t * nb;
+			const int64_t tg = t0 + t;
+			const bool ok = blk < nblk && tg < P.T;
 #pragma unroll
 			for (int e = 0; e < 4; e++)
-				v[e] = kq_e4m3_to_f32(kq_f32_to_e4m3(fminf(fmaxf(v[e] / s, -448.0f), 448.0f))) * 0x1p116f;
-		} else {
-			s = fminf(fmaxf(kq_pow2_ceil(amax), 0x1p-10f), 0x1p126f);
-			const float f = 0x1p116f / s; /* a power of two in [2^-10, 2^126]: exact */
+				v[u][e] = ok ? kq_load(P.x, P.x_dt, tg * P.ldx + k0 + b * 128 + lane * 4 + e) : 0.f;
+		}
+#pragma unroll
+		for (int u = 0; u < GV_STAGE_BATCH; u++) {
+			const int blk = blk0 + u * GV_WARPS;
+			if (blk >= nblk) /* warp-uniform */
+				break;
+			const int t = blk / nb, b = blk - t * nb;
+			const int c = b * 128 + lane * 4;
+			float amax = 0.f;
 #pragma unroll
 			for (int e = 0; e < 4; e++)
-				v[e] *= f;
+				amax = fmaxf(amax, fabsf(v[u][e]));
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+			float s;
+			if (P.aq) {
+				s = kq_fp8_block_scale(amax);
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					v[u][e] = kq_e4m3_to_f32(kq_f32_to_e4m3(fminf(fmaxf(v[u][e] / s, -448.0f), 448.0f))) *
+						  0x1p116f;
+			} else {
+				s = fminf(fmaxf(kq_pow2_ceil(amax), 0x1p-10f), 0x1p126f);
+				const float f = 0x1p116f / s; /* a power of two in [2^-10, 2^126]: exact */
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					v[u][e] *= f;
+			}
+			const int st = c >> 9, cc = c & 511;
+			const int idx = t * P.kc + st * GV_STEP + ((((cc >> 2) & 3) * 32) + (cc >> 4)) * 4;
+			*(float4 *)(xs + idx) = make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
+			if (lane == 0)
+				sx[t * nkbc + b] = s;
 		}
-		const int st = c >> 9, cc = c & 511;
-		const int idx = t * P.kc + st * GV_STEP + ((((cc >> 2) & 3) * 32) + (cc >> 4)) * 4;
-		*(float4 *)(xs + idx) = make_float4(v[0], v[1], v[2], v[3]);
-		if (lane == 0)
-			sx[t * nkbc + b] = s;
 	}
 }
 
