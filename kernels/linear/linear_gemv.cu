@@ -274,6 +274,25 @@ __global__ void __launch_bounds__(GV_THREADS) linear_gemv_kernel(const gv_params
 	}
 }
 
+/* Reduce a warp's finished sums over its lanes and park them at slot
+ * ((local row group) * wk + k part) of red; clear them for the next group. */
+template <int TC>
+static __device__ __forceinline__ void gv_park(float *red, int64_t slot, int lane, float (*acc)[TC])
+{
+#pragma unroll
+	for (int i = 0; i < GV_RB; i++)
+#pragma unroll
+		for (int t = 0; t < TC; t++) {
+			float v = acc[i][t];
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+			if (lane == 0)
+				red[(slot * GV_RB + i) * TC + t] = v;
+			acc[i][t] = 0.f;
+		}
+}
+
 /* The streaming form, used when a CTA's tokens fit in shared memory over the
  * whole of K (every decode shape at T = 1): x is staged once per CTA, then
  * each warp walks its (row group, K step) items without any barrier, the
@@ -324,38 +343,34 @@ __global__ void __launch_bounds__(GV_THREADS, TC <= 2 ? 2 : 1) linear_gemv_strea
 			acc[i][t] = 0.f;
 	int64_t gi = 0;
 	int si = 0;
-	for (int64_t n = 0; n < n_items; n++) {
-		uint4 wc[GV_RB];
-		float sc[GV_RB];
-		gv_load(P, n + 2 < n_items ? (g0 + wr + lg * nwr) * GV_RB : P.out, 0, wk + ls * P.wk, klen, lane, wc, sc);
-		if (++ls == my_steps)
-			ls = 0, lg++;
-		gv_step<TC>(xs, sx, wk + si * P.wk, klen, lane, P.kc, wa, sa, acc);
-		if (++si == my_steps) { /* row group done: reduce, park, restart */
-			const int64_t gl = gi * nwr + wr;
-#pragma unroll
-			for (int i = 0; i < GV_RB; i++)
-#pragma unroll
-				for (int t = 0; t < TC; t++) {
-					float v = acc[i][t];
-#pragma unroll
-					for (int off = 16; off > 0; off >>= 1)
-						v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-					if (lane == 0)
-						red[((gl * P.wk + wk) * GV_RB + i) * TC + t] = v;
-					acc[i][t] = 0.f;
-				}
-			si = 0;
-			gi++;
-		}
-#pragma unroll
-		for (int i = 0; i < GV_RB; i++) {
-			wa[i] = wb[i];
-			sa[i] = sb[i];
-			wb[i] = wc[i];
-			sb[i] = sc[i];
-		}
+	/* One item: load item n + 2 into NXT, compute item n from CUR, park a
+	 * finished row group. Unrolled by three over rotating buffers (no copies). */
+#define GV_STREAM_ITEM(CUR, SCUR, NXT, SNXT)                                                              \
+	do {                                                                                              \
+		gv_load(P, n + 2 < n_items ? (g0 + wr + lg * nwr) * GV_RB : P.out, 0, wk + ls * P.wk, klen, lane, \
+			NXT, SNXT);                                                                       \
+		if (++ls == my_steps)                                                                     \
+			ls = 0, lg++;                                                                     \
+		gv_step<TC>(xs, sx, wk + si * P.wk, klen, lane, P.kc, CUR, SCUR, acc);                    \
+		if (++si == my_steps) {                                                                   \
+			gv_park<TC>(red, (gi * nwr + wr) * P.wk + wk, lane, acc);                          \
+			si = 0;                                                                           \
+			gi++;                                                                             \
+		}                                                                                         \
+		n++;                                                                                      \
+	} while (0)
+	uint4 wc[GV_RB];
+	float sc[GV_RB];
+	for (int64_t n = 0; n < n_items;) {
+		GV_STREAM_ITEM(wa, sa, wc, sc);
+		if (n >= n_items)
+			break;
+		GV_STREAM_ITEM(wb, sb, wa, sa);
+		if (n >= n_items)
+			break;
+		GV_STREAM_ITEM(wc, sc, wb, sb);
 	}
+#undef GV_STREAM_ITEM
 	__syncthreads();
 	const int64_t nq = (g1 - g0) * GV_RB * TC;
 	for (int64_t q = threadIdx.x; q < nq; q += GV_THREADS) {
@@ -441,8 +456,9 @@ static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
 	/* Warps along K: as few as give every CTA of the wave a set of 8 / wk row
 	 * groups (fewer partial sums), at most the number of K steps. */
 	int wk = 1;
-	while (wk < GV_WARPS && wk < nsteps && (n_groups + GV_WARPS / wk - 1) / (GV_WARPS / wk) * P.n_chunks < target)
-		wk *= 2;
+	while (wk < GV_WARPS && 2 * wk <= nsteps &&
+	       (n_groups + GV_WARPS / wk - 1) / (GV_WARPS / wk) * P.n_chunks < target)
+		wk *= 2; /* wk <= nsteps: every warp has at least one K step */
 	P.wk = wk;
 	const int64_t nwr = GV_WARPS / wk, units = (n_groups + nwr - 1) / nwr;
 	int64_t bpc = target / P.n_chunks; /* CTAs per token chunk */
