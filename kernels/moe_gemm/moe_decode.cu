@@ -25,7 +25,7 @@
  * item's activation rows are gathered and act-quantized into shared memory
  * as bf16 (exact: e4m3 x power of two), then each lane streams 16-byte loads
  * of packed e2m1 (a warp reads 512 contiguous bytes of a row per step, two
- * steps of its four rows in flight), decodes them by PRMT table lookup and
+ * steps of its four rows in flight), decodes them in registers (moe_e2m1.h) and
  * accumulates in f32 against the staged activations; warp-shuffle sums at
  * the end. NVFP4: e2m1 x e4m3 per 16 x f32 global; MXFP4: e2m1 x E8M0 per 32.
  */
@@ -39,6 +39,7 @@ extern "C" {
 #include "kernels/device/ctx.h"
 #include "kernels/moe_gemm/moe_decode.h"
 }
+#include "kernels/moe_gemm/moe_e2m1.h"
 #include "kernels/norm/lowp_cuda.cuh"
 #include "kernels/quant/quant_cuda.cuh"
 
@@ -98,27 +99,6 @@ static __device__ __forceinline__ float md_qdq(float x, float s, float inv_s)
 		q = __uint_as_float(u);
 	}
 	return copysignf(q, v) * s;
-}
-
-/* 8 e2m1 codes (nibble i = element i) to f32, unscaled and exact: bf16 bit
- * patterns of the magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} by two PRMT table
- * lookups (high and low byte), interleaved, the sign OR-ed in, widened by a
- * shift / mask. */
-static __device__ __forceinline__ void md_decode8(uint32_t n, float *f)
-{
-#pragma unroll
-	for (int h = 0; h < 2; h++) {
-		const uint32_t m = n >> (16 * h);
-		const uint32_t sel = m & 0x7777u;
-		const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
-		const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel);
-		const uint32_t a = __byte_perm(lo, hi, 0x5140u) | ((m << 12) & 0x8000u) | ((m << 24) & 0x80000000u);
-		const uint32_t b = __byte_perm(lo, hi, 0x7362u) | ((m << 4) & 0x8000u) | ((m << 16) & 0x80000000u);
-		f[4 * h + 0] = __uint_as_float(a << 16);
-		f[4 * h + 1] = __uint_as_float(a & 0xFFFF0000u);
-		f[4 * h + 2] = __uint_as_float(b << 16);
-		f[4 * h + 3] = __uint_as_float(b & 0xFFFF0000u);
-	}
 }
 
 /* 16 staged activations from element offset i (16-byte aligned) as f32. */
@@ -305,8 +285,8 @@ __global__ void __launch_bounds__(MD_NT, RC <= 2 ? 2 : 1) md_kernel(const md_par
 							continue;
 						const uint4 w4 = q[j][st];
 						float f[16];
-						md_decode8(h ? w4.z : w4.x, f);
-						md_decode8(h ? w4.w : w4.y, f + 8);
+						kern_e2m1x8_to_f32(h ? w4.z : w4.x, f);
+						kern_e2m1x8_to_f32(h ? w4.w : w4.y, f + 8);
 						const float s = nv ? kq_e4m3_to_f32(h ? (sc[j][st] >> 8) & 0xFFu : sc[j][st] & 0xFFu) * gsc[j]
 								   : kq_e8m0_to_f32(sc[j][st]);
 #pragma unroll
@@ -380,6 +360,7 @@ __global__ void __launch_bounds__(MD_NT, RC <= 2 ? 2 : 1) md_kernel(const md_par
 				const int64_t t = p.row_src[r0 + tid];
 				const int need = md_n_local(p, t);
 				const uint32_t old = atomicAdd(&p.cnt[t * n_chunks + xc], 1u);
+				__threadfence();
 				s_flag[tid] = old + 1 == (uint32_t)need ? (int)t : -1;
 			}
 			__syncthreads();

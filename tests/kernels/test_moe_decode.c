@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "dsv4_config.h"
+#include "kernels/moe_gemm/moe_e2m1.h"
 #include "kernels/norm/lowp_sim.h"
 #include "tests/kernels/moe_decode_case.h"
 #include "tests/test.h"
@@ -125,6 +126,27 @@ static int one(uint64_t *rng, const struct mdc_spec *s)
 	return ok;
 }
 
+/* The kernel's in-register e2m1 decode (moe_e2m1.h, the same source) on
+ * every 16-bit half and on random words, against the scalar decode. */
+static void e2m1_decode_checks(uint64_t *rng)
+{
+	int bad = 0;
+	float f[8];
+	for (uint32_t m = 0; m < 65536; m++) {
+		const uint32_t w = m | (uint32_t)(kern_rand_u64(rng) & 0xFFFF) << 16;
+		const uint32_t w2 = (w << 16) | (w >> 16);
+		for (int k = 0; k < 2; k++) {
+			const uint32_t n = k ? w2 : w;
+			kern_e2m1x8_to_f32(n, f);
+			for (int i = 0; i < 8; i++) {
+				const float want = kern_e2m1_to_f32((uint8_t)((n >> (4 * i)) & 0xFu));
+				bad += memcmp(&want, &f[i], sizeof want) != 0;
+			}
+		}
+	}
+	T_CHECKF(bad == 0, "in-register e2m1 decode: %d of %d values wrong", bad, 65536 * 16);
+}
+
 /* through a pointer parameter (T_STR_CONTAINS on an array trips -Waddress) */
 static void contains(const char *hay, const char *needle)
 {
@@ -194,6 +216,7 @@ int main(void)
 	uint64_t rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
 	fprintf(stderr, "seed %llu\n", (unsigned long long)rng);
 	registry_checks();
+	e2m1_decode_checks(&rng);
 	int failed = 0, ran = 0;
 	for (int i = 0; i < 12; i++) {
 		struct mdc_spec s = {.fmt = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4,
