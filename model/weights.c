@@ -280,7 +280,7 @@ static enum status plan_moe_decode(struct planner *P, int layer, struct model_la
 					   .act_quant_block = p13->act_quant_block};
 	struct kern_problem pr = {.wfmt = p13->wfmt, .tp_size = P->opt->world_size, .shape = &sh};
 	const struct kern_variant *v = NULL;
-	if (kern_select(&kern_op_moe_decode, &pr, &P->dev, &P->dis, layer, &v, NULL) != ST_OK ||
+	if (select_variant(P, &kern_op_moe_decode, &pr, layer, &v, NULL) != ST_OK ||
 	    v->backend == KERN_BACKEND_CPU)
 		return ST_OK;
 	ly->moe_dec = v;

@@ -6,6 +6,7 @@
  */
 #include "kernels/moe_gemm/moe_decode.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -146,6 +147,84 @@ static bool decode_cuda_supports(const struct kern_problem *p, const struct kern
 	return true;
 }
 
+/* ---- self-check (--kernel-selfcheck): a small problem shaped like p, the
+ * variant on host buffers against the reference ---- */
+
+static enum status decode_selfcheck(const struct kern_op *op, const struct kern_variant *v,
+				    const struct kern_problem *p, const struct kern_device *dev, struct err *e)
+{
+	(void)op;
+	const struct kern_moe_decode_shape *s = p->shape;
+	if (!v->run_host || !s)
+		return ST_OK;
+	struct kern_moe_decode_shape small = *s;
+	small.dim = 256;
+	small.inter = 128;
+	small.n_experts = 4;
+	small.top_k = s->top_k < 2 ? s->top_k : 2;
+	small.max_tokens = 3;
+	struct kern_problem sp = *p;
+	sp.shape = &small;
+	char why[KERN_REASON_BYTES];
+	if (!kern_variant_accepts(v, &sp, dev, NULL, why, sizeof why))
+		return ST_OK;
+	const int64_t D = small.dim, I = small.inter, E = small.n_experts, K = small.top_k, T = 3, P = T * K;
+	uint64_t rng = 0x5e1fc4ec ^ (uint64_t)s->dim;
+	struct kern_wmat w[3][4] = {{{0}}};
+	enum status st = ST_OK;
+	for (int64_t x = 0; x < E && !st; x++)
+		for (int m = 0; m < 3 && !st; m++)
+			st = kern_wmat_make_random(&w[m][x], p->wfmt, m == 2 ? D : I, m == 2 ? I : D, &rng, e);
+	const size_t nf = (size_t)(T * D + 2 * (P * I + P * D + T * D) + P);
+	float *buf = st ? NULL : malloc(nf * sizeof(float));
+	if (!st && !buf)
+		st = err_set(e, ST_NOMEM, "moe_decode self-check buffers");
+	if (!st) {
+		float *x = buf, *h0 = x + T * D, *y0 = h0 + P * I, *o0 = y0 + P * D, *h1 = o0 + T * D, *y1 = h1 + P * I,
+		      *o1 = y1 + P * D, *rw = o1 + T * D;
+		for (int64_t i = 0; i < T * D; i++)
+			x[i] = kern_rand_f32(&rng);
+		for (int64_t i = 0; i < P; i++)
+			rw[i] = 0.5f + 0.25f * kern_rand_f32(&rng);
+		for (size_t i = (size_t)(T * D); i < nf - (size_t)P; i++)
+			buf[i] = NAN;
+		/* token t on experts (t + j) % E; token 2 on none of this rank's (slot -1) */
+		int32_t off[5] = {0}, src[6], slot[6];
+		int32_t ids[6];
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t j = 0; j < K; j++)
+				ids[t * K + j] = t == 2 ? -1 : (int32_t)((t + j) % E);
+		int64_t nr = 0;
+		struct kern_moe_dispatch_args da = {.n_tokens = T, .top_k = (int)K, .topk_ids = ids, .n_experts = E,
+						    .expert_offsets = off, .row_src = src, .slot_row = slot,
+						    .n_rows = &nr};
+		st = kern_moe_dispatch_ref(&da);
+		struct kern_moe_decode_args a = {.n_tokens = T, .top_k = (int)K, .n_experts = E, .expert_offsets = off,
+						 .row_src = src, .slot_row = slot, .row_weight = rw, .x = x, .h = h0,
+						 .y = y0, .out = o0, .w1 = w[0], .w3 = w[1], .w2 = w[2],
+						 .act_quant_block = small.act_quant_block, .swiglu_limit = 10.0f,
+						 .bf16_round = true};
+		if (!st)
+			st = kern_moe_decode_ref(&a);
+		if (!st) {
+			a.h = h1;
+			a.y = y1;
+			a.out = o1;
+			st = ((kern_moe_decode_fn)v->run_host)(&a);
+			if (st)
+				err_set(e, st, "%s: run failed: %s", v->name, status_str(st));
+		}
+		if (!st && !kern_compare_f32(o0, o1, (size_t)(T * D), 1e-6, 2e-2, why, sizeof why))
+			st = err_set(e, ST_INVALID, "%s vs reference (%s, D %lld, I %lld): %s", v->name,
+				     kern_wfmt_name(p->wfmt), (long long)D, (long long)I, why);
+	}
+	free(buf);
+	for (int m = 0; m < 3; m++)
+		for (int64_t x = 0; x < E; x++)
+			kern_wmat_release(&w[m][x]);
+	return st;
+}
+
 static const struct kern_variant moe_decode_variants[] = {
 	{
 		.name = "moe_decode_cpu_ref",
@@ -180,4 +259,5 @@ const struct kern_op kern_op_moe_decode = {
 	.name = "moe_decode",
 	.variants = moe_decode_variants,
 	.n_variants = (int)(sizeof moe_decode_variants / sizeof moe_decode_variants[0]),
+	.selfcheck = decode_selfcheck,
 };

@@ -165,6 +165,13 @@ static void registry_checks(void)
 	T_CHECK(kern_select(&kern_op_moe_decode, &p, &cpu, NULL, 3, &v, &e) == ST_OK);
 	T_CHECKF(v && !strcmp(v->name, "moe_decode_cpu_ref"), "cpu device chose %s", v ? v->name : "nothing");
 	T_CHECK(kern_registry_find_op("moe_decode") == &kern_op_moe_decode);
+	/* the self-check's harness, run with the reference as the variant (it must agree with itself) */
+	for (int f = 0; f < 2; f++) {
+		struct kern_problem sp = {.wfmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4, .tp_size = 1, .shape = &sh};
+		T_CHECKF(kern_op_moe_decode.selfcheck(&kern_op_moe_decode, &kern_op_moe_decode.variants[0], &sp, &cpu, &e) ==
+				 ST_OK,
+			 "self-check of the reference: %s", e.msg);
+	}
 	static const int ccs[][2] = {{8, 0}, {9, 0}, {10, 0}, {12, 0}, {12, 1}};
 	for (int i = 0; i < 5; i++) {
 		struct kern_device d;

@@ -16,10 +16,10 @@
  *   y and out against the reference recomputed from the GPU's own h (so an
  *     FP8 act_quant flip of h does not count; 5e-3 of max);
  *   out against the full reference (2e-2), and bit-exactly against the
- *     slot-order f32 sum of the GPU's y (the combine's contract);
- * then the variant's guard on this device and selection: the real NVFP4 /
- * MXFP4 plan picks moe_decode_cuda. Fresh random inputs every run (the seed
- * is printed). Exits 77 without CUDA or a device.
+ *     slot-order f32 sum of the GPU's y (the combine's contract).
+ * First, selection with the self-check on this device: the real NVFP4 and
+ * MXFP4 problems pick moe_decode_cuda and its self-check passes. Fresh random
+ * inputs every run (the seed is printed). Exits 77 without CUDA or a device.
  */
 #include <math.h>
 #include <stdio.h>
@@ -128,8 +128,11 @@ int main(void)
 	for (int f = 0; f < 2; f++) {
 		struct kern_problem p = {.wfmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4, .tp_size = 1, .shape = &sh};
 		const struct kern_variant *got = NULL;
-		T_CHECKF(kern_select(&kern_op_moe_decode, &p, &dev, NULL, 3, &got, &e) == ST_OK, "%s", e.msg);
-		T_CHECKF(got == v, "%s: chose %s", kern_wfmt_name(p.wfmt), got ? got->name : "nothing");
+		struct kern_disabled dis;
+		T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
+		T_CHECKF(kern_select_checked(&kern_op_moe_decode, &p, &dev, &dis, 3, &got, &e) == ST_OK, "%s", e.msg);
+		T_CHECKF(got == v && dis.n == 0, "%s: chose %s (%d dropped by the self-check)", kern_wfmt_name(p.wfmt),
+			 got ? got->name : "nothing", dis.n);
 	}
 
 	int failed = 0, ran = 0;
