@@ -417,18 +417,10 @@ static int md_dev_attr(int dev, cudaDeviceAttr attr, int *cache, int fallback)
 template <int MODE, int RC>
 static cudaError_t md_launch(const md_params &p, size_t smem, int64_t items_ub, int sms, int dev, cudaStream_t s)
 {
-	static int attr_done[64];   /* per device: dynamic shared memory raised to this */
-	static int occ[64];         /* per device: resident blocks per SM at occ_smem */
+	static int occ[64]; /* per device: resident blocks per SM at occ_smem */
 	static size_t occ_smem[64];
 	cudaError_t ce;
 	const bool cached = dev >= 0 && dev < 64;
-	if (smem > (48u << 10) && (!cached || attr_done[dev] < (int)smem)) {
-		if ((ce = cudaFuncSetAttribute(md_kernel<MODE, RC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-					       (int)smem)) != cudaSuccess)
-			return ce;
-		if (cached)
-			attr_done[dev] = (int)smem;
-	}
 	int nb = cached && occ_smem[dev] == smem ? occ[dev] : 0;
 	if (!nb) {
 		if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, md_kernel<MODE, RC>, MD_NT, smem)) !=
@@ -448,6 +440,32 @@ static cudaError_t md_launch(const md_params &p, size_t smem, int64_t items_ub, 
 		grid = 1;
 	md_kernel<MODE, RC><<<(unsigned)grid, MD_NT, smem, s>>>(p);
 	return cudaGetLastError();
+}
+
+template <int MODE, int RC> static cudaError_t md_raise(int bytes)
+{
+	return cudaFuncSetAttribute(md_kernel<MODE, RC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+/* Once per device, before any launch: every instantiation may take the
+ * device's opt-in shared memory (so no attribute is set later, when a stream
+ * may be capturing a graph). */
+static cudaError_t md_init(int dev, int optin)
+{
+	static int done[64];
+	if (dev >= 0 && dev < 64 && done[dev])
+		return cudaSuccess;
+	const int bytes = optin - 256; /* the kernels' static shared words are below 256 bytes */
+	cudaError_t (*const raise[8])(int) = {md_raise<0, 1>, md_raise<0, 2>, md_raise<0, 4>, md_raise<0, 8>,
+					      md_raise<1, 1>, md_raise<1, 2>, md_raise<1, 4>, md_raise<1, 8>};
+	for (int i = 0; i < 8; i++) {
+		const cudaError_t ce = raise[i](bytes);
+		if (ce != cudaSuccess)
+			return ce;
+	}
+	if (dev >= 0 && dev < 64)
+		done[dev] = 1;
+	return cudaSuccess;
 }
 
 template <int MODE>
@@ -511,6 +529,10 @@ extern "C" enum status kern_moe_decode_cuda(const struct kern_moe_decode_args *a
 		rc /= 2;
 	if (md_stage_bytes(rc, D) + tail + 1024 > (size_t)optin)
 		return ST_UNSUPPORTED;
+	if (md_init(dev, optin) != cudaSuccess) {
+		cudaGetLastError();
+		return ST_CUDA;
+	}
 
 	const size_t cnt_bytes = kern_moe_decode_scratch_bytes(T, D);
 	uint32_t *cnt = (uint32_t *)kern_ctx_scratch(kern_ctx_or_default(a->ctx), cnt_bytes, a->stream);
