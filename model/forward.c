@@ -1037,6 +1037,20 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 					      .max_rows = P, .row_weight = f->rw, .stream = sm};
 	OK(f->g->moe_row_weight(&wa));
 	const struct model_experts *x = &ly->experts;
+	float limit = (float)f->cfg->swiglu_limit;
+	/* ---- moe-decode: small steps run the fused routed-expert pass (kernels/moe_gemm/moe_decode.h):
+	 * the same numerics as the ops below, into the same buffers, in two launches ---- */
+	if (x->run_dec && T <= KERN_MOE_DECODE_MAX_TOKENS) {
+		struct kern_moe_decode_args dd = {
+			.n_tokens = T, .top_k = (int)K, .n_experts = EL, .expert_offsets = f->offsets,
+			.row_src = f->row_src, .slot_row = f->slot_row, .row_weight = f->rw, .x = xn, .h = f->h1,
+			.y = f->y2, .out = out, .w1 = x->w1, .w3 = x->w3, .w2 = x->w2, .w1_dev = x->w1_dev,
+			.w3_dev = x->w3_dev, .w2_dev = x->w2_dev, .act_quant_block = x->act_quant_block,
+			.swiglu_limit = limit, .bf16_round = f->opt.bf16_round, .stream = sm, .ctx = f->opt.kctx};
+		OK(x->run_dec(&dd));
+		goto combined;
+	}
+	/* ---- end moe-decode ---- */
 	struct kern_moe_gemm_args ma = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets,
 					.row_src = f->row_src, .n_x_rows = T, .x = xn, .x_dtype = KERN_DT_F32,
 					.y = f->h1, .y_dtype = KERN_DT_F32, .w = x->w1, .w_dev = x->w1_dev,
@@ -1050,7 +1064,6 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 	trace(f, "h3", l, f->h3, P * I);
 	if ((st = round_bf16(f, f->h1, P * I, e)) || (st = round_bf16(f, f->h3, P * I, e)))
 		return st;
-	float limit = (float)f->cfg->swiglu_limit;
 	struct kern_swiglu_args sa = {.gate = f->h1, .up = f->h3, .out = f->h1, .row_weight = f->rw, .n_rows = P,
 				      .dim = (int)I, .limit = limit, .bf16_out = f->opt.bf16_round, .stream = sm};
 	OK(ly->ops.swiglu(&sa));
@@ -1066,6 +1079,7 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 					   .y = f->y2, .y_dtype = KERN_DT_F32, .out = out, .out_dtype = KERN_DT_F32,
 					   .stream = sm};
 	OK(f->g->moe_combine(&ca));
+combined:
 	trace(f, "combine", l, out, T * D);
 	/* shared expert (same clamp, weight 1); under TP each rank holds a slice
 	 * of its intermediate dim and the all-reduce sums the partial outputs */
