@@ -116,9 +116,10 @@ enum status spec_rule_general(const float *p, const float *q, uint32_t vocab, in
 
 struct model_spec_exec;
 
-/* Test hook: may rewrite the drafts proposed for seq_id (n of them) before
- * they go to the scheduler (the rollback tests corrupt them). */
-typedef void (*spec_draft_hook_fn)(void *ctx, uint64_t seq_id, int32_t *drafts, uint32_t n);
+/* Test hook: may rewrite the n drafts proposed for sequence sq of the step
+ * (they follow its n_new new tokens, output index sq->n_output + n_new on)
+ * before they go to the scheduler (the rollback tests corrupt them). */
+typedef void (*spec_draft_hook_fn)(void *ctx, const struct exec_seq *sq, uint32_t n_new, int32_t *drafts, uint32_t n);
 
 struct model_spec_exec_options {
 	struct model_exec_cpu *x;  /* borrowed, must outlive it; loaded with load_mtp for MTP */

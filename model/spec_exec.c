@@ -171,7 +171,7 @@ static enum status spx_step(void *ctx, const struct exec_step *step, struct exec
 		if (!d || !d->n_propose)
 			continue;
 		if (sx->opt.draft_hook)
-			sx->opt.draft_hook(sx->opt.draft_hook_ctx, sq->seq_id, d->drafts, d->n_drafts);
+			sx->opt.draft_hook(sx->opt.draft_hook_ctx, sq, 1 + o->n_extra, d->drafts, d->n_drafts);
 		o->n_next_draft = d->n_drafts;
 		memcpy(o->next_draft, d->drafts, d->n_drafts * sizeof(int32_t));
 	}

@@ -119,10 +119,10 @@ static int state_diff(const struct model_state *a, const struct model_state *b, 
 static const int32_t *g_truth; /* the plain run's tokens (prompt + output) */
 static uint32_t g_next;        /* index in g_truth of the first draft */
 static uint32_t g_corrupt;     /* 0..K-1: that draft is wrong; K: none */
-static void hook(void *ctx, uint64_t seq_id, int32_t *d, uint32_t n)
+static void hook(void *ctx, const struct exec_seq *sq, uint32_t n_new, int32_t *d, uint32_t n)
 {
 	(void)ctx;
-	(void)seq_id;
+	T_CHECK(NP + sq->n_output + n_new == g_next);
 	for (uint32_t i = 0; i < n; i++) {
 		d[i] = g_truth[g_next + i];
 		if (i == g_corrupt)
