@@ -2,22 +2,25 @@
  * kernels/linear/linear_variants.c: the registry table of op "linear", the
  * guards and prepare() steps of its variants, and its self-check.
  *
- * Variants (priority order, highest first):
- *   linear_cuda_generic  cc >= 8.0, sm_80 image; FP8 128x128 block scales in
- *                        f32 (E8M0 checkpoints are widened at load, exact).
- *                        Portable FMA kernel: the floor every GPU reaches.
- *   linear_cuda_generic_bf16  the same kernel for bf16 / f32 weights (lm_head,
- *                        router gate, dequantized checkpoints).
- *   linear_cpu_ref       the reference; every format, every shape.
- * Added by cuda-kernels-2 (rows at the end of the table):
- *   linear_cublaslt_sm90 cc 9.0 only; cuBLASLt FP8 x FP8 with per-row 1x128
- *                        f32 weight scales (prepare() replicates the 128x128
- *                        block scales: fp8_f32_r128) and 1x128 activation
- *                        scales (BLK128 for one token); activations
- *                        quantized on the device first. Accepted only after
- *                        its once-per-device numeric probe passed.
- *   linear_sm100a_fp8, linear_sm120a_fp8, linear_sm121a_fp8: guards only
- *                        (no run() yet), refused as "not compiled".
+ * Variants (priority order, highest first; the table's order is the
+ * registry's, `dsv4 kernels` prints it):
+ *   linear_cublaslt_sm90 (20) cc 9.0 only; cuBLASLt FP8 x FP8 with per-row
+ *                        1x128 f32 weight scales (prepare() replicates the
+ *                        128x128 block scales: fp8_f32_r128) and 1x128
+ *                        activation scales (BLK128 for one token);
+ *                        activations quantized on the device first. Accepted
+ *                        only after its once-per-device numeric probe passed.
+ *   linear_mma_fp8_<image> (15) cc 9.0, 10.0, 12.0, 12.1, one row per image:
+ *                        portable e4m3 tensor-core GEMM for prefill plans
+ *                        (linear_mma.h).
+ *   linear_mma_bf16 (12) cc >= 8.0: the same on bf16 MMAs.
+ *   linear_cuda_generic (10) cc >= 8.0, sm_80 image; FP8 128x128 block
+ *                        scales in f32 (E8M0 checkpoints are widened at
+ *                        load, exact). Portable FMA kernel: the floor every
+ *                        GPU reaches.
+ *   linear_cuda_generic_bf16 (10) the same kernel for bf16 / f32 weights
+ *                        (lm_head, router gate, dequantized checkpoints).
+ *   linear_cpu_ref (0)   the reference; every format, every shape.
  */
 #include "kernels/linear/linear.h"
 
@@ -72,14 +75,14 @@ static bool linear_cuda_generic_supports(const struct kern_problem *p, const str
 	return true;
 }
 
-/* ---- guards of the cuda-kernels-2 variants ---- */
+/* ---- guards of the arch-specific variants ---- */
 
 /* linear_cublaslt_sm90: FP8 x FP8 through cuBLASLt's block scaling.
  * in % 512: the VEC128 layouts need only whole 128-wide K blocks, but 512
  * is what the H200 runs cover (every DeepSeek-V4-Flash FP8 linear and its
  * TP=2 shards meet it), and kernels_linear_gpu's small-in sweep (act_quant
  * 0 or 128 at random, 1e-4 tolerance) is not made for this variant; relax
- * to 128 together with a GPU run of test_linear_gpu2 at in = 128 and 640.
+ * to 128 together with a GPU run of test_linear_cublaslt_gpu at in = 128 and 640.
  * out % 16: the FP8 path's 16-byte alignment of D and of each
  * K-block column of the weight's scales. out <= 65536: a padded 16-token
  * piece fits the 4 MiB stage. On a real device the numeric probe must have
@@ -460,7 +463,7 @@ static const struct kern_variant linear_variants[] = {
 #endif
 		.desc = "portable CUDA linear for bf16 / f32 weights (lm_head, gate; f32 FMA)",
 	},
-	/* ---- cuda-kernels-2 ---- */
+	/* ---- arch-specific: cuBLASLt FP8 on sm_90 ---- */
 	{
 		.name = "linear_cublaslt_sm90",
 		.backend = KERN_BACKEND_CUDA,
@@ -478,45 +481,6 @@ static const struct kern_variant linear_variants[] = {
 		.run_host = KERN_FN(kern_linear_cublaslt_host),
 #endif
 		.desc = "cuBLASLt FP8 GEMM, VEC128 per-row weight scales x VEC128 (BLK128 at T = 1) activation scales (sm_90 only)",
-	},
-	/* Block-scaled FP8 tensor-core variants of later issues: real guards, no
-	 * run() in this build, so selection refuses them ("not compiled into this
-	 * binary") and falls through to the generic kernel. */
-	{
-		.name = "linear_sm100a_fp8",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 100,
-		.cc_max = 100,
-		.target = KERN_TARGET_SM100A,
-		.features = KERN_FEAT_TCGEN05,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
-		.priority = 30,
-		.supports = linear_cuda_generic_supports,
-		.desc = "tcgen05 kind::mxf8f6f4 with ue8m0 scales (not implemented yet)",
-	},
-	{
-		.name = "linear_sm120a_fp8",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 120,
-		.cc_max = 120,
-		.target = KERN_TARGET_SM120A,
-		.features = KERN_FEAT_FP4_MMA_SYNC,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
-		.priority = 30,
-		.supports = linear_cuda_generic_supports,
-		.desc = "mma.sync kind::mxf8f6f4.block_scale ue8m0 (not implemented yet)",
-	},
-	{
-		.name = "linear_sm121a_fp8",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 121,
-		.cc_max = 121,
-		.target = KERN_TARGET_SM121A,
-		.features = KERN_FEAT_FP4_MMA_SYNC,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
-		.priority = 30,
-		.supports = linear_cuda_generic_supports,
-		.desc = "mma.sync kind::mxf8f6f4.block_scale ue8m0 on GB10 (not implemented yet)",
 	},
 	/* ---- prefill-kernels: portable tensor-core FP8 linears (linear_mma.h) ----
 	 * The e4m3 kernel is in every cc >= 8.9 image of the generic library (one
