@@ -494,7 +494,8 @@ static enum status prefill(struct bench *b, uint32_t C, uint32_t np, double *tok
 			bool last = done + q == C;
 			struct exec_seq es = {.seq_id = sid, .n_cached_tokens = done, .n_context_tokens = done + q,
 					      .n_blocks = (done + q + b->B - 1) / b->B, .block_table_start = 0,
-					      .state_slot = EXEC_NO_SLOT, .restore_state = done == 0, .sample = last,
+					      .state_slot = in->n_state_slots ? 0 : EXEC_NO_SLOT,
+					      .restore_state = done == 0, .sample = last,
 					      .sampling = &sp, .prompt_ids = ids, .n_prompt = C};
 			uint32_t qs[2] = {0, q};
 			struct exec_step step = {.n_tokens = q, .token_ids = ids + done, .positions = pos, .n_seqs = 1,
@@ -534,6 +535,13 @@ static enum status decode_run(struct bench *b, uint32_t C, uint32_t np, uint32_t
 		snprintf(r->why, sizeof r->why, "needs %u blocks, the pool has %u", need, b->ex->info.n_blocks);
 		return ST_OK;
 	}
+	bool slots = b->ex->info.n_state_slots > 0; /* slot mode: one live-state slot per sequence */
+	if (slots && batch > b->ex->info.n_state_slots) {
+		r->skipped = true;
+		snprintf(r->why, sizeof r->why, "needs %u state slots, the executor has %u", batch,
+			 b->ex->info.n_state_slots);
+		return ST_OK;
+	}
 	struct exec_seq *seqs = calloc(batch, sizeof *seqs);
 	uint32_t *qs = calloc(batch + 1, sizeof *qs), *bids = calloc((size_t)batch * bt, sizeof *bids);
 	int32_t *tok = calloc(batch, sizeof *tok), *pos = calloc(batch, sizeof *pos);
@@ -555,7 +563,8 @@ static enum status decode_run(struct bench *b, uint32_t C, uint32_t np, uint32_t
 			bids[(size_t)i * bt + nbc + k] = np * nbc + i * nt + k;
 		tok[i] = (int32_t)(rng_next(&rs) % (b->ex->info.vocab_size - 2)) + 2;
 		qs[i] = i;
-		seqs[i] = (struct exec_seq){.seq_id = ++b->seq_id, .block_table_start = i * bt, .state_slot = EXEC_NO_SLOT,
+		seqs[i] = (struct exec_seq){.seq_id = ++b->seq_id, .block_table_start = i * bt,
+					    .state_slot = slots ? i : EXEC_NO_SLOT,
 					    .sample = true, .sampling = &sp, .prompt_ids = b->prompts + (size_t)p * C,
 					    .n_prompt = C, .output_ids = outs + (size_t)i * n_steps};
 	}
@@ -1084,6 +1093,8 @@ static int bench_decode(int argc, char **argv)
 						r->batch, e.msg);
 					goto out;
 				}
+				if (r->skipped)
+					continue;
 				if (prof.failed || prof.n_route == 0) {
 					fprintf(stderr, "dsv4 bench decode: context %u batch %u: the profiled step captured %d "
 							"routing calls%s\n",
