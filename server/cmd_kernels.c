@@ -17,6 +17,9 @@
  * device, "not compiled" only when this binary lacks the variant's image.
  * --verbose adds, for each op, every variant's verdict on a representative
  * problem, in the same words. MODEL_DIR 'tiny' is serve's tiny checkpoint.
+ * --max-num-batched-tokens N plans for steps of at most N tokens (default
+ * 512, a prefill-sized plan; N < 64 is a decode plan, where the FP8 linears
+ * get the decode GEMV).
  *
  * A MODEL_DIR that holds only config.json (tests/model/data/deepseek-v4-flash)
  * is planned from the config alone: the weight formats come from its
@@ -224,9 +227,9 @@ static bool dir_has(const char *dir, const char *name)
 	return stat(path, &sb) == 0;
 }
 
-/* Plan from DIR/config.json alone. */
+/* Plan from DIR/config.json alone, for steps of up to max_step_tokens tokens. */
 static int plan_config_only(const char *dir, const struct kern_device *dev, const struct kern_disabled *dis,
-			    bool verbose)
+			    bool verbose, int64_t max_step_tokens)
 {
 	struct err e = {0};
 	char path[4096];
@@ -244,8 +247,8 @@ static int plan_config_only(const char *dir, const struct kern_device *dev, cons
 		return CLI_EXIT_FAIL;
 	}
 	struct model_plan plan;
-	struct model_plan_options po = {.dev = dev, .disabled = dis, .max_step_tokens = 512, .quant_sim = true,
-					.load_mtp = true, .plan_dspark = true, .world_size = 1};
+	struct model_plan_options po = {.dev = dev, .disabled = dis, .max_step_tokens = max_step_tokens,
+					.quant_sim = true, .load_mtp = true, .plan_dspark = true, .world_size = 1};
 	int rc = CLI_EXIT_OK;
 	if (model_formats_from_config(&cfg, fmts, &e) || model_plan_build(&cfg, fmts, &po, &plan, &e)) {
 		fprintf(stderr, "dsv4 kernels: %s: %s\n", path, e.msg);
@@ -261,12 +264,14 @@ static int plan_config_only(const char *dir, const struct kern_device *dev, cons
 
 static int usage(FILE *f, int code)
 {
-	fprintf(f, "usage: dsv4 kernels MODEL_DIR|tiny [--simulate-cc X.Y] [--disable-kernel NAME[,NAME...]] [--verbose]\n"
+	fprintf(f, "usage: dsv4 kernels MODEL_DIR|tiny [--simulate-cc X.Y] [--disable-kernel NAME[,NAME...]]\n"
+		   "                   [--max-num-batched-tokens N] [--verbose]\n"
 		   "  Select and prepare every layer's kernels as serve would, and print the plan: one line per\n"
 		   "  distinct layer plan with the layers it covers.\n"
 		   "  A MODEL_DIR with only config.json is planned from the config (formats from quantization_config).\n"
 		   "  --simulate-cc X.Y     plan for a GPU of compute capability X.Y (no GPU needed)\n"
 		   "  --disable-kernel L    remove variants from selection (also $DSV4_DISABLED_KERNELS)\n"
+		   "  --max-num-batched-tokens N  plan for steps of at most N tokens (default 512; < 64: decode)\n"
 		   "  --verbose             every layer's line, every (layer, op, kernel) row and every variant's\n"
 		   "                        verdict per op (\"not implemented\": no kernel for the device;\n"
 		   "                        \"not compiled\": this binary lacks the image)\n");
@@ -330,6 +335,7 @@ int cmd_kernels(int argc, char **argv)
 		return CLI_EXIT_USAGE;
 	const char *dir = NULL, *sim = NULL, *disable = NULL;
 	bool verbose = false;
+	int64_t max_step_tokens = 512;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -342,6 +348,15 @@ int cmd_kernels(int argc, char **argv)
 			*(a[2] == 's' ? &sim : &disable) = argv[++i];
 		} else if (!strcmp(a, "--verbose")) {
 			verbose = true;
+		} else if (!strcmp(a, "--max-num-batched-tokens")) {
+			char *end = NULL;
+			long long n = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+			if (i + 1 >= argc || !end || *end || n < 1 || n > (1 << 24)) {
+				fprintf(stderr, "dsv4 kernels: --max-num-batched-tokens: expected 1 .. %d\n", 1 << 24);
+				return CLI_EXIT_USAGE;
+			}
+			max_step_tokens = n;
+			i++;
 		} else if (a[0] == '-') {
 			fprintf(stderr, "dsv4 kernels: unknown option '%s'\n", a);
 			return usage(stderr, CLI_EXIT_USAGE);
@@ -399,7 +414,7 @@ int cmd_kernels(int argc, char **argv)
 
 	if (load_opts.load_format != MODEL_LOAD_DUMMY && !dir_has(dir, "model.safetensors.index.json") && !dir_has(dir, "model.safetensors") &&
 	    dir_has(dir, "config.json")) {
-		int rc = plan_config_only(dir, &dev, &dis, verbose);
+		int rc = plan_config_only(dir, &dev, &dis, verbose, max_step_tokens);
 		if (rc == CLI_EXIT_OK && verbose)
 			print_report(&dev, &dis);
 		return rc;
@@ -414,7 +429,7 @@ int cmd_kernels(int argc, char **argv)
 	}
 	struct model_weights w;
 	memset(&w, 0, sizeof w);
-	struct model_weights_options wo = {.ck = ck, .dev = &dev, .disabled = &dis, .max_step_tokens = 512,
+	struct model_weights_options wo = {.ck = ck, .dev = &dev, .disabled = &dis, .max_step_tokens = max_step_tokens,
 					   .quant_sim = true, .load_mtp = true, .rank = 0, .world_size = 1};
 	int rc = CLI_EXIT_OK;
 	if (model_weights_load(&w, &wo, &e)) {

@@ -4,6 +4,11 @@
  *
  * Variants (priority order, highest first; the table's order is the
  * registry's, `dsv4 kernels` prints it):
+ *   linear_cuda_gemv (22) cc >= 8.0, sm_80 image; FP8 128x128 block scales
+ *                        (E8M0 widened at load); decode plans (max_tokens
+ *                        < 64, where the 64-token tensor-core tiles refuse;
+ *                        on cc 9.0 <= 16, where cuBLASLt keeps the larger
+ *                        ones): the weight-streaming GEMV of linear_gemv.h.
  *   linear_cublaslt_sm90 (20) cc 9.0 only; cuBLASLt FP8 x FP8 with per-row
  *                        1x128 f32 weight scales (prepare() replicates the
  *                        128x128 block scales: fp8_f32_r128) and 1x128
@@ -33,6 +38,7 @@
 #include "common/log.h"
 #include "dsv4_config.h"
 #include "kernels/linear/linear_cublaslt.h"
+#include "kernels/linear/linear_gemv.h"
 #include "kernels/linear/linear_mma.h"
 
 /* ---- guards ---- */
@@ -183,6 +189,43 @@ static bool linear_mma_fp8_supports(const struct kern_problem *p, const struct k
 #else
 	(void)dev;
 #endif
+	return true;
+}
+
+/* ---- guard of the decode GEMV (fp8gemv) ---- */
+
+/* linear_cuda_gemv: FP8 with act_quant 0 or 128, in % 128 (whole scale
+ * blocks, 16-byte aligned weight rows), plans of up to
+ * KERN_LINEAR_GEMV_MAX_TOKENS (63: decode and small batches; from one 64-row
+ * tile on, the tensor-core variants take the plan, their run() serving its
+ * small calls too). On cc 9.0 only up to LINEAR_GEMV_SM90_MAX_TOKENS: above
+ * that cuBLASLt's FP8 tensor cores are expected to be faster than the GEMV's
+ * f32 FMAs (the crossover is measured by bench_kernels' decode table; move
+ * the bound with it). */
+#define LINEAR_GEMV_SM90_MAX_TOKENS 16
+static bool linear_gemv_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	if (!linear_shape_ok(p, why, n))
+		return false;
+	const struct kern_linear_shape *s = p->shape;
+	if (s->in % 128) {
+		snprintf(why, n, "in %lld not a multiple of 128", (long long)s->in);
+		return false;
+	}
+	if (s->max_tokens > KERN_LINEAR_GEMV_MAX_TOKENS) {
+		snprintf(why, n, "max_tokens %lld above the GEMV's %d (a tensor-core tile plan)",
+			 (long long)s->max_tokens, KERN_LINEAR_GEMV_MAX_TOKENS);
+		return false;
+	}
+	if (dev && dev->cc_major == 9 && dev->cc_minor == 0 && s->max_tokens > LINEAR_GEMV_SM90_MAX_TOKENS) {
+		snprintf(why, n, "max_tokens %lld above %d on cc 9.0 (cuBLASLt is faster there)", (long long)s->max_tokens,
+			 LINEAR_GEMV_SM90_MAX_TOKENS);
+		return false;
+	}
+	if (s->in > (1 << 24) || s->out > (1 << 24)) {
+		snprintf(why, n, "dimension above 2^24");
+		return false;
+	}
 	return true;
 }
 
@@ -526,6 +569,24 @@ static const struct kern_variant linear_variants[] = {
 	},
 #undef LINEAR_MMA_FNS
 #undef LINEAR_MMA_FP8_ROW
+	/* ---- fp8gemv: the portable decode GEMV (linear_gemv.h) ---- */
+	{
+		.name = "linear_cuda_gemv",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
+		.wfmt_run = KERN_WFMT_FP8_F32_B128,
+		.priority = 22,
+		.supports = linear_gemv_supports,
+		.prepare = prepare_fp8_f32_scales,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_linear_gemv_cuda),
+		.run_host = KERN_FN(kern_linear_gemv_cuda_host),
+#endif
+		.desc = "decode FP8 GEMV / skinny GEMM, T <= 64 (16-byte e4m3 loads decoded in registers, f32 FMA)",
+	},
 };
 
 const struct kern_op kern_op_linear = {

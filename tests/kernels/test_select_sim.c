@@ -173,12 +173,31 @@ int main(void)
 		/* Prefill plan: the portable tensor-core linear (e4m3 with this device's image, else bf16). */
 		expect_chosen(&kern_op_linear, mma_name("linear_mma", d), &lp, d, false);
 	}
-	/* A decode plan (max_tokens < 64) keeps the generic kernel. */
+	/* A decode plan (max_tokens < 64) gets the portable FP8 GEMV (fp8gemv), on every GPU
+	 * of cc >= 8.0; on cc 9.0 up to 16 tokens, cuBLASLt above. */
 	struct kern_linear_shape dsh = lsh;
 	dsh.max_tokens = 16;
 	struct kern_problem dlp = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &dsh};
 	expect_refused(&kern_op_linear, "linear_mma_bf16", &dlp, &d120, "below one 64-token tile");
-	expect_chosen(&kern_op_linear, "linear_cuda_generic", &dlp, &d120, false);
+	expect_refused(&kern_op_linear, "linear_cuda_gemv", &lp, &d120, "above the GEMV's 63");
+	{
+		struct kern_device d80g;
+		sim(&d80g, 8, 0);
+		const struct kern_device *dd[] = {&d80g, &d90, &d100, &d120, &d121};
+		for (int i = 0; i < 5; i++)
+			expect_chosen(&kern_op_linear, "linear_cuda_gemv", &dlp, dd[i], false);
+		struct kern_linear_shape d63 = dsh;
+		d63.max_tokens = 63;
+		struct kern_problem p63 = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &d63};
+		expect_chosen(&kern_op_linear, "linear_cuda_gemv", &p63, &d121, false);
+		expect_refused(&kern_op_linear, "linear_cuda_gemv", &p63, &d90, "cuBLASLt is faster there");
+		expect_chosen(&kern_op_linear, "linear_cublaslt_sm90", &p63, &d90, false);
+		struct kern_linear_shape d_odd = dsh;
+		d_odd.in = 4096 + 64;
+		struct kern_problem p_odd = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &d_odd};
+		expect_refused(&kern_op_linear, "linear_cuda_gemv", &p_odd, &d121, "not a multiple of 128");
+		expect_chosen(&kern_op_linear, "linear_cuda_generic", &p_odd, &d121, false);
+	}
 	/* A GB10 whose probe failed to load the sm_121a image: refused by the probe. */
 	struct kern_device d121_noimg = d121;
 	d121_noimg.loadable &= ~KERN_TARGET_SM121A;

@@ -152,6 +152,26 @@ else:
     check("not implemented" not in p.stderr, "every op has a CUDA variant: nothing is 'not implemented'")
 p = run("tiny", verbose=False, env={"DSV4_TINY_MODEL": os.path.join(d, "tiny-bf16")})
 check(p.returncode == 0 and "plan complete" in p.stdout, f"'dsv4 kernels tiny' plans the tiny checkpoint ({p.stderr[-200:]})")
+# Decode plans (--max-num-batched-tokens < 64; fp8gemv): on the GB10 and RTX Blackwell parts (12.1, 12.0)
+# every FP8 linear of the real configs, MTP and DSpark stages included, runs the portable decode GEMV.
+for name in ("deepseek-v4-flash", "deepseek-v4-flash-nvfp4", "deepseek-v4-flash-0731", "deepseek-v4-flash-0731-nvfp4"):
+    m = os.path.join(SRC, "tests", "model", "data", name)
+    for cc in ("12.0", "12.1"):
+        for T in ("1", "32"):
+            p = run(m, "--simulate-cc", cc, "--max-num-batched-tokens", T)
+            if have_cuda:
+                lin = [l.split() for l in p.stdout.splitlines() if l.startswith("  ") and l.split()[1] == "linear"]
+                gemv_layers = {r[0] for r in lin if r[2] == "linear_cuda_gemv"}
+                layers = {r[0] for r in lin if r[0] != "-1"}
+                other = {r[2] for r in lin if r[2] not in ("linear_cuda_gemv", "linear_cuda_generic_bf16")}
+                check(p.returncode == 0 and layers and gemv_layers == layers and not other,
+                      f"{name} cc {cc} T {T}: every FP8 linear on linear_cuda_gemv "
+                      f"({p.returncode}, {len(gemv_layers)}/{len(layers)} layers, others {sorted(other)})")
+            else:
+                check(p.returncode == 1 and "no variant fits" in p.stderr, f"{name} cc {cc} T {T}: exit 1")
+m = os.path.join(SRC, "tests", "model", "data", "deepseek-v4-flash")
+p = run(m, "--max-num-batched-tokens", "0")
+check(p.returncode == 2 and "--max-num-batched-tokens" in p.stderr, "--max-num-batched-tokens 0: exit 2, named")
 
 m = os.path.join(d, "tiny-fp8")
 p = run(m, "--simulate-cc", "9")
