@@ -16,8 +16,8 @@
 
 #include "common/strbuf.h"
 #include "server/anthropic.h"
-#include "common/timeutil.h"     /* hardening: /health stall */
-#include "server/serve_guard.h" /* hardening: Host check */
+#include "common/timeutil.h"     /* /health stall */
+#include "server/serve_guard.h" /* Host check */
 
 #define API_MAX_ROUTES 32
 
@@ -284,7 +284,7 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 	const char *p = req->path;
 	bool get = !strcmp(req->method, "GET");
 	bool v1 = !strncmp(p, "/v1/", 4);
-	/* ---- hardening: the tokenizer routes cost CPU too; DNS rebinding ---- */
+	/* ---- the tokenizer routes cost CPU too; DNS rebinding ---- */
 	bool keyed = v1 || !strcmp(p, "/tokenize") || !strcmp(p, "/detokenize");
 	if (a->check_host && strcmp(p, "/health") && strcmp(p, "/metrics") &&
 	    !serve_guard_host_header_ok(http_request_header(req, "Host"))) {

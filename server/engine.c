@@ -7,7 +7,7 @@
  * the scheduler loop (no more notify callbacks), then the routes' state.
  */
 #include "engine.h"
-#include "server/serve_guard.h" /* hardening: defaults */
+#include "server/serve_guard.h" /* SERVE_GUARD_DEFAULT_BODY_MB */
 
 #include <stdatomic.h>
 #include <stdio.h>

@@ -739,7 +739,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	return respond(s, c, hc, &resp, st);
 }
 
-/* ---- per-address connection counts (hardening) ---- */
+/* ---- per-address connection counts ---- */
 
 static bool ip_same(const struct sockaddr *a, const struct sockaddr_storage *b)
 {
