@@ -111,6 +111,11 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 		return st;
 	}
 	metrics_set_engine(api_metrics(en->api), engine_stats, en);
+	if (opt->log_stats_interval_s > 0 &&
+	    (st = metrics_log_stats_start(api_metrics(en->api), opt->log_stats_interval_s, e))) {
+		engine_destroy(en);
+		return st;
+	}
 	for (int i = 0; opt->plan && i < opt->plan->n; i++) {
 		const struct kern_plan_entry *pe = &opt->plan->entries[i];
 		char layer[16];
@@ -182,6 +187,7 @@ void engine_destroy(struct engine *en)
 	if (en->http)
 		http_server_quiesce(en->http);
 	http_server_destroy(en->http);
+	metrics_log_stats_stop(en->api ? api_metrics(en->api) : NULL); /* it reads the loop */
 	sched_loop_destroy(en->loop);
 	oai_server_destroy(en->oai);
 	api_destroy(en->api);

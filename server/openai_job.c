@@ -95,6 +95,9 @@ struct oai_job {
 	struct oai_usage usage;
 	const struct oai_job_format *fmt; /* another API's shapes (openai_internal.h), or NULL */
 	void *fmt_ctx;
+	char request_id[128];         /* for the access log line (api_access_log) */
+	const char *route;
+	double t_first_token;         /* monotonic; 0 = none yet */
 };
 
 /* ---- wake slots ---- */
@@ -366,6 +369,8 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 			metrics_inter_token(api_metrics(j->srv->opt.api), ev->time_s - c->last_token_s);
 		c->last_token_s = ev->time_s;
 		c->n_tokens++;
+		if (j->t_first_token == 0)
+			j->t_first_token = time_mono_s();
 		if (j->logprobs) {
 			if (j->kind == OAI_CHAT) {
 				if (c->n_lp)
@@ -641,6 +646,24 @@ static void job_free(struct oai_job *j)
 	free(j);
 }
 
+/* The request's access log line (api_access_log), when its answer ends. */
+static void access_log(struct oai_job *j, bool aborted)
+{
+	struct api *api = j->srv->opt.api;
+	if (!api_log_requests(api))
+		return;
+	struct api_access a = {.request_id = j->request_id, .route = j->route, .model = j->head.model,
+			       .ttft_s = j->t_first_token > 0 ? j->t_first_token - j->t_arrival : -1,
+			       .duration_s = time_mono_s() - j->t_arrival};
+	for (uint32_t i = 0; i < j->n_subs; i++)
+		a.prompt_tokens += j->subs[i].n_prompt;
+	for (uint32_t i = 0; i < j->n_choices; i++)
+		a.output_tokens += j->choices[i].n_tokens;
+	a.status = aborted ? 499 : j->error && !j->stream ? 500 : 200;
+	a.finish = aborted ? "abort" : j->error ? "error" : j->n_choices ? j->choices[0].finish_reason : NULL;
+	api_access_log(api, &a);
+}
+
 static void job_close(void *ctx, bool aborted)
 {
 	struct oai_job *j = ctx;
@@ -664,6 +687,7 @@ static void job_close(void *ctx, bool aborted)
 		}
 		log_msg(LOG_INFO, "server", "%s: client went away; request aborted", j->id);
 	}
+	access_log(j, aborted);
 	const struct oai_job_format *fmt = j->fmt;
 	void *fmt_ctx = j->fmt_ctx;
 	job_free(j);
@@ -820,6 +844,8 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	j->include_reasoning = r->include_reasoning;
 	j->t_arrival = time_mono_s();
 	j->last_write_s = j->t_arrival;
+	snprintf(j->request_id, sizeof j->request_id, "%s", api_request_id(resp));
+	j->route = resp->route;
 	snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", r->kind == OAI_CHAT ? "chatcmpl" : "cmpl",
 		 (unsigned long long)time(NULL) * 0x9E3779B97F4A7C15ull,
 		 (unsigned long long)atomic_fetch_add(&s->next_id, 1));

@@ -10,6 +10,7 @@ field means absent (functions, audio, prediction, ...)."""
 import json
 import os
 import random
+import re
 import socket
 import sys
 
@@ -161,6 +162,14 @@ SPECIAL = "<\uff5cplace\u2581holder\u2581no\u25813\uff5c>"  # a special added to
 st, text, _ = req("POST", "/tokenize", {"prompt": "Hello" + SPECIAL + " world", "add_special_tokens": False})
 ids = json.loads(text)["tokens"] if st == 200 else []
 check(len(ids) >= 3, "tokenize the scripted output: %d %r" % (st, text[:200]))
+# the access log (INFO, one line per request): refusals too, with the client's X-Request-Id
+rid = "req-%08x" % rng.randrange(1 << 32)
+req("POST", C, chat(temperature=9), headers={"X-Request-Id": rid})
+log = srv.logtext()
+line = [l for l in log.splitlines() if " access: " + rid + " " in l]
+check(len(line) == 1 and " INFO " in line[0] and "/v1/chat/completions" in line[0] and "status=400" in line[0]
+      and "duration_s=" in line[0], "access log line of a refusal: %r" % line)
+check(not re.search(r"access: \S+ /health ", log), "/health polls are not logged")
 serverproc.stop_and_check(srv, check)
 
 srv = Server("--api-key", KEY, "--max-model-len", "512",
@@ -183,6 +192,14 @@ for path, body, get in (
           "%s: skip_special_tokens false keeps the special token's text: %r" % (path, outs['{"skip_special_tokens": false}']))
     check(len(set(v for k, v in outs.items() if "false" in k)) == 1,
           "%s: spaces_between_special_tokens changes nothing with this fast tokenizer, as in vLLM: %r" % (path, outs))
+# the access log line of a generation: tokens, finish reason, TTFT, status
+rid = "req-%08x" % rng.randrange(1 << 32)
+st, text, _ = req("POST", P, {"prompt": "x", "max_tokens": len(ids)}, headers={"X-Request-Id": rid})
+usage = json.loads(text)["usage"] if st == 200 else {}
+m = re.search(r" INFO +access: %s /v1/completions model=tiny-e2e status=200 prompt_tokens=(\d+) "
+              r"output_tokens=(\d+) finish=length ttft_s=[0-9.]+ duration_s=[0-9.]+$" % rid, srv.logtext(), re.M)
+check(m and int(m.group(1)) == usage.get("prompt_tokens") and int(m.group(2)) == len(ids),
+      "access log line of a generation (%r): %r" % (usage, [l for l in srv.logtext().splitlines() if rid in l]))
 # streamed: the same text arrives in deltas
 st, text, _ = req("POST", P, {"prompt": "x", "max_tokens": len(ids), "stream": True, "skip_special_tokens": False})
 pieces = [json.loads(l[6:])["choices"][0]["text"] for l in text.decode().splitlines()
