@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "kernels/device/graph.h"
 #include "kernels/quant/quant.h"
 
 /* One segment: the tokens of one sequence inside one block. */
@@ -1127,12 +1128,40 @@ static enum status embed(struct model_fwd *f, float *out, int64_t n_copies, stru
 	return all_reduce(f, out, f->T * n_copies * f->D, e);
 }
 
+static enum status layers_run(struct model_fwd *f, struct err *e);
+
 enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, struct err *e)
 {
 	enum status st = batch_prepare(f, step, e);
 	if (st)
 		return st;
 	f->x_final = NULL;
+	/* A decode-only step (one token per sequence) of a single-GPU executor
+	 * runs as a CUDA graph: captured as it launches, replayed as one launch
+	 * (kernels/device/graph.h); the key is its batch size. Host collectives
+	 * (tensor parallel) synchronise inside the step, so graphs need ws 1;
+	 * the trace aid downloads inside the step, so it runs eagerly. */
+	bool graph = f->opt.graph && f->ws == 1 && f->T == (uint32_t)f->S && f->step_no >= f->trace_steps &&
+		     kern_graph_warm(f->opt.graph, f->T);
+	if (graph && (st = kern_graph_begin(f->opt.graph, e)))
+		return st;
+	st = layers_run(f, e);
+	if (graph) {
+		enum status st2 = kern_graph_end(f->opt.graph, f->T, st == ST_OK, e);
+		if (!st)
+			st = st2;
+	}
+	if (st)
+		return st;
+	f->x_final = f->x;
+	f->step_no++;
+	return ST_OK;
+}
+
+/* The embedding and every layer of the step batch_prepare made ready. */
+static enum status layers_run(struct model_fwd *f, struct err *e)
+{
+	enum status st;
 	if ((st = embed(f, f->x, f->n, e)))
 		return st;
 	trace(f, "embed", -1, f->x, f->T * f->n * f->D);
@@ -1149,8 +1178,6 @@ enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, str
 	for (int l = 0; l < f->w->n_layers; l++)
 		if ((st = block(f, l, e)))
 			return st;
-	f->x_final = f->x;
-	f->step_no++;
 	return ST_OK;
 }
 

@@ -316,5 +316,9 @@ bool sched_stream_done(struct sched_stream *st);
 void sched_stream_set_notify(struct sched_stream *st, void (*fn)(void *user), void *user);
 /* Drop the caller's reference; an unfinished request is aborted (client gone). */
 void sched_stream_release(struct sched_stream *st);
+/* Process-wide bound on the bytes of events one stream holds untaken, for
+ * streams created later (0 = SCHED_DEFAULT_STREAM_BACKLOG_BYTES): past it
+ * the request is aborted (SCHED_FINISH_ABORT). Set once at start-up. */
+void sched_set_stream_backlog_bytes(size_t bytes);
 
 #endif
