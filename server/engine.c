@@ -105,14 +105,17 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	struct api_options ao = {.served_model_name = opt->served_model_name, .api_key = opt->api_key,
 				 .check_host = !(opt->api_key && opt->api_key[0]) &&
 					       serve_guard_is_loopback(opt->host ? opt->host : "127.0.0.1"),
-				 .max_model_len = (int)en->max_model_len};
+				 .max_model_len = (int)en->max_model_len,
+				 .disable_log_requests = opt->disable_log_requests};
 	if ((st = api_create(&en->api, &ao, e))) {
 		engine_destroy(en);
 		return st;
 	}
 	metrics_set_engine(api_metrics(en->api), engine_stats, en);
-	if (opt->log_stats_interval_s > 0 &&
-	    (st = metrics_log_stats_start(api_metrics(en->api), opt->log_stats_interval_s, e))) {
+	double stats_s = opt->log_stats_interval_s;
+	if (stats_s == 0) /* as vLLM's VLLM_LOG_STATS_INTERVAL */
+		stats_s = getenv("DSV4_LOG_STATS_INTERVAL") ? strtod(getenv("DSV4_LOG_STATS_INTERVAL"), NULL) : 10.0;
+	if (stats_s > 0 && (st = metrics_log_stats_start(api_metrics(en->api), stats_s, e))) {
 		engine_destroy(en);
 		return st;
 	}
