@@ -3,8 +3,9 @@
  * OpenAI responses (SSE chunks or one JSON body).
  *
  * A job owns: the parsed request's derived state, one sched_stream per
- * prompt (n choices each), per-choice output state (the DSML output parser for chat, accumulated text for non-streamed answers,
- * logprobs), and the output buffer the HTTP pull callback drains. The job is
+ * prompt (n choices each), per-choice output state (the DSML output parser
+ * for chat, accumulated text for non-streamed answers, logprobs), and the
+ * output buffer the HTTP pull callback drains. The job is
  * created in the handler and freed in the stream's close callback, which the
  * HTTP layer calls exactly once (finished or client gone).
  *
@@ -787,10 +788,10 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->score_only = r->score_only;
 }
 
-/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */
-static void start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
-		      uint32_t n_prompts, char **echo, size_t *echo_len, const struct oai_job_format *fmt,
-		      void *fmt_ctx, struct http_response *resp, struct http_stream *hs)
+/* The server's own limits on an answer: --max-logprobs, and the size of a
+ * buffered answer. false: resp holds the 400. */
+static bool check_limits(struct oai_server *s, const struct oai_request *r, const size_t *n_ids, uint32_t n_prompts,
+			 struct http_response *resp)
 {
 	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : KERN_SAMPLE_MAX_TOP_LOGPROBS;
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
@@ -799,7 +800,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		api_error(resp, 400, param, "invalid_value",
 			  "'%s' asks for %u logprobs; this server's maximum is %u (--max-logprobs)", param,
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
-		return;
+		return false;
 	}
 	if (!r->stream && r->max_tokens) { /* ---- hardening: the size of a buffered answer ---- */
 		uint64_t per_tok = r->logprobs ? 72u * (1u + r->top_logprobs) : 8u, ctx = s->opt.max_model_len, est = 0;
@@ -818,9 +819,19 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 				  (unsigned long long)(est >> 20), n_prompts, r->n, (unsigned long long)toks,
 				  (unsigned long long)per_tok, r->logprobs ? 1 + r->top_logprobs : 0,
 				  (unsigned long long)(OAI_MAX_RESPONSE_BYTES >> 20));
-			return;
+			return false;
 		}
 	}
+	return true;
+}
+
+/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */
+static void start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
+		      uint32_t n_prompts, char **echo, size_t *echo_len, const struct oai_job_format *fmt,
+		      void *fmt_ctx, struct http_response *resp, struct http_stream *hs)
+{
+	if (!check_limits(s, r, n_ids, n_prompts, resp))
+		return;
 	struct gram *grammar = NULL; /* structured outputs; the scheduler retains it per request */
 	if (!oai__grammar(s, r, &grammar, resp))
 		return;
