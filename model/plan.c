@@ -259,6 +259,31 @@ static enum status plan_lin(struct planner *P, int layer, const char *where, boo
 	return row_add(P->p, layer, op, v, e);
 }
 
+/* The fused routed-expert pass of small steps (op moe_decode), where a GPU
+ * variant takes the layer's experts as the expert GEMMs' variants hold them
+ * (no prepare); otherwise, and on the CPU, none: the unfused ops run every
+ * step. */
+static enum status plan_moe_decode(struct planner *P, int layer, struct model_layer_plan *ly, struct err *e)
+{
+	const struct model_lin_plan *p13 = &ly->lin[MODEL_LIN_EXP_W13], *p2 = &ly->lin[MODEL_LIN_EXP_W2];
+	ly->moe_dec = NULL;
+	if (!p13->v || !p2->v || p13->v->prepare || p2->v->prepare || p13->wfmt != p2->wfmt)
+		return ST_OK;
+	const int64_t mt = P->opt->max_step_tokens;
+	struct kern_moe_decode_shape sh = {.dim = p13->in, .inter = p13->out,
+					   .n_experts = P->cfg->n_routed_experts / P->opt->world_size,
+					   .top_k = (int)P->cfg->num_experts_per_tok,
+					   .max_tokens = mt < KERN_MOE_DECODE_MAX_TOKENS ? mt : KERN_MOE_DECODE_MAX_TOKENS,
+					   .act_quant_block = p13->act_quant_block};
+	struct kern_problem pr = {.wfmt = p13->wfmt, .tp_size = P->opt->world_size, .shape = &sh};
+	const struct kern_variant *v = NULL;
+	if (select_variant(P, &kern_op_moe_decode, &pr, layer, &v, NULL) != ST_OK ||
+	    v->backend == KERN_BACKEND_CPU)
+		return ST_OK;
+	ly->moe_dec = v;
+	return row_add(P->p, layer, &kern_op_moe_decode, v, e);
+}
+
 static enum status plan_layer(struct planner *P, int layer, struct model_layer_plan *ly, struct err *e)
 {
 	const struct model_config *cfg = P->cfg;
@@ -299,7 +324,7 @@ static enum status plan_layer(struct planner *P, int layer, struct model_layer_p
 		if ((st = plan_lin(P, layer, where, moe, f, out, in, site_info[s].act_quant, &ly->lin[s], e)))
 			return st;
 	}
-	return ST_OK;
+	return plan_moe_decode(P, layer, ly, e);
 }
 
 /* The DSpark stages' input projection (mtp.0.main_proj, rows with stage 0's
@@ -433,6 +458,8 @@ size_t model_plan_str(const struct model_plan *p, char *buf, size_t n)
 		for (int o = 0; o < MODEL_OP_COUNT; o++)
 			if (ly->op[o])
 				pb_add(&b, " %s=%s", layer_ops[o]->name, ly->op[o]->name);
+		if (ly->moe_dec)
+			pb_add(&b, " %s=%s", kern_op_moe_decode.name, ly->moe_dec->name);
 		pb_add(&b, "%s%s\n", "", "");
 	}
 	return b.len;

@@ -289,6 +289,8 @@ static enum status experts_setup(struct loader *L, const struct model_layer_plan
 	x->run13 = (kern_moe_gemm_fn)p13->v->run;
 	x->v2 = p2->v;
 	x->run2 = (kern_moe_gemm_fn)p2->v->run;
+	x->vdec = pl->moe_dec;
+	x->run_dec = pl->moe_dec ? (kern_moe_decode_fn)pl->moe_dec->run : NULL;
 	return ST_OK;
 }
 

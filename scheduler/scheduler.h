@@ -215,6 +215,11 @@ struct sched_stats {
 	uint64_t iter_tokens_sum;
 	uint64_t n_finished[SCHED_FINISH_N_REASONS]; /* vllm:request_success_total{finished_reason} */
 	uint64_t n_refused[SCHED_REFUSE_N];          /* vllm:admission_rejections_total */
+	/* speculative decoding (docs/speculation.md), vLLM's spec-decode counters */
+	uint64_t spec_num_drafts;           /* vllm:spec_decode_num_drafts: verifies with >= 1 draft */
+	uint64_t spec_num_draft_tokens;     /* vllm:spec_decode_num_draft_tokens */
+	uint64_t spec_num_accepted_tokens;  /* vllm:spec_decode_num_accepted_tokens */
+	uint64_t spec_accepted_per_pos[EXEC_SPEC_MAX_DRAFT]; /* vllm:spec_decode_num_accepted_tokens_per_pos{position} */
 };
 
 /* ---- Core (single thread) ---- */
