@@ -355,6 +355,8 @@ if src:
           % (rc, st, body[:200], log[-1500:]))
     check(st == 500 and b"engine failed" in body,
           "truncated shard: the non-streamed request that failed answers 500, not 200 (got %d)" % st)
+    check(st != 500 or (json.loads(body)["error"]["type"] == "server_error" and json.loads(body)["error"]["code"] is None),
+          "truncated shard: the 500 carries OpenAI's error body (type server_error, code null): %r" % body[:200])
     check(not srv.sanitizer_report(), "truncated shard: no sanitizer report:\n" + srv.sanitizer_report())
     srv.cleanup()
 
