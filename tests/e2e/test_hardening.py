@@ -18,6 +18,9 @@ weights read, loopback only):
 10. Slowloris: connections trickling header bytes are shut once their request
    is older than --max-request-seconds (the idle timeout restarted with every
    byte, so they were held forever); /health answers throughout.
+5b. A client that half-closes its socket after sending (shutdown(SHUT_WR))
+   gets its streamed and non-streamed answers (both were aborted as "client
+   went away"); a client that really leaves still aborts (test_serve).
 3b. Slowloris at the limits: 64 slow connections from four addresses (one of
    them the /health poller's) hold --max-connections-per-ip and
    --max-connections; every /health poll is answered (a new connection evicts
@@ -258,6 +261,36 @@ for _, h in held:
     if h is not None:
         h.close()
 stop_and_check(srv, check, "slowloris at the limits")
+
+# ---- 5b. a client that half-closes after sending is served ----
+srv = Server()
+for stream in (False, True):
+    for mt in (1, 24):
+        body = json.dumps({"model": "tiny-e2e", "prompt": "hi", "max_tokens": mt, "ignore_eos": True,
+                           "stream": stream}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        try:
+            while not ((stream and b"data: [DONE]" in got) or (not stream and b'"usage"' in got)):
+                b = s.recv(65536)
+                if not b:
+                    break
+                got += b
+        except OSError:
+            pass
+        s.close()
+        # interim 100 responses may precede the answer (the half-close probe)
+        final = got
+        while final.startswith(b"HTTP/1.1 100 "):
+            final = final.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in final else b""
+        done = b"data: [DONE]" in got if stream else b'"finish_reason":"length"' in got
+        check(final.startswith(b"HTTP/1.1 200") and done,
+              "half-closed client, stream %s, max_tokens %d: served (was aborted): %r" % (stream, mt, got[:120]))
+check("client went away" not in srv.logtext(), "no half-closed request was aborted")
+stop_and_check(srv, check, "half-close")
 
 # ---- 12. a bound on the JSON values of one body ----
 srv = Server()
