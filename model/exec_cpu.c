@@ -571,3 +571,18 @@ const struct kern_plan *model_exec_cpu_plan(const struct model_exec_cpu *x)
 {
 	return &x->w.plan;
 }
+
+struct model_fwd *model_exec_cpu_fwd(struct model_exec_cpu *x)
+{
+	return x->fwd;
+}
+
+const struct model_weights *model_exec_cpu_weights(const struct model_exec_cpu *x)
+{
+	return &x->w;
+}
+
+const struct model_state *model_exec_cpu_state(const struct model_exec_cpu *x)
+{
+	return &x->st;
+}

@@ -108,6 +108,12 @@ enum status model_exec_cpu_read_streams(const struct model_exec_cpu *x, float *d
 enum status model_exec_cpu_mtp(struct model_exec_cpu *x, const struct exec_step *mtp_step, const float *streams,
 			       float *logits, struct err *e) DSV4_WUR;
 
+/* The forward pass and the weights (speculative decoding, model/spec.h: the
+ * verify rollback and the drafter run on them). Borrowed. */
+struct model_fwd *model_exec_cpu_fwd(struct model_exec_cpu *x);
+const struct model_weights *model_exec_cpu_weights(const struct model_exec_cpu *x);
+const struct model_state *model_exec_cpu_state(const struct model_exec_cpu *x);
+
 /* The per-layer kernel plan ("layer 2 (CSA): linear=linear_cpu_ref ..."),
  * one line per layer, into buf; returns the length needed. */
 size_t model_exec_cpu_plan_str(const struct model_exec_cpu *x, char *buf, size_t n);

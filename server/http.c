@@ -993,6 +993,56 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	log_msg(LOG_DEBUG, "http", "%s", line);
 }
 
+enum status http_bind(const char *host, int port, int *fd_out, int *port_out, struct err *e)
+{
+	*fd_out = -1;
+	if (port < 0 || port > 65535)
+		return err_set(e, ST_INVALID, "--port %d: expected 0..65535", port);
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_ADDRCONFIG};
+	struct addrinfo *ai = NULL;
+	char portstr[16];
+	snprintf(portstr, sizeof portstr, "%d", port);
+	int gai = getaddrinfo(host, portstr, &hints, &ai);
+	if (gai == EAI_NONAME || gai == EAI_ADDRFAMILY) { /* "::1" on a host without IPv6 routes */
+		hints.ai_flags = AI_PASSIVE;
+		gai = getaddrinfo(host, portstr, &hints, &ai);
+	}
+	if (gai || !ai)
+		return err_set(e, ST_INVALID, "--host '%s': cannot resolve it (%s)", host, gai_strerror(gai));
+	int err_no = 0;
+	for (int pass = 0; pass < 2 && *fd_out < 0; pass++) /* IPv4 first, then the rest */
+		for (struct addrinfo *p = ai; p && *fd_out < 0; p = p->ai_next) {
+			if ((p->ai_family == AF_INET) != (pass == 0))
+				continue;
+			int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
+			if (fd < 0) {
+				err_no = errno;
+				continue;
+			}
+			int one = 1;
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+			if (p->ai_family == AF_INET6) /* as libmicrohttpd's own IPv6 socket */
+				setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+			if (bind(fd, p->ai_addr, p->ai_addrlen)) {
+				err_no = errno;
+				close(fd);
+				continue;
+			}
+			*fd_out = fd;
+		}
+	freeaddrinfo(ai);
+	if (*fd_out < 0)
+		return err_set(e, ST_IO, "cannot listen on %s:%d: %s", host, port, strerror(err_no ? err_no : EINVAL));
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	*port_out = port;
+	if (!getsockname(*fd_out, (struct sockaddr *)&ss, &sl))
+		*port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+							   : ((struct sockaddr_in *)&ss)->sin_port);
+	return ST_OK;
+}
+
 /* Room for n open files: the soft RLIMIT_NOFILE raised toward the hard one
  * (a default soft limit of 1024 is below 1000 connections and the rest). */
 static void raise_fd_limit(rlim_t n)
@@ -1012,18 +1062,34 @@ static void raise_fd_limit(rlim_t n)
 enum status http_server_create(struct http_server **out, const struct http_options *opt, struct err *e)
 {
 	*out = NULL;
-	if (!opt->handler || opt->n_threads < 1 || opt->port < 0 || opt->port > 65535)
+	int bound = opt->use_bound_fd ? opt->bound_fd : -1;
+	if (!opt->handler || opt->n_threads < 1 || opt->port < 0 || opt->port > 65535) {
+		if (bound >= 0)
+			close(bound);
 		return err_set(e, ST_INVALID, "http: bad options (handler, threads >= 1, port 0..65535)");
+	}
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
 	struct addrinfo *ai = NULL;
 	char portstr[16];
 	snprintf(portstr, sizeof portstr, "%d", opt->port);
-	int gai = getaddrinfo(opt->host, portstr, &hints, &ai);
-	if (gai || !ai)
-		return err_set(e, ST_INVALID, "--host '%s': not a numeric IPv4 or IPv6 address (%s)", opt->host,
-			       gai_strerror(gai));
+	struct sockaddr_storage bss;
+	socklen_t bsl = sizeof bss;
+	if (bound >= 0) { /* http_bind's socket: start listening now */
+		if (getsockname(bound, (struct sockaddr *)&bss, &bsl) || listen(bound, SOMAXCONN)) {
+			int en = errno;
+			close(bound);
+			return err_set(e, ST_IO, "cannot listen on %s:%d: %s", opt->host, opt->port, strerror(en));
+		}
+	} else {
+		int gai = getaddrinfo(opt->host, portstr, &hints, &ai);
+		if (gai || !ai)
+			return err_set(e, ST_INVALID, "--host '%s': not a numeric IPv4 or IPv6 address (%s)", opt->host,
+				       gai_strerror(gai));
+	}
 	struct http_server *s = calloc(1, sizeof *s);
 	if (!s) {
+		if (bound >= 0)
+			close(bound);
 		freeaddrinfo(ai);
 		return err_set(e, ST_NOMEM, "http: out of memory");
 	}
@@ -1034,7 +1100,7 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->hk_cv, NULL);
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
-	if (ai->ai_family == AF_INET6)
+	if ((ai ? ai->ai_family : bss.ss_family) == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	pthread_mutex_init(&s->ip_mu, NULL);
 	s->request_deadline_s = opt->request_deadline_s ? opt->request_deadline_s : HTTP_DEFAULT_REQUEST_DEADLINE_S;
@@ -1056,8 +1122,12 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 		s->workers = NULL;
 		log_msg(LOG_WARN, "http", "could not start request workers: handlers run on the connection threads");
 	}
+	struct MHD_OptionItem addr_opt[2] = {
+		bound >= 0 ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, bound, NULL}
+			   : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
+		{MHD_OPTION_END, 0, NULL}};
 	s->d = MHD_start_daemon(flags, (uint16_t)opt->port, on_accept, s, on_access, s,
-				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				MHD_OPTION_ARRAY, addr_opt,
 				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opt->n_threads,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 				MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
@@ -1066,8 +1136,11 @@ enum status http_server_create(struct http_server **out, const struct http_optio
 				MHD_OPTION_CONNECTION_LIMIT, s->max_socks + HTTP_CONNECTION_HEADROOM,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				MHD_OPTION_END);
-	freeaddrinfo(ai);
+	if (ai)
+		freeaddrinfo(ai);
 	if (!s->d) {
+		if (bound >= 0)
+			close(bound);
 		workers_stop(s);
 		pthread_mutex_destroy(&s->work_mu);
 		pthread_cond_destroy(&s->work_cv);

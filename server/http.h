@@ -113,8 +113,21 @@ struct http_options {
 	void *app;
 	/* Called after every response with route-independent facts, for metrics. Optional. */
 	void (*on_complete)(void *app, const char *route, int status, double seconds);
+	/* A socket bound earlier by http_bind() (host and port are then only
+	 * for messages): the server listens on it and owns it from the call,
+	 * closing it on failure too. */
+	bool use_bound_fd;
+	int bound_fd;
 };
 
+/* Resolve host (a name, or a numeric IPv4 / IPv6 address; for a name that
+ * has both, IPv4 first, as uvicorn does) and bind a TCP socket to host:port
+ * without listening yet: the address is reserved (a busy port fails here,
+ * before anything slow), and a client that connects before the server
+ * starts is refused rather than left waiting. *port_out: the port bound (port
+ * 0 = any free one). Hand the socket to http_server_create (use_bound_fd),
+ * or close() it. */
+enum status http_bind(const char *host, int port, int *fd_out, int *port_out, struct err *e) DSV4_WUR;
 #define HTTP_DEFAULT_MAX_QUEUED_WORK 256u
 #define HTTP_DEFAULT_WRITE_STALL_S 60u
 

@@ -18,6 +18,7 @@
 #ifndef DSV4_KERNELS_GRAPH_H
 #define DSV4_KERNELS_GRAPH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/status.h"
@@ -29,6 +30,7 @@ struct kern_graph_stats {
 	uint64_t captures;     /* regions captured */
 	uint64_t updates;      /* replayed through an in-place update of a cached executable */
 	uint64_t instantiates; /* a new executable (first of a key, or a topology change) */
+	uint64_t warmups;      /* regions run eagerly because their key was new (kern_graph_warm) */
 };
 
 /* A graph cache for the stream of m (a device kern_mem). ST_UNSUPPORTED
@@ -36,12 +38,18 @@ struct kern_graph_stats {
 enum status kern_graph_create(struct kern_graph **out, const struct kern_mem *m, struct err *e) DSV4_WUR;
 void kern_graph_destroy(struct kern_graph *g);
 
+/* Whether key was seen before (and remember it). The first region of a key
+ * runs eagerly: kernels that set themselves up on their first call with a
+ * shape (a cuBLASLt plan, a workspace that grows) must not do that inside a
+ * capture, where allocating or synchronising invalidates it. */
+bool kern_graph_warm(struct kern_graph *g, uint64_t key);
+
 /* Start capturing the stream's work (thread-local mode: other threads'
  * CUDA calls are unaffected). */
 enum status kern_graph_begin(struct kern_graph *g, struct err *e) DSV4_WUR;
 
 /* End the capture begun last and, when ok, launch it under key (a cached
- * executable updated in place, or a new one). When !ok (the region failed
+ * executable of the same key and node count updated in place, or a new one). When !ok (the region failed
  * part-way) the capture is discarded and nothing runs. A capture the CUDA
  * runtime invalidated (something in the region synchronised) is an error. */
 enum status kern_graph_end(struct kern_graph *g, uint64_t key, int ok, struct err *e) DSV4_WUR;
