@@ -17,7 +17,8 @@
  * K steps: a lane loads 16 e4m3 bytes of each of its 4 rows per step
  * (16-byte __ldg);
  *   - e4m3 is decoded in registers with three integer operations per byte
- *     (byte to the top, arithmetic shift by 4, mask): the result is the f32
+ *     (byte to the top, arithmetic shift by 4, mask; two for the top byte of
+ *     a word): the result is the f32
  *     whose bits place e4m3's exponent and mantissa in f32's fields, i.e. the
  *     code's value times 2^-120, exact for normals and subnormals;
  *   - the activations of the CTA's tokens are staged in shared memory as f32
@@ -69,6 +70,8 @@ struct gv_params {
 /* Byte `byte` of word (an e4m3 code) as the f32 of value code * 2^-120. */
 static __device__ __forceinline__ float gv_e4m3_bits(uint32_t word, int byte)
 {
+	if (byte == 3) /* already on top: the mask also clears the other bytes (two operations) */
+		return __int_as_float(((int32_t)word >> 4) & (int32_t)0x87F00000);
 	const uint32_t top = __byte_perm(word, 0u, ((uint32_t)byte << 12) | 0x0444u);
 	return __int_as_float(((int32_t)top >> 4) & (int32_t)0x87FFFFFF);
 }
