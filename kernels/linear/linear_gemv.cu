@@ -439,6 +439,27 @@ static cudaError_t gv_launch_chunked(gv_params P, cudaStream_t stream)
 #define GV_STREAM_X_BYTES (40 * 1024) /* the streaming form's staged x (+ scales) */
 #define GV_RED_BYTES (8 * 1024)       /* its parked row sums */
 
+/* Resident CTAs per SM of the streaming kernel at its largest shared memory,
+ * once per device (no runtime query while a stream may be capturing). */
+template <int TC>
+static int gv_stream_occupancy(void)
+{
+	static int cache[64];
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0)
+		return 1;
+	if (dev < 64 && cache[dev] > 0)
+		return cache[dev];
+	int n = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, linear_gemv_stream_kernel<TC>, GV_THREADS,
+							  GV_STREAM_X_BYTES + GV_RED_BYTES) != cudaSuccess ||
+	    n < 1)
+		n = 1;
+	if (dev < 64)
+		cache[dev] = n;
+	return n;
+}
+
 /* The streaming form where the tokens' whole rows fit, else the chunked one. */
 template <int TC>
 static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
@@ -450,12 +471,7 @@ static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
 	P.kc = (int)in_r;
 	const int nsteps = (int)((P.in + GV_STEP - 1) / GV_STEP);
 	const int64_t n_groups = (P.out + GV_RB - 1) / GV_RB;
-	int per_sm = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, linear_gemv_stream_kernel<TC>, GV_THREADS,
-							  xbytes + GV_RED_BYTES) != cudaSuccess ||
-	    per_sm < 1)
-		per_sm = 1;
-	const int64_t target = (int64_t)gv_sm_count() * per_sm; /* one wave */
+	const int64_t target = (int64_t)gv_sm_count() * gv_stream_occupancy<TC>(); /* one wave */
 	/* Warps along K: as few as give every CTA of the wave a set of 8 / wk row
 	 * groups (fewer partial sums), at most the number of K steps. */
 	int wk = 1;
