@@ -6,7 +6,8 @@
  * per byte, so the kernel is built around the weight stream. Two forms share
  * the per-step math:
  *   - streaming (linear_gemv_stream_kernel; whenever a CTA's tokens fit in
- *     shared memory over the whole of K: every shape at T = 1, most at T <= 8):
+ *     shared memory over the whole of K, up to 96 KiB: every DeepSeek-V4-Flash
+ *     shape at T <= 4, those with in <= 2048 at T <= 64):
  *     one wave of CTAs, each staging its (up to 8) tokens once and owning a
  *     range of row groups of 4 rows; each warp walks its (row group, K step)
  *     items with no barrier, two items' weights in flight while one is
@@ -436,27 +437,63 @@ static cudaError_t gv_launch_chunked(gv_params P, cudaStream_t stream)
 	return cudaGetLastError();
 }
 
-#define GV_STREAM_X_BYTES (40 * 1024) /* the streaming form's staged x (+ scales) */
-#define GV_RED_BYTES (8 * 1024)       /* its parked row sums */
+#define GV_STREAM_SMEM (96 * 1024) /* the streaming form's shared memory at most (x, scales, sums) */
+#define GV_RED_BYTES (8 * 1024)     /* of which its parked row sums */
 
-/* Resident CTAs per SM of the streaming kernel at its largest shared memory,
- * once per device (no runtime query while a stream may be capturing). */
+/* Per device: the streaming kernels' shared-memory limit (GV_STREAM_SMEM or
+ * the device's opt-in maximum, raised for all four instantiations at the
+ * first call, so no attribute is set while a stream may be capturing later)
+ * and their resident CTAs per SM by 16 KiB step of shared memory. */
+struct gv_dev_state {
+	int limit;      /* bytes; 0 = not set up */
+	int occ[4][7];  /* [log2 TC][ceil(smem / 16 KiB)] */
+};
+static gv_dev_state gv_dev[64];
+
 template <int TC>
-static int gv_stream_occupancy(void)
+static void gv_stream_attr(int limit)
 {
-	static int cache[64];
+	cudaFuncSetAttribute(linear_gemv_stream_kernel<TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+}
+
+static gv_dev_state *gv_stream_setup(void)
+{
 	int dev = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0)
-		return 1;
-	if (dev < 64 && cache[dev] > 0)
-		return cache[dev];
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+		return NULL;
+	gv_dev_state *d = &gv_dev[dev];
+	if (d->limit)
+		return d;
+	int optin = 0;
+	if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+		optin = 48 * 1024;
+	const int limit = optin < GV_STREAM_SMEM ? optin : GV_STREAM_SMEM;
+	gv_stream_attr<1>(limit);
+	gv_stream_attr<2>(limit);
+	gv_stream_attr<4>(limit);
+	gv_stream_attr<GV_MAX_TC>(limit);
+	cudaGetLastError(); /* a refused raise leaves 48 KiB: checked by the occupancy query below */
+	d->limit = limit;
+	return d;
+}
+
+template <int TC>
+static int gv_stream_occupancy(gv_dev_state *d, size_t smem)
+{
+	const int lt = TC == 1 ? 0 : TC == 2 ? 1 : TC == 4 ? 2 : 3;
+	const int b = (int)((smem + 16383) / 16384);
+	if (b < 7 && d->occ[lt][b] != 0)
+		return d->occ[lt][b];
 	int n = 0;
 	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, linear_gemv_stream_kernel<TC>, GV_THREADS,
-							  GV_STREAM_X_BYTES + GV_RED_BYTES) != cudaSuccess ||
+							  (size_t)b * 16384 < (size_t)d->limit ? (size_t)b * 16384
+											: (size_t)d->limit) !=
+		    cudaSuccess ||
 	    n < 1)
-		n = 1;
-	if (dev < 64)
-		cache[dev] = n;
+		n = -1; /* cannot run at this size: the chunked form takes it */
+	cudaGetLastError();
+	if (b < 7)
+		d->occ[lt][b] = n;
 	return n;
 }
 
@@ -466,12 +503,16 @@ static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
 {
 	const int64_t in_r = (P.in + GV_STEP - 1) / GV_STEP * GV_STEP;
 	const size_t xbytes = ((size_t)TC * in_r + (size_t)TC * (in_r / 128)) * sizeof(float);
-	if (xbytes > GV_STREAM_X_BYTES)
+	gv_dev_state *d = gv_stream_setup();
+	if (!d || xbytes + GV_RED_BYTES > (size_t)d->limit)
+		return gv_launch_chunked<TC>(P, stream);
+	const int per_sm = gv_stream_occupancy<TC>(d, xbytes + GV_RED_BYTES);
+	if (per_sm < 1)
 		return gv_launch_chunked<TC>(P, stream);
 	P.kc = (int)in_r;
 	const int nsteps = (int)((P.in + GV_STEP - 1) / GV_STEP);
 	const int64_t n_groups = (P.out + GV_RB - 1) / GV_RB;
-	const int64_t target = (int64_t)gv_sm_count() * gv_stream_occupancy<TC>(); /* one wave */
+	const int64_t target = (int64_t)gv_sm_count() * per_sm; /* one wave */
 	/* Warps along K: as few as give every CTA of the wave a set of 8 / wk row
 	 * groups (fewer partial sums), at most the number of K steps. */
 	int wk = 1;
