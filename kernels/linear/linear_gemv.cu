@@ -7,7 +7,7 @@
  * the per-step math:
  *   - streaming (linear_gemv_stream_kernel; whenever a CTA's tokens fit in
  *     shared memory over the whole of K, up to 96 KiB: every DeepSeek-V4-Flash
- *     shape at T <= 4, those with in <= 2048 at T <= 64):
+ *     shape at T <= 2, in <= 4096 at T <= 4, in <= 2048 at any T):
  *     one wave of CTAs, each staging its (up to 8) tokens once and owning a
  *     range of row groups of 4 rows; each warp walks its (row group, K step)
  *     items with no barrier, two items' weights in flight while one is
