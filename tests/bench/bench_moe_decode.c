@@ -1,7 +1,7 @@
 /*
  * tests/bench/bench_moe_decode.c (suite bench, not run by default): GPU time
- * of the fused routed-expert decode (moe_decode_cuda, both launches: gate/up
- * + SwiGLU and down + combine) at DeepSeek-V4-Flash shapes (hidden 4096,
+ * of the fused routed-expert decode (moe_decode_cuda and moe_decode_cuda_mma,
+ * both launches: gate/up + SwiGLU and down + combine) at DeepSeek-V4-Flash shapes (hidden 4096,
  * moe_intermediate 2048, 256 experts, top-6) for T = 1, 2, 4, 8, 16, 32, 64
  * tokens routed uniformly at random (distinct experts per token), NVFP4 and
  * MXFP4, against the read bandwidth measured in the same run.
@@ -127,11 +127,11 @@ static void *up(const void *h, size_t n)
 	return d;
 }
 
-static void bench_fmt(enum kern_wfmt f, int iters, double bps)
+static void bench_fmt(enum kern_wfmt f, kern_moe_decode_fn fn, const char *vname, int iters, double bps)
 {
 	struct experts x;
 	if (experts_make(&x, f) != ST_OK) {
-		printf("| %s | | | | | | could not allocate the experts |\n", kern_wfmt_name(f));
+		printf("| %s | %s | | | | | | | could not allocate the experts |\n", vname, kern_wfmt_name(f));
 		experts_free(&x);
 		return;
 	}
@@ -181,26 +181,26 @@ static void bench_fmt(enum kern_wfmt f, int iters, double bps)
 			.swiglu_limit = 10.0f, .bf16_round = true};
 		enum status st = ST_OK;
 		for (int i = 0; i < 3 && !st; i++)
-			st = kern_moe_decode_cuda(&a);
+			st = fn(&a);
 		if (!st && cudaDeviceSynchronize() != cudaSuccess)
 			st = ST_CUDA;
 		float *ms = malloc(sizeof(float) * (size_t)iters);
 		for (int i = 0; i < iters && !st; i++) {
 			kern_moe_gemv_bench_read(flush_buf, FLUSH_BYTES, sink, 0);
 			cudaEventRecord(ev0, 0);
-			st = kern_moe_decode_cuda(&a);
+			st = fn(&a);
 			cudaEventRecord(ev1, 0);
 			cudaEventSynchronize(ev1);
 			cudaEventElapsedTime(&ms[i], ev0, ev1);
 		}
 		if (st) {
-			printf("| %s | %lld | %d | %.1f | %s | | |\n", kern_wfmt_name(f), (long long)T, touched, bytes / 1048576.0,
-			       status_str(st));
+			printf("| %s | %s | %lld | %d | %.1f | %s | | | |\n", vname, kern_wfmt_name(f), (long long)T, touched,
+			       bytes / 1048576.0, status_str(st));
 		} else {
 			qsort(ms, (size_t)iters, sizeof *ms, cmp_f);
 			const double us = ms[iters / 2] * 1e3, roof = bytes / bps * 1e6;
-			printf("| %s | %lld | %d | %.1f | %.2f | %.0f | %.2f | %.1f %% |\n", kern_wfmt_name(f), (long long)T,
-			       touched, bytes / 1048576.0, us, bytes / (us * 1e-6) / 1e9, roof, 100.0 * roof / us);
+			printf("| %s | %s | %lld | %d | %.1f | %.2f | %.0f | %.2f | %.1f %% |\n", vname, kern_wfmt_name(f),
+			       (long long)T, touched, bytes / 1048576.0, us, bytes / (us * 1e-6) / 1e9, roof, 100.0 * roof / us);
 		}
 		fflush(stdout);
 		free(ms);
@@ -240,12 +240,15 @@ int main(int argc, char **argv)
 	const double bps = read_ceiling();
 	if (bps <= 0)
 		return test_skip("read ceiling not measurable");
-	printf("\n### moe_decode_cuda on %s (cc %d.%d), read ceiling %.2f TB/s measured, median of %d\n\n", dev.name,
+	printf("\n### moe_decode on %s (cc %d.%d), read ceiling %.2f TB/s measured, median of %d\n\n", dev.name,
 	       dev.cc_major, dev.cc_minor, bps / 1e12, iters);
-	printf("| format | T | experts touched | MiB read | us | GB/s | roofline us | of read roofline |\n");
-	printf("|---|---|---|---|---|---|---|---|\n");
-	bench_fmt(KERN_WFMT_NVFP4, iters, bps);
-	bench_fmt(KERN_WFMT_MXFP4, iters, bps);
+	printf("| variant | format | T | experts touched | MiB read | us | GB/s | roofline us | of read roofline |\n");
+	printf("|---|---|---|---|---|---|---|---|---|\n");
+	for (int f = 0; f < 2; f++) {
+		const enum kern_wfmt fmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4;
+		bench_fmt(fmt, kern_moe_decode_cuda, "moe_decode_cuda", iters, bps);
+		bench_fmt(fmt, kern_moe_decode_cuda_mma, "moe_decode_cuda_mma", iters, bps);
+	}
 	cudaFree(flush_buf);
 	cudaFree(sink);
 	return 0;
