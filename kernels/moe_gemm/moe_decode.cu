@@ -544,21 +544,22 @@ __global__ void __launch_bounds__(MM_NT) mm_kernel(const md_params p)
 			gsc[rr] = nv ? wm->global_scale : 1.0f;
 		}
 
-		uint4 q[2][MM_S];
-		uint32_t sc[2][MM_S];
-#define MM_LOAD(b0_)                                                                                           \
+		/* double-buffered: the next batch's loads are in flight while this one is used */
+		uint4 q[2][MM_S], qn[2][MM_S];
+		uint32_t sc[2][MM_S], scn[2][MM_S];
+#define MM_LOAD(Q, SC, b0_)                                                                                    \
 	_Pragma("unroll") for (int rr = 0; rr < 2; rr++) _Pragma("unroll") for (int st = 0; st < MM_S; st++)  \
 	{                                                                                                      \
 		const int64_t b_ = (b0_) + st * 64 + t4 * 16;                                                  \
-		q[rr][st] = make_uint4(0u, 0u, 0u, 0u);                                                        \
-		sc[rr][st] = 0u;                                                                               \
+		Q[rr][st] = make_uint4(0u, 0u, 0u, 0u);                                                        \
+		SC[rr][st] = 0u;                                                                               \
 		if (ok[rr] && b_ < rb) {                                                                       \
-			q[rr][st] = __ldg((const uint4 *)(wrow[rr] + b_));                                     \
-			sc[rr][st] = nv ? (uint32_t)__ldg((const unsigned short *)(srow[rr] + b_ / 8))         \
+			Q[rr][st] = __ldg((const uint4 *)(wrow[rr] + b_));                                     \
+			SC[rr][st] = nv ? (uint32_t)__ldg((const unsigned short *)(srow[rr] + b_ / 8))         \
 					: (uint32_t)__ldg(srow[rr] + b_ / 16);                                \
 		}                                                                                              \
 	}
-		MM_LOAD(0)
+		MM_LOAD(q, sc, 0)
 
 		__syncthreads(); /* the previous item's readers are done with xs and s_flag */
 		for (int64_t u = warp; u < nr * nb; u += MM_WARPS) {
@@ -585,6 +586,10 @@ __global__ void __launch_bounds__(MM_NT) mm_kernel(const md_params p)
 		const int64_t xrow = (int64_t)min(g, nr - 1) * ld;
 		float d[4] = {0.f, 0.f, 0.f, 0.f};
 		for (int64_t b0 = 0;;) {
+			const bool more = b0 + MM_S * 64 < rb;
+			if (more) {
+				MM_LOAD(qn, scn, b0 + MM_S * 64)
+			}
 #pragma unroll
 			for (int st = 0; st < MM_S; st++) {
 				if (b0 + st * 64 >= rb) /* rb % 64 == 0: the same for the whole warp */
@@ -614,10 +619,16 @@ __global__ void __launch_bounds__(MM_NT) mm_kernel(const md_params p)
 					mm_mma(d, pg[2], ph[2], pg[3], ph[3], xw.z, xw.w); /* codes 4..7 */
 				}
 			}
-			b0 += MM_S * 64;
-			if (b0 >= rb)
+			if (!more)
 				break;
-			MM_LOAD(b0)
+			b0 += MM_S * 64;
+#pragma unroll
+			for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+				for (int st = 0; st < MM_S; st++) {
+					q[rr][st] = qn[rr][st];
+					sc[rr][st] = scn[rr][st];
+				}
 		}
 #undef MM_LOAD
 
