@@ -163,6 +163,8 @@ struct exec_info {
 	uint32_t max_step_tokens;  /* flat batch capacity the activation arena was sized for */
 	uint32_t max_step_seqs;    /* sequences per step capacity */
 	uint32_t max_model_len;    /* positions the model supports (max_position_embeddings) */
+	uint32_t max_draft_tokens; /* speculative decoding: drafts a sequence may verify per step (0 = none;
+				      "Speculative decoding" below) */
 };
 
 /* ---- The step plan ---- */
@@ -199,6 +201,13 @@ struct exec_seq {
 	/* NULL, or where this step's prompt log-probabilities go ("Prompt
 	 * log-probabilities" above; needs prompt_ids / n_prompt). */
 	struct exec_prompt_lp *prompt_lp;
+	/* Speculative decoding (below): the last n_draft query tokens are
+	 * drafts to verify (sample set, n_draft <= info.max_draft_tokens);
+	 * next_token (has_next_token) is the token after the last query token
+	 * when the scheduler knows it (a prompt chunk that does not sample). */
+	uint32_t n_draft;
+	bool has_next_token;
+	int32_t next_token;
 };
 
 struct exec_step {
@@ -213,10 +222,28 @@ struct exec_step {
 	uint32_t n_sample;            /* sequences with sample set */
 };
 
+/* ---- Speculative decoding (docs/speculation.md) ----
+ * An executor with info.max_draft_tokens = K > 0 verifies drafts and
+ * proposes them. A sampling sequence with n_draft = k > 0 has query tokens
+ * [t, d1..dk] (t the last sampled token); the executor samples row i
+ * (counter n_output + i, history output_ids + d1..di) exactly as a plain
+ * step would, stops at the first row whose token differs from d(i+1), and
+ * returns the 1 + n_extra tokens produced (n_extra = accepted drafts); its
+ * state then holds t, d1..d(n_extra) and nothing of the rejected drafts.
+ * After every step it may return drafts for the tokens that follow the last
+ * produced one (n_next_draft <= K), which the scheduler verifies next. A step
+ * with n_draft > 0 carries no prompt_lp. */
+#define EXEC_SPEC_MAX_DRAFT 8
+
 /* One sampled token (one per sequence with sample set, in batch order). */
 struct exec_sample {
 	uint32_t seq_index;        /* index into exec_step.seqs */
-	struct kern_sample_out out;
+	struct kern_sample_out out;  /* the (first) new token */
+	/* speculative decoding (zeroed by the caller; executors without it leave them): */
+	uint32_t n_extra;            /* accepted drafts: the new tokens are out, then extra[0..n_extra) */
+	struct kern_sample_out extra[EXEC_SPEC_MAX_DRAFT];
+	uint32_t n_next_draft;       /* proposed drafts after the last new token */
+	int32_t next_draft[EXEC_SPEC_MAX_DRAFT];
 };
 
 /* ---- The vtable ---- */

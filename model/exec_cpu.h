@@ -61,6 +61,10 @@ struct model_exec_cpu_options {
 	 * others' step leaves out untouched). */
 	int rank, world_size;
 	struct comm *comm;
+	/* A single-GPU executor runs decode-only steps as CUDA graphs
+	 * (kernels/device/graph.h) unless enforce_eager (vLLM's --enforce-eager)
+	 * or DSV4_CUDA_GRAPHS=0; tensor-parallel ranks always run eagerly. */
+	bool enforce_eager;
 };
 
 /* --device: "auto" (the first GPU when one is present and usable, else the
@@ -83,6 +87,11 @@ struct exec *model_exec_cpu_exec(struct model_exec_cpu *x);
 enum status model_exec_cpu_forward(struct model_exec_cpu *x, const struct exec_step *step, const uint32_t *rows,
 				   uint32_t n_rows, float *logits, struct err *e) DSV4_WUR;
 
+/* Counters of the executor's CUDA graphs (kernels/device/graph.h); false
+ * (and zeros) when it runs every step eagerly. */
+struct kern_graph_stats;
+bool model_exec_cpu_graph_stats(const struct model_exec_cpu *x, struct kern_graph_stats *out);
+
 /* Pre-head hyper-connection streams [n_tokens, hc_mult, hidden] of the last
  * forward (step or model_exec_cpu_forward), in the executor's memory (device
  * memory on a GPU); valid until the next call. NULL before the first. */
@@ -98,6 +107,12 @@ enum status model_exec_cpu_read_streams(const struct model_exec_cpu *x, float *d
  * token_ids[i] = the token after flat token i. */
 enum status model_exec_cpu_mtp(struct model_exec_cpu *x, const struct exec_step *mtp_step, const float *streams,
 			       float *logits, struct err *e) DSV4_WUR;
+
+/* The forward pass and the weights (speculative decoding, model/spec.h: the
+ * verify rollback and the drafter run on them). Borrowed. */
+struct model_fwd *model_exec_cpu_fwd(struct model_exec_cpu *x);
+const struct model_weights *model_exec_cpu_weights(const struct model_exec_cpu *x);
+const struct model_state *model_exec_cpu_state(const struct model_exec_cpu *x);
 
 /* The per-layer kernel plan ("layer 2 (CSA): linear=linear_cpu_ref ..."),
  * one line per layer, into buf; returns the length needed. */

@@ -47,6 +47,7 @@ struct model_fwd_options {
 	bool bf16_round;
 	struct comm *comm;     /* tensor parallel group of the weights' world size (NULL when 1) */
 	void *kctx;            /* struct kern_ctx * (kernels/device/ctx.h) of a GPU executor; NULL: the default */
+	struct kern_graph *graph; /* decode-only steps are captured and replayed as CUDA graphs (NULL: eager) */
 };
 
 enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,
@@ -76,5 +77,28 @@ enum status model_fwd_logits(struct model_fwd *f, const float *streams, const ui
  * norm, the shared lm_head). ST_UNSUPPORTED when MTP was not loaded. */
 enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, const float *streams,
 			  float *logits, struct err *e) DSV4_WUR;
+
+/* The MTP layer on step (as model_fwd_mtp) with the head on rows[0..n_rows)
+ * only (n_rows may be 0: the layer's ring rows are written all the same). */
+enum status model_fwd_mtp_rows(struct model_fwd *f, const struct exec_step *step, const float *streams,
+			       const uint32_t *rows, uint32_t n_rows, float *logits, struct err *e) DSV4_WUR;
+/* The MTP block's output streams [n_tokens, hc_mult, D] of the last MTP
+ * call (the next draft step's input); valid until the next forward call. */
+const float *model_fwd_mtp_streams(const struct model_fwd *f);
+
+/* ---- Speculative decoding: verify rollback (docs/speculation.md) ----
+ * model_fwd_spec_enable: buffers for up to max_stash_tokens kept tokens a step.
+ * model_fwd_spec_save: before a step (the same pointer, run next): n_q[s] =
+ * the last n_q[s] query tokens of sequence s may be rolled back (0: none);
+ * saves everything those tokens can write in layers [layer_begin,
+ * layer_end); stash: the next model_fwd_run also keeps their state inputs
+ * (main layers only). model_fwd_spec_commit: after the step, sequence s
+ * keeps the first n_keep[s] of its covered tokens (NULL: none): the state
+ * ends exactly as if only those had been processed (restore, then replay
+ * from the stash). step must still be valid. */
+enum status model_fwd_spec_enable(struct model_fwd *f, uint32_t max_stash_tokens, struct err *e) DSV4_WUR;
+enum status model_fwd_spec_save(struct model_fwd *f, const struct exec_step *step, const uint32_t *n_q,
+				int layer_begin, int layer_end, bool stash, struct err *e) DSV4_WUR;
+enum status model_fwd_spec_commit(struct model_fwd *f, const uint32_t *n_keep, struct err *e) DSV4_WUR;
 
 #endif

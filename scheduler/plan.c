@@ -60,6 +60,7 @@ void sched__preempt(struct sched *s, struct sched__seq *q)
 	sched__running_remove(s, q);
 	sched__release_blocks(s, q);
 	q->n_computed = 0;
+	q->n_drafts = 0; /* proposed for the token after its last one: stale after the recompute */
 	s->st.n_preemptions++;
 	q->req->timing.n_preemptions++;
 	log_msg(LOG_DEBUG, "sched", "request %" PRIu64 " choice %d preempted at %u tokens", q->req->id,
@@ -206,14 +207,15 @@ static bool is_stop_token(const struct sched__req *r, int32_t tok, int32_t eos)
 	return false;
 }
 
-static void process_sample(struct sched *s, struct sched__seq *q, const struct kern_sample_out *so, double now)
+/* Returns true when q finished (it is freed then). */
+static bool process_sample(struct sched *s, struct sched__seq *q, const struct kern_sample_out *so, double now)
 {
 	struct sched__req *r = q->req;
 	int32_t tok = so->token_id;
 	if (r->score_only) {
 		/* echo with max_tokens 0: the prompt was the point; the sample is dropped */
 		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
-		return;
+		return true;
 	}
 	if (q->gs && gram_state_accept_token(q->gs, tok) != ST_OK) {
 		/* the executor chose a token outside the mask (a scripted test
@@ -225,7 +227,7 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 	}
 	if (!sched__seq_push_token(q, tok)) {
 		sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
-		return;
+		return true;
 	}
 	q->n_target = q->n_tokens;
 	s->st.generation_tokens++;
@@ -242,7 +244,7 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 				 .sample = *so, .stop_token_id = -1, .stop_string_index = -1};
 	if (s->opt.detokenize) {
 		char buf[SCHED_MAX_TOKEN_BYTES];
-		uint32_t nb = stop_tok ? 0 : s->opt.detokenize(s->opt.detok_ctx, tok, buf, sizeof(buf));
+		uint32_t nb = stop_tok ? 0 : s->opt.detokenize(s->opt.detok_ctx, tok, r->keep_special, buf, sizeof(buf));
 		if (nb > sizeof(buf))
 			nb = sizeof(buf);
 		bool nomem = false;
@@ -262,7 +264,7 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 		if (nomem) {
 			sched_event_clear(&ev);
 			sched__finish_seq(s, q, SCHED_FINISH_ERROR, -1, -1, now);
-			return;
+			return true;
 		}
 	}
 	sched__emit(s, r, &ev);
@@ -272,6 +274,7 @@ static void process_sample(struct sched *s, struct sched__seq *q, const struct k
 		sched__finish_seq(s, q, SCHED_FINISH_STOP, -1, stop_str, now);
 	else if (length)
 		sched__finish_seq(s, q, SCHED_FINISH_LENGTH, -1, -1, now);
+	return stop_tok || stop_str >= 0 || length;
 }
 
 /* A grammar that allows no token would fail the whole step in the sampling
@@ -288,7 +291,7 @@ static void gram_guard_mask(struct sched *s, struct sched__seq *q)
 	char tail[256];
 	uint32_t n = 0, n_out = q->n_tokens - q->req->n_prompt;
 	for (uint32_t t = n_out > 64 ? q->n_tokens - 64 : q->req->n_prompt; s->opt.detokenize && t < q->n_tokens; t++)
-		n += s->opt.detokenize(s->opt.detok_ctx, q->tokens[t], tail + n, (uint32_t)(sizeof tail - 1 - n));
+		n += s->opt.detokenize(s->opt.detok_ctx, q->tokens[t], false, tail + n, (uint32_t)(sizeof tail - 1 - n));
 	tail[n] = 0;
 	log_msg(LOG_ERROR, "sched", "request %" PRIu64 ": the grammar allows no token after %u tokens (ending '%s'); "
 		"stopping it", q->req->id, n_out, tail);
@@ -302,6 +305,121 @@ static void publish_blocks(struct sched *s, struct sched__seq *q, uint32_t old_c
 		return;
 	for (uint32_t k = from; k < to; k++)
 		sched_blocks_publish(&s->bm, q->blocks[k], q->hashes[k]);
+}
+
+/* ---- speculative decoding (docs/speculation.md) ----
+ * A running decode whose executor proposed drafts verifies up to K of them
+ * in its step: its query is [t, d1..dk], it takes the blocks those positions
+ * need when they are free (never preempting for a draft) and k more tokens of
+ * the budget. No drafts while min_tokens holds eos back (the rows would need
+ * two parameter sets), for a structured-output choice (its mask follows the
+ * accepted tokens), or in a step that computes prompt log-probabilities.
+ * The step's answer is processed token by token exactly as plain decodes
+ * would be: each accepted draft is pushed, counted as computed and its
+ * completed block published before the next token is looked at, so stop
+ * tokens, stop strings, max_tokens and max_model_len cut the run at the
+ * same token, and the prefix cache hashes only tokens that were accepted. */
+
+static uint32_t spec_k(const struct sched *s)
+{
+	uint32_t k = s->ex->info.max_draft_tokens;
+	return k < EXEC_SPEC_MAX_DRAFT ? k : EXEC_SPEC_MAX_DRAFT;
+}
+
+static void spec_plan(struct sched *s, struct sched__seq *q, uint32_t *budget)
+{
+	struct sched__req *r = q->req;
+	uint32_t K = spec_k(s), n_out = q->n_tokens - r->n_prompt;
+	q->sched_draft = 0;
+	if (!K || !q->n_drafts || q->sched_tokens != 1 || !q->sched_sample || q->gs || n_out < r->min_tokens)
+		return;
+	uint32_t nd = q->n_drafts < K ? q->n_drafts : K;
+	if (nd > *budget)
+		nd = *budget;
+	/* the step makes at most nd + 1 tokens: no draft past max_tokens or max_model_len */
+	uint32_t room = r->max_tokens > n_out + 1 ? r->max_tokens - n_out - 1 : 0;
+	if (nd > room)
+		nd = room;
+	room = s->opt.max_model_len > q->n_tokens + 1 ? s->opt.max_model_len - q->n_tokens - 1 : 0;
+	if (nd > room)
+		nd = room;
+	while (nd && q->n_blocks < blocks_for(s, q->n_computed + 1 + nd)) {
+		uint32_t id = sched_blocks_alloc(&s->bm);
+		if (id == SCHED_BLOCK_NONE)
+			break;
+		if (!seq_push_block(q, id)) {
+			sched_blocks_release(&s->bm, id);
+			break;
+		}
+	}
+	uint32_t held = q->n_blocks * s->B - (q->n_computed + 1); /* draft positions its blocks hold */
+	if (nd > held)
+		nd = held;
+	q->sched_draft = nd;
+	q->sched_tokens += nd;
+	*budget -= nd;
+}
+
+/* A step that computes prompt log-probabilities carries no drafts (model/exec.h). */
+static void spec_strip(struct sched *s, uint32_t n_sched)
+{
+	bool plp = false;
+	for (uint32_t j = 0; j < n_sched && !plp; j++) {
+		const struct sched__seq *q = s->step_seq_ptr[j];
+		plp = q->req->plp && q->n_computed + 1 < q->req->n_prompt;
+	}
+	for (uint32_t j = 0; plp && j < n_sched; j++) {
+		struct sched__seq *q = s->step_seq_ptr[j];
+		q->sched_tokens -= q->sched_draft;
+		q->sched_draft = 0;
+	}
+}
+
+/* The executor's answer for a drafting sequence must stay inside its drafts. */
+static bool spec_sample_ok(const struct sched *s, const struct sched__seq *q, const struct exec_sample *sm)
+{
+	uint32_t V = s->ex->info.vocab_size;
+	if (sm->n_extra > q->sched_draft || (spec_k(s) && sm->n_next_draft > spec_k(s)))
+		return false;
+	for (uint32_t i = 0; i < sm->n_extra; i++)
+		if (sm->extra[i].token_id < 0 || (uint32_t)sm->extra[i].token_id >= V)
+			return false;
+	for (uint32_t i = 0; spec_k(s) && i < sm->n_next_draft; i++)
+		if (sm->next_draft[i] < 0 || (uint32_t)sm->next_draft[i] >= V)
+			return false;
+	return true;
+}
+
+/* The tokens of one sampled sequence, in order; returns true when q finished. */
+static bool spec_process(struct sched *s, struct sched__seq *q, const struct exec_sample *sm, double now)
+{
+	uint32_t n_new = 1 + (q->sched_draft ? sm->n_extra : 0);
+	if (q->sched_draft) {
+		s->st.spec_num_drafts++;
+		s->st.spec_num_draft_tokens += q->sched_draft;
+		s->st.spec_num_accepted_tokens += sm->n_extra;
+		for (uint32_t i = 0; i < sm->n_extra; i++)
+			s->st.spec_accepted_per_pos[i]++;
+	}
+	for (uint32_t i = 0; i < n_new; i++) {
+		if (process_sample(s, q, i ? &sm->extra[i - 1] : &sm->out, now))
+			return true;
+		if (i + 1 < n_new) {
+			/* an accepted draft: the step computed it */
+			uint32_t old = q->n_computed++;
+			publish_blocks(s, q, old);
+		}
+	}
+	/* blocks taken for rejected drafts go back */
+	uint32_t need = blocks_for(s, q->n_tokens);
+	while (q->n_blocks > need)
+		sched_blocks_release(&s->bm, q->blocks[--q->n_blocks]);
+	q->n_drafts = 0;
+	if (spec_k(s) && !q->gs) {
+		q->n_drafts = sm->n_next_draft;
+		memcpy(q->drafts, sm->next_draft, sm->n_next_draft * sizeof(int32_t));
+	}
+	return false;
 }
 
 /* ---- The step ---- */
@@ -342,6 +460,7 @@ static void unschedule(struct sched *s, struct sched__seq *q, uint32_t *budget, 
 			(*n_sched)--;
 			*budget += q->sched_tokens;
 			q->sched_tokens = 0;
+			q->sched_draft = 0;
 			q->sched_sample = false;
 			return;
 		}
@@ -351,7 +470,7 @@ static uint32_t plan(struct sched *s, double now)
 {
 	uint32_t budget = s->opt.max_num_batched_tokens, n_sched = 0;
 	for (uint32_t i = 0; i < s->n_running; i++)
-		s->running[i]->sched_tokens = 0;
+		s->running[i]->sched_tokens = s->running[i]->sched_draft = 0;
 
 	/* 1. decodes */
 	for (uint32_t i = 0; i < s->n_running && budget; i++) {
@@ -387,6 +506,7 @@ static uint32_t plan(struct sched *s, double now)
 			continue;
 		}
 		schedule_chunk(s, q, &budget, &n_sched);
+		spec_plan(s, q, &budget);
 	}
 	/* 2. running prefills */
 	for (uint32_t i = 0; i < s->n_running && budget; i++)
@@ -429,8 +549,9 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 		struct sched__req *r = q->req;
 		struct exec_seq *es = &s->step_seqs[j];
 		s->step_query_start[j] = n_tok;
+		uint32_t n_known = q->sched_tokens - q->sched_draft; /* then the drafts */
 		for (uint32_t t = 0; t < q->sched_tokens; t++) {
-			s->step_tokens[n_tok] = q->tokens[q->n_computed + t];
+			s->step_tokens[n_tok] = t < n_known ? q->tokens[q->n_computed + t] : q->drafts[t - n_known];
 			s->step_positions[n_tok] = (int32_t)(q->n_computed + t);
 			n_tok++;
 		}
@@ -443,6 +564,9 @@ static bool build_step(struct sched *s, uint32_t n_sched, struct exec_step *st)
 			.state_slot = q->slot,
 			.restore_state = q->slot_fresh,
 			.sample = q->sched_sample,
+			.n_draft = q->sched_draft,
+			.has_next_token = q->n_computed + n_known < q->n_tokens,
+			.next_token = q->n_computed + n_known < q->n_tokens ? q->tokens[q->n_computed + n_known] : -1,
 		};
 		memcpy(s->step_block_ids + n_bid, q->blocks, (size_t)es->n_blocks * sizeof(uint32_t));
 		n_bid += es->n_blocks;
@@ -512,6 +636,9 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 		return ST_OK;
 	}
 	struct exec_step st;
+	spec_strip(s, n_sched);
+	if (spec_k(s))
+		memset(s->step_samples, 0, n_sched * sizeof(*s->step_samples));
 	if (!build_step(s, n_sched, &st)) {
 		fail_step(s, n_sched);
 		sched__publish_stats(s);
@@ -531,7 +658,8 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 		if (!s->step_seqs[j].sample)
 			continue;
 		const struct exec_sample *sm = &s->step_samples[k++];
-		if (sm->seq_index != j || sm->out.token_id < 0 || (uint32_t)sm->out.token_id >= s->ex->info.vocab_size) {
+		if (sm->seq_index != j || sm->out.token_id < 0 || (uint32_t)sm->out.token_id >= s->ex->info.vocab_size ||
+		    !spec_sample_ok(s, s->step_seq_ptr[j], sm)) {
 			log_msg(LOG_ERROR, "sched", "executor returned sample %u for sequence %u, token %d (vocab %u)", k - 1,
 				sm->seq_index, sm->out.token_id, s->ex->info.vocab_size);
 			fail_step(s, n_sched);
@@ -542,11 +670,11 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 	now = time_mono_s();
 	for (uint32_t j = 0; j < n_sched; j++) {
 		struct sched__seq *q = s->step_seq_ptr[j];
-		uint32_t old = q->n_computed;
-		q->n_computed += q->sched_tokens;
+		uint32_t old = q->n_computed, adv = q->sched_tokens - q->sched_draft; /* accepted drafts: spec_process */
+		q->n_computed += adv;
 		q->slot_fresh = false;
 		uint32_t last_known = q->n_tokens - 1; /* a decode's one token is the last sampled one */
-		s->st.prefill_computed_tokens += q->sched_tokens - (q->sched_sample && old == last_known);
+		s->st.prefill_computed_tokens += adv - (q->sched_sample && old == last_known);
 		publish_blocks(s, q, old);
 	}
 	/* Prompt logprobs: rows up to each scheduled sequence's new n_computed
@@ -582,7 +710,7 @@ enum status sched_step(struct sched *s, uint32_t *n_tokens_out, struct err *e)
 		if (!q->sched_sample)
 			continue;
 		struct sched__req *r = q->req;
-		process_sample(s, q, &s->step_samples[k++].out, now);
+		spec_process(s, q, &s->step_samples[k++], now);
 		sched__req_maybe_free(s, r);
 	}
 	s->st.n_steps++;

@@ -58,6 +58,12 @@ struct sched__seq {
 	bool slot_fresh;              /* the executor must restore the slot at its next step */
 	uint32_t sched_tokens;        /* tokens scheduled in the step being planned */
 	bool sched_sample;
+	/* speculative decoding (docs/speculation.md): the executor's drafts for
+	 * the tokens after the last one, and how many of them this step verifies
+	 * (they are the last sched_draft of its sched_tokens) */
+	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
+	uint32_t n_drafts;
+	uint32_t sched_draft;
 };
 
 struct sched__req {
@@ -75,6 +81,7 @@ struct sched__req {
 	uint32_t n_stop_ids;
 	struct sched_stop_set stops;
 	bool include_stop_str;
+	bool keep_special;
 	uint32_t n;
 	struct sched__seq *parent;    /* NULL once forked or when not used */
 	struct sched__seq **seqs;     /* [n]; NULL entries until created (fork) */

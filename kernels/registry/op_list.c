@@ -56,7 +56,6 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_indexer_topk,
 	&kern_op_indexer_scores,
 	&kern_op_route,
-	&kern_op_moe_group,
 	&kern_op_swiglu,
 	/* ---- gpu-ops ---- */
 	&kern_op_copy_rows,
