@@ -214,7 +214,7 @@ static enum status decode_selfcheck(const struct kern_op *op, const struct kern_
 			if (st)
 				err_set(e, st, "%s: run failed: %s", v->name, status_str(st));
 		}
-		if (!st && !kern_compare_f32(o0, o1, (size_t)(T * D), 1e-6, 2e-2, why, sizeof why))
+		if (!st && !kern_compare_f32(o0, o1, (size_t)(T * D), 1e-6, 4e-2, why, sizeof why))
 			st = err_set(e, ST_INVALID, "%s vs reference (%s, D %lld, I %lld): %s", v->name,
 				     kern_wfmt_name(p->wfmt), (long long)D, (long long)I, why);
 	}

@@ -12,11 +12,12 @@
  * (slots with no local row, tokens with none), MXFP4 and NVFP4, bf16 rounding
  * on and off, routing weights on and off, swiglu_limit 10 and 0. Every
  * output (h, y, out) is NaN-poisoned and every element checked:
- *   h against the reference (f32 sums in another order: 1e-2 of max |h|,
- *     bf16 flips of g and u included);
+ *   h against the reference (f32 sums in another order; a sum that lands
+ *     on the other side of a bf16 rounding boundary moves g or u, then h, by
+ *     up to 2^-7 each: 3e-2 of max |h|);
  *   y and out against the reference recomputed from the GPU's own h (so an
- *     FP8 act_quant flip of h does not count; 5e-3 of max);
- *   out against the full reference (2e-2), and bit-exactly against the
+ *     FP8 act_quant flip of h does not count; 1.6e-2 of max: two bf16 ulps);
+ *   out against the full reference (4e-2), and bit-exactly against the
  *     slot-order f32 sum of the GPU's y (the combine's contract).
  * First, selection with the self-check on this device: the real NVFP4 and
  * MXFP4 problems pick moe_decode_cuda and its self-check passes. Fresh random
@@ -74,7 +75,7 @@ static int one(const struct kern_variant *const *vs, int nv, uint64_t *rng, cons
 			ok = false;
 			continue;
 		}
-		bool oh = kern_compare_f32(h_ref, c.h, (size_t)(R * I), 1e-6, 1e-2, why, sizeof why);
+		bool oh = kern_compare_f32(h_ref, c.h, (size_t)(R * I), 1e-6, 3e-2, why, sizeof why);
 		T_CHECKF(oh, "%s h: %s: %s", v->name, name, why);
 		/* y and out from the GPU's own h */
 		struct kern_moe_gemm_args d = {.n_rows = P, .n_experts = s->E, .expert_offsets = c.off, .n_x_rows = P,
@@ -88,11 +89,11 @@ static int one(const struct kern_variant *const *vs, int nv, uint64_t *rng, cons
 		struct kern_moe_combine_args cb = {.n_tokens = T, .top_k = (int)K, .dim = D, .slot_row = c.slot_row,
 						   .y = y2, .y_dtype = KERN_DT_F32, .out = out2, .out_dtype = KERN_DT_F32};
 		T_CHECK(st2 == ST_OK && kern_moe_combine_ref(&cb) == ST_OK);
-		bool oy = kern_compare_f32(y2, c.y, (size_t)(R * D), 1e-6, 5e-3, why, sizeof why);
+		bool oy = kern_compare_f32(y2, c.y, (size_t)(R * D), 1e-6, 1.6e-2, why, sizeof why);
 		T_CHECKF(oy, "%s y vs reference from the GPU's h: %s: %s", v->name, name, why);
-		bool oo = kern_compare_f32(out2, c.out, (size_t)(T * D), 1e-6, 5e-3, why, sizeof why);
+		bool oo = kern_compare_f32(out2, c.out, (size_t)(T * D), 1e-6, 1.6e-2, why, sizeof why);
 		T_CHECKF(oo, "%s out vs reference from the GPU's h: %s: %s", v->name, name, why);
-		bool of = kern_compare_f32(out_ref, c.out, (size_t)(T * D), 1e-6, 2e-2, why, sizeof why);
+		bool of = kern_compare_f32(out_ref, c.out, (size_t)(T * D), 1e-6, 4e-2, why, sizeof why);
 		T_CHECKF(of, "%s out vs reference: %s: %s", v->name, name, why);
 		int bad = 0;
 		for (int64_t t = 0; t < T; t++)
