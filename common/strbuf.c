@@ -56,7 +56,13 @@ void strbuf_append(struct strbuf *b, const char *s, size_t n)
 	b->data[b->len] = '\0';
 }
 
-void strbuf_puts(struct strbuf *b, const char *s) { strbuf_append(b, s, strlen(s)); }
+void strbuf_puts(struct strbuf *b, const char *s)
+{
+	if (s)
+		strbuf_append(b, s, strlen(s));
+}
+
+void strbuf_putc(struct strbuf *b, char c) { strbuf_append(b, &c, 1); }
 
 void strbuf_printf(struct strbuf *b, const char *fmt, ...)
 {

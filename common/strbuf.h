@@ -1,6 +1,7 @@
 /*
  * common/strbuf.h: a growable byte buffer for building responses (JSON, SSE,
- * Prometheus text). An allocation failure is sticky: later appends do
+ * Prometheus text, prompts); the one string builder of the tree. An
+ * allocation failure is sticky: later appends do
  * nothing and strbuf_failed() tells, so callers check once at the end.
  */
 #ifndef DSV4_COMMON_STRBUF_H
@@ -22,7 +23,8 @@ void strbuf_init(struct strbuf *b);
 void strbuf_free(struct strbuf *b);
 void strbuf_reset(struct strbuf *b);          /* len = 0, keeps memory */
 void strbuf_append(struct strbuf *b, const char *s, size_t n);
-void strbuf_puts(struct strbuf *b, const char *s);
+void strbuf_puts(struct strbuf *b, const char *s); /* s NULL: nothing */
+void strbuf_putc(struct strbuf *b, char c);
 void strbuf_printf(struct strbuf *b, const char *fmt, ...) DSV4_PRINTF(2, 3);
 /* Append s as a JSON string literal, quotes included (valid UTF-8 assumed;
  * control characters escaped). */

@@ -36,5 +36,7 @@
 #include "kernels/device/ctx.h"
 #include "kernels/linear/linear_mma.h"
 #include "kernels/moe_gemm/moe_gemm_mma.h"
+/* ---- moe-decode ---- */
+#include "kernels/moe_gemm/moe_decode.h"
 
 #endif

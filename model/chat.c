@@ -12,6 +12,8 @@
  */
 #include "model/chat.h"
 
+#include "common/strbuf.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -20,95 +22,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- growable text buffer (sticky out-of-memory flag) ---- */
-
-struct sbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom || n == 0)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = 0;
-}
-
-static void sb_puts(struct sbuf *b, const char *s)
-{
-	if (s)
-		sb_put(b, s, strlen(s));
-}
-
-static void sb_putc(struct sbuf *b, char c) { sb_put(b, &c, 1); }
-
-/* ---- json.dumps(ensure_ascii=False) ---- */
-
-static void py_dump_string(struct sbuf *b, const char *s, size_t n)
-{
-	sb_putc(b, '"');
-	size_t run = 0; /* bytes copied verbatim are batched */
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		const char *esc = NULL;
-		char tmp[8];
-		switch (c) {
-		case '"': esc = "\\\""; break;
-		case '\\': esc = "\\\\"; break;
-		case '\n': esc = "\\n"; break;
-		case '\r': esc = "\\r"; break;
-		case '\t': esc = "\\t"; break;
-		case '\b': esc = "\\b"; break;
-		case '\f': esc = "\\f"; break;
-		default:
-			if (c < 0x20) {
-				snprintf(tmp, sizeof tmp, "\\u%04x", c);
-				esc = tmp;
-			}
-		}
-		if (esc) {
-			sb_put(b, s + i - run, run);
-			run = 0;
-			sb_puts(b, esc);
-		} else {
-			run++;
-		}
-	}
-	sb_put(b, s + n - run, run);
-	sb_putc(b, '"');
-}
+/* ---- json.dumps(ensure_ascii=False) ----
+ * Strings: strbuf_json_string escapes exactly as json.dumps does with
+ * ensure_ascii=False (", \\, \n, \r, \t, \b, \f, other controls as \u00xx). */
 
 /* Python's repr(float): the shortest digits that round-trip, fixed notation
  * for decimal exponents in [-4, 16), else d.ddde+XX; integral values get
  * ".0" in fixed notation. */
-static void py_dump_real(struct sbuf *b, double x)
+static void py_dump_real(struct strbuf *b, double x)
 {
 	char tmp[64];
 	if (isnan(x)) {
-		sb_puts(b, "NaN");
+		strbuf_puts(b, "NaN");
 		return;
 	}
 	if (isinf(x)) {
-		sb_puts(b, x < 0 ? "-Infinity" : "Infinity");
+		strbuf_puts(b, x < 0 ? "-Infinity" : "Infinity");
 		return;
 	}
 	if (x == 0) {
-		sb_puts(b, signbit(x) ? "-0.0" : "0.0");
+		strbuf_puts(b, signbit(x) ? "-0.0" : "0.0");
 		return;
 	}
 	int prec;
@@ -134,29 +67,29 @@ static void py_dump_real(struct sbuf *b, double x)
 		nd--;
 	int decpt = exp10 + 1; /* value = 0.d1d2.. * 10^decpt */
 	if (neg)
-		sb_putc(b, '-');
+		strbuf_putc(b, '-');
 	if (decpt <= -4 || decpt > 16) {
-		sb_putc(b, digits[0]);
+		strbuf_putc(b, digits[0]);
 		if (nd > 1) {
-			sb_putc(b, '.');
-			sb_put(b, digits + 1, nd - 1);
+			strbuf_putc(b, '.');
+			strbuf_append(b, digits + 1, nd - 1);
 		}
 		snprintf(tmp, sizeof tmp, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-		sb_puts(b, tmp);
+		strbuf_puts(b, tmp);
 	} else if (decpt <= 0) {
-		sb_puts(b, "0.");
+		strbuf_puts(b, "0.");
 		for (int i = 0; i < -decpt; i++)
-			sb_putc(b, '0');
-		sb_put(b, digits, nd);
+			strbuf_putc(b, '0');
+		strbuf_append(b, digits, nd);
 	} else if ((size_t)decpt >= nd) {
-		sb_put(b, digits, nd);
+		strbuf_append(b, digits, nd);
 		for (size_t i = nd; i < (size_t)decpt; i++)
-			sb_putc(b, '0');
-		sb_puts(b, ".0");
+			strbuf_putc(b, '0');
+		strbuf_puts(b, ".0");
 	} else {
-		sb_put(b, digits, (size_t)decpt);
-		sb_putc(b, '.');
-		sb_put(b, digits + decpt, nd - (size_t)decpt);
+		strbuf_append(b, digits, (size_t)decpt);
+		strbuf_putc(b, '.');
+		strbuf_append(b, digits + decpt, nd - (size_t)decpt);
 	}
 }
 
@@ -203,30 +136,30 @@ static const char *chat__bignum(const char *s, size_t n)
  * replaced by a placeholder; NULL when out of memory. */
 static char *chat__shield_numbers(const char *json, size_t n, struct chat__bignums *t, size_t *out_len)
 {
-	struct sbuf o = {0};
+	struct strbuf o = {0};
 	bool in_str = false;
 	for (size_t i = 0; i < n;) {
 		char c = json[i];
 		if (in_str) {
 			if (c == '\\' && i + 1 < n) {
-				sb_put(&o, json + i, 2);
+				strbuf_append(&o, json + i, 2);
 				i += 2;
 				continue;
 			}
 			if (c == '"')
 				in_str = false;
-			sb_putc(&o, c);
+			strbuf_putc(&o, c);
 			i++;
 			continue;
 		}
 		if (c == '"') {
 			in_str = true;
-			sb_putc(&o, c);
+			strbuf_putc(&o, c);
 			i++;
 			continue;
 		}
 		if (c != '-' && (c < '0' || c > '9')) {
-			sb_putc(&o, c);
+			strbuf_putc(&o, c);
 			i++;
 			continue;
 		}
@@ -253,7 +186,7 @@ static char *chat__shield_numbers(const char *json, size_t n, struct chat__bignu
 			}
 		}
 		if (!big) {
-			sb_put(&o, json + i, j - i);
+			strbuf_append(&o, json + i, j - i);
 			i = j;
 			continue;
 		}
@@ -261,7 +194,7 @@ static char *chat__shield_numbers(const char *json, size_t n, struct chat__bignu
 			size_t cap = t->cap ? 2 * t->cap : 8;
 			char **p = realloc(t->lit, cap * sizeof *p);
 			if (!p) {
-				free(o.p);
+				free(o.data);
 				return NULL;
 			}
 			t->lit = p;
@@ -269,7 +202,7 @@ static char *chat__shield_numbers(const char *json, size_t n, struct chat__bignu
 		}
 		char *keep = malloc(j - i + 1);
 		if (!keep) {
-			free(o.p);
+			free(o.data);
 			return NULL;
 		}
 		memcpy(keep, json + i, j - i);
@@ -277,16 +210,16 @@ static char *chat__shield_numbers(const char *json, size_t n, struct chat__bignu
 		char ph[64];
 		snprintf(ph, sizeof ph, "\"\\u0000dsv4num\\u0000%zu\"", t->n);
 		t->lit[t->n++] = keep;
-		sb_puts(&o, ph);
+		strbuf_puts(&o, ph);
 		i = j;
 	}
-	if (o.oom) {
-		free(o.p);
+	if (o.failed) {
+		free(o.data);
 		return NULL;
 	}
 	*out_len = o.len;
-	sb_put(&o, "", 0);
-	return o.p;
+	strbuf_append(&o, "", 0);
+	return o.data;
 }
 
 /* After a json_loadb that failed on a number out of range: load again with
@@ -308,62 +241,62 @@ static json_t *chat__load_shielded(json_t *v, const char *text, size_t len, json
 }
 
 /* A placeholder's value as Python's json.dumps writes it. */
-static void py_dump_bignum(struct sbuf *b, const char *lit)
+static void py_dump_bignum(struct strbuf *b, const char *lit)
 {
 	if (strpbrk(lit, ".eE"))
 		py_dump_real(b, strtod(lit, NULL)); /* inf: "Infinity" */
 	else
-		sb_puts(b, lit);
+		strbuf_puts(b, lit);
 }
 
-static void py_dump(struct sbuf *b, const json_t *v)
+static void py_dump(struct strbuf *b, const json_t *v)
 {
 	char tmp[32];
 	switch (json_typeof(v)) {
 	case JSON_OBJECT: {
-		sb_putc(b, '{');
+		strbuf_putc(b, '{');
 		const char *key;
 		size_t key_len;
 		json_t *val;
 		bool first = true;
 		json_object_keylen_foreach((json_t *)v, key, key_len, val) {
 			if (!first)
-				sb_puts(b, ", ");
+				strbuf_puts(b, ", ");
 			first = false;
-			py_dump_string(b, key, key_len);
-			sb_puts(b, ": ");
+			strbuf_json_string(b, key, key_len);
+			strbuf_puts(b, ": ");
 			py_dump(b, val);
 		}
-		sb_putc(b, '}');
+		strbuf_putc(b, '}');
 		break;
 	}
 	case JSON_ARRAY:
-		sb_putc(b, '[');
+		strbuf_putc(b, '[');
 		for (size_t i = 0; i < json_array_size(v); i++) {
 			if (i)
-				sb_puts(b, ", ");
+				strbuf_puts(b, ", ");
 			py_dump(b, json_array_get(v, i));
 		}
-		sb_putc(b, ']');
+		strbuf_putc(b, ']');
 		break;
 	case JSON_STRING: {
 		const char *lit = chat__bignum(json_string_value(v), json_string_length(v));
 		if (lit)
 			py_dump_bignum(b, lit);
 		else
-			py_dump_string(b, json_string_value(v), json_string_length(v));
+			strbuf_json_string(b, json_string_value(v), json_string_length(v));
 		break;
 	}
 	case JSON_INTEGER:
 		snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-		sb_puts(b, tmp);
+		strbuf_puts(b, tmp);
 		break;
 	case JSON_REAL:
 		py_dump_real(b, json_real_value(v));
 		break;
-	case JSON_TRUE: sb_puts(b, "true"); break;
-	case JSON_FALSE: sb_puts(b, "false"); break;
-	case JSON_NULL: sb_puts(b, "null"); break;
+	case JSON_TRUE: strbuf_puts(b, "true"); break;
+	case JSON_FALSE: strbuf_puts(b, "false"); break;
+	case JSON_NULL: strbuf_puts(b, "null"); break;
 	}
 }
 
@@ -407,19 +340,19 @@ static enum status chat__pydumps(const char *json, size_t json_len, char **out, 
 	enum status st = json_parse("json", json, json_len, &v, e);
 	if (st)
 		return st;
-	struct sbuf b = {0};
+	struct strbuf b = {0};
 	py_dump(&b, v);
 	json_decref(v);
-	sb_put(&b, "", 0);
-	if (b.oom || !b.p) {
-		free(b.p);
-		if (b.oom)
+	strbuf_append(&b, "", 0);
+	if (b.failed || !b.data) {
+		free(b.data);
+		if (b.failed)
 			return err_set(e, ST_NOMEM, "json: out of memory");
-		b.p = strdup("");
-		if (!b.p)
+		b.data = strdup("");
+		if (!b.data)
 			return err_set(e, ST_NOMEM, "json: out of memory");
 	}
-	*out = b.p;
+	*out = b.data;
 	if (out_len)
 		*out_len = b.len;
 	return ST_OK;
@@ -493,7 +426,7 @@ struct enc {
 	const struct model_chat_options *opt;
 	char *tools_text;           /* rendered Tools section, or NULL */
 	char *response_format_text; /* pydumps of response_format, or NULL */
-	struct sbuf out;
+	struct strbuf out;
 	struct err *e;
 };
 
@@ -645,16 +578,16 @@ static enum status put_raw_json_string(struct enc *x, const json_t *s, const cha
 	size_t n = json_string_length(s);
 	if (memchr(v, 0, n))
 		return err_set(x->e, ST_INVALID, "chat: %s: string with NUL cannot be rendered", what);
-	sb_put(&x->out, v, n);
+	strbuf_append(&x->out, v, n);
 	return ST_OK;
 }
 
 static enum status render_tool_call(struct enc *x, const struct model_chat_tool_call *tc)
 {
-	struct sbuf *b = &x->out;
-	sb_puts(b, "<" DSML "invoke name=\"");
-	sb_puts(b, nz(tc->name));
-	sb_puts(b, "\">\n");
+	struct strbuf *b = &x->out;
+	strbuf_puts(b, "<" DSML "invoke name=\"");
+	strbuf_puts(b, nz(tc->name));
+	strbuf_puts(b, "\">\n");
 	const char *args = nz(tc->arguments_json);
 	json_error_t je;
 	json_t *obj = json_loadb(args, strlen(args), JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
@@ -664,9 +597,9 @@ static enum status render_tool_call(struct enc *x, const struct model_chat_tool_
 			       je.text);
 	if (!obj) {
 		/* not JSON: one string parameter named "arguments" */
-		sb_puts(b, "<" DSML "parameter name=\"arguments\" string=\"true\">");
-		sb_puts(b, args);
-		sb_puts(b, "</" DSML "parameter>");
+		strbuf_puts(b, "<" DSML "parameter name=\"arguments\" string=\"true\">");
+		strbuf_puts(b, args);
+		strbuf_puts(b, "</" DSML "parameter>");
 	} else {
 		if (!json_is_object(obj)) {
 			json_decref(obj);
@@ -680,108 +613,108 @@ static enum status render_tool_call(struct enc *x, const struct model_chat_tool_
 		bool first = true;
 		json_object_keylen_foreach(obj, key, key_len, val) {
 			if (!first)
-				sb_putc(b, '\n');
+				strbuf_putc(b, '\n');
 			first = false;
 			if (memchr(key, 0, key_len)) {
 				json_decref(obj);
 				return err_set(x->e, ST_INVALID,
 					       "chat: tool call %s: key with NUL", nz(tc->name));
 			}
-			sb_puts(b, "<" DSML "parameter name=\"");
-			sb_put(b, key, key_len);
+			strbuf_puts(b, "<" DSML "parameter name=\"");
+			strbuf_append(b, key, key_len);
 			if (json_is_string(val) && !chat__bignum(json_string_value(val), json_string_length(val))) {
-				sb_puts(b, "\" string=\"true\">");
+				strbuf_puts(b, "\" string=\"true\">");
 				enum status st = put_raw_json_string(x, val, "tool call argument");
 				if (st) {
 					json_decref(obj);
 					return st;
 				}
 			} else {
-				sb_puts(b, "\" string=\"false\">");
+				strbuf_puts(b, "\" string=\"false\">");
 				py_dump(b, val);
 			}
-			sb_puts(b, "</" DSML "parameter>");
+			strbuf_puts(b, "</" DSML "parameter>");
 		}
 		json_decref(obj);
 	}
-	sb_puts(b, "\n</" DSML "invoke>");
+	strbuf_puts(b, "\n</" DSML "invoke>");
 	return ST_OK;
 }
 
 static enum status render_assistant(struct enc *x, size_t idx, long last_user, bool drop)
 {
 	const struct model_chat_message *m = x->items[idx].src;
-	struct sbuf *b = &x->out;
+	struct strbuf *b = &x->out;
 	if (x->opt->thinking && (!drop || (long)idx > last_user)) {
-		sb_puts(b, nz(m->reasoning_content));
-		sb_puts(b, MODEL_CHAT_THINK_END);
+		strbuf_puts(b, nz(m->reasoning_content));
+		strbuf_puts(b, MODEL_CHAT_THINK_END);
 	}
-	sb_puts(b, nz(m->content));
+	strbuf_puts(b, nz(m->content));
 	if (m->n_tool_calls) {
-		sb_puts(b, "\n\n<" DSML "tool_calls>\n");
+		strbuf_puts(b, "\n\n<" DSML "tool_calls>\n");
 		for (size_t i = 0; i < m->n_tool_calls; i++) {
 			if (i)
-				sb_putc(b, '\n');
+				strbuf_putc(b, '\n');
 			enum status st = render_tool_call(x, &m->tool_calls[i]);
 			if (st)
 				return st;
 		}
-		sb_puts(b, "\n</" DSML "tool_calls>");
+		strbuf_puts(b, "\n</" DSML "tool_calls>");
 	}
 	if (!(x->opt->continue_final && idx + 1 == x->n_items))
-		sb_puts(b, MODEL_CHAT_EOS);
+		strbuf_puts(b, MODEL_CHAT_EOS);
 	return ST_OK;
 }
 
 static void render_system_extras(struct enc *x)
 {
 	if (x->tools_text) {
-		sb_puts(&x->out, "\n\n");
-		sb_puts(&x->out, x->tools_text);
+		strbuf_puts(&x->out, "\n\n");
+		strbuf_puts(&x->out, x->tools_text);
 	}
 	if (x->response_format_text) {
-		sb_puts(&x->out, "\n\n");
-		sb_puts(&x->out, response_format_head_text);
-		sb_puts(&x->out, x->response_format_text);
+		strbuf_puts(&x->out, "\n\n");
+		strbuf_puts(&x->out, response_format_head_text);
+		strbuf_puts(&x->out, x->response_format_text);
 	}
 }
 
 static enum status render_all(struct enc *x, bool drop)
 {
-	struct sbuf *b = &x->out;
+	struct strbuf *b = &x->out;
 	long last_user = last_user_index(x->items, x->n_items);
 	bool thinking = x->opt->thinking;
 	for (size_t i = 0; i < x->n_items; i++) {
 		const struct item *it = &x->items[i];
 		if (i == 0 && thinking && x->opt->effort == MODEL_CHAT_EFFORT_MAX)
-			sb_puts(b, effort_max_text);
+			strbuf_puts(b, effort_max_text);
 		switch (it->role) {
 		case IR_SYSTEM:
-			sb_puts(b, it->src ? nz(it->src->content) : "");
+			strbuf_puts(b, it->src ? nz(it->src->content) : "");
 			if (it->has_tools)
 				render_system_extras(x);
 			break;
 		case IR_DEVELOPER:
-			sb_puts(b, MODEL_CHAT_USER);
-			sb_puts(b, it->src->content);
+			strbuf_puts(b, MODEL_CHAT_USER);
+			strbuf_puts(b, it->src->content);
 			break;
 		case IR_USER:
-			sb_puts(b, MODEL_CHAT_USER);
+			strbuf_puts(b, MODEL_CHAT_USER);
 			for (size_t k = 0; k < it->n_blocks; k++) {
 				if (k)
-					sb_puts(b, "\n\n");
+					strbuf_puts(b, "\n\n");
 				if (it->blocks[k].is_tool) {
-					sb_puts(b, "<tool_result>");
-					sb_puts(b, it->blocks[k].text);
-					sb_puts(b, "</tool_result>");
+					strbuf_puts(b, "<tool_result>");
+					strbuf_puts(b, it->blocks[k].text);
+					strbuf_puts(b, "</tool_result>");
 				} else {
-					sb_puts(b, it->blocks[k].text);
+					strbuf_puts(b, it->blocks[k].text);
 				}
 			}
 			break;
 		case IR_REMINDER:
-			sb_puts(b, MODEL_CHAT_LATEST_REMINDER);
-			sb_puts(b, nz(it->src->content));
+			strbuf_puts(b, MODEL_CHAT_LATEST_REMINDER);
+			strbuf_puts(b, nz(it->src->content));
 			break;
 		case IR_ASSISTANT: {
 			enum status st = render_assistant(x, i, last_user, drop);
@@ -795,9 +728,9 @@ static enum status render_all(struct enc *x, bool drop)
 		bool next_opens = i + 1 == x->n_items || x->items[i + 1].role == IR_ASSISTANT ||
 				  x->items[i + 1].role == IR_REMINDER;
 		if (next_opens && (it->role == IR_USER || it->role == IR_DEVELOPER)) {
-			sb_puts(b, MODEL_CHAT_ASSISTANT);
+			strbuf_puts(b, MODEL_CHAT_ASSISTANT);
 			bool open = thinking && (!drop || (long)i >= last_user);
-			sb_puts(b, open ? MODEL_CHAT_THINK_START : MODEL_CHAT_THINK_END);
+			strbuf_puts(b, open ? MODEL_CHAT_THINK_START : MODEL_CHAT_THINK_END);
 		}
 	}
 	return ST_OK;
@@ -824,26 +757,26 @@ static enum status prepare_tools(struct enc *x, size_t *n_tools)
 		json_decref(arr);
 		return ST_OK;
 	}
-	struct sbuf t = {0};
-	sb_puts(&t, tools_head_text);
+	struct strbuf t = {0};
+	strbuf_puts(&t, tools_head_text);
 	for (size_t i = 0; i < n; i++) {
 		json_t *fn = json_object_get(json_array_get(arr, i), "function");
 		if (!fn) {
-			free(t.p);
+			free(t.data);
 			json_decref(arr);
 			return err_set(x->e, ST_INVALID, "chat: tools[%zu]: missing \"function\"", i);
 		}
 		if (i)
-			sb_putc(&t, '\n');
+			strbuf_putc(&t, '\n');
 		py_dump(&t, fn);
 	}
-	sb_puts(&t, tools_tail_text);
+	strbuf_puts(&t, tools_tail_text);
 	json_decref(arr);
-	if (t.oom) {
-		free(t.p);
+	if (t.failed) {
+		free(t.data);
 		return err_set(x->e, ST_NOMEM, "chat: out of memory");
 	}
-	x->tools_text = t.p;
+	x->tools_text = t.data;
 	*n_tools = n;
 	return ST_OK;
 }
@@ -890,15 +823,15 @@ static enum status chat__encode(const struct model_chat_message *messages, size_
 			     (json_is_integer(v) && json_integer_value(v) == 0) ||
 			     (json_is_real(v) && json_real_value(v) == 0);
 		if (!falsy) {
-			struct sbuf t = {0};
+			struct strbuf t = {0};
 			py_dump(&t, v);
-			if (t.oom) {
-				free(t.p);
+			if (t.failed) {
+				free(t.data);
 				json_decref(v);
 				st = err_set(e, ST_NOMEM, "chat: out of memory");
 				goto done;
 			}
-			x.response_format_text = t.p;
+			x.response_format_text = t.data;
 		}
 		json_decref(v);
 	}
@@ -912,28 +845,28 @@ static enum status chat__encode(const struct model_chat_message *messages, size_
 	if (x.opt->thinking && drop)
 		drop_history(&x);
 	if (!x.opt->no_bos)
-		sb_puts(&x.out, MODEL_CHAT_BOS);
+		strbuf_puts(&x.out, MODEL_CHAT_BOS);
 	st = render_all(&x, drop);
 	if (st)
 		goto done;
-	sb_put(&x.out, "", 0);
-	if (x.out.oom) {
+	strbuf_append(&x.out, "", 0);
+	if (x.out.failed) {
 		st = err_set(e, ST_NOMEM, "chat: out of memory");
 		goto done;
 	}
-	if (!x.out.p) {
-		x.out.p = strdup("");
-		if (!x.out.p) {
+	if (!x.out.data) {
+		x.out.data = strdup("");
+		if (!x.out.data) {
 			st = err_set(e, ST_NOMEM, "chat: out of memory");
 			goto done;
 		}
 	}
-	*out_prompt = x.out.p;
+	*out_prompt = x.out.data;
 	if (out_len)
 		*out_len = x.out.len;
-	x.out.p = NULL;
+	x.out.data = NULL;
 done:
-	free(x.out.p);
+	free(x.out.data);
 	free(x.items);
 	free(x.blocks_mem);
 	free(x.tools_text);

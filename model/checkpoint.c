@@ -13,6 +13,8 @@
 #include "model/config_overrides.h"
 #include "model/dummy.h"
 
+#include "common/fileio.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -72,49 +74,6 @@ static bool file_exists(const char *path)
 {
 	struct stat sb;
 	return stat(path, &sb) == 0;
-}
-
-/* Read a whole (small) file; *buf is malloc'ed, NUL-terminated. */
-static enum status read_all(const char *path, size_t max_bytes, char **buf, size_t *n_bytes, struct err *e)
-{
-	*buf = NULL;
-	*n_bytes = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return err_set(e, errno == ENOENT ? ST_NOTFOUND : ST_IO, "%s: cannot open: %s", path, strerror(errno));
-	struct stat sb;
-	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return err_set(e, ST_IO, "%s: not a regular file", path);
-	}
-	if ((uint64_t)sb.st_size > max_bytes) {
-		close(fd);
-		return err_set(e, ST_INVALID, "%s: %lld bytes, more than the %zu allowed", path, (long long)sb.st_size,
-			       max_bytes);
-	}
-	size_t n = (size_t)sb.st_size;
-	char *b = malloc(n + 1);
-	if (!b) {
-		close(fd);
-		return err_set(e, ST_NOMEM, "%s: out of memory", path);
-	}
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = read(fd, b + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			free(b);
-			close(fd);
-			return err_set(e, ST_IO, "%s: read failed", path);
-		}
-		got += (size_t)r;
-	}
-	close(fd);
-	b[n] = '\0';
-	*buf = b;
-	*n_bytes = n;
-	return ST_OK;
 }
 
 static uint64_t name_hash(const char *s)
@@ -604,7 +563,7 @@ enum status model_checkpoint_create(struct model_checkpoint **out, const struct 
 		st = err_set(e, ST_NOTFOUND, "%s: not a directory", opt->dir);
 		goto done;
 	}
-	if ((st = read_all(cfg_path, MODEL_MAX_CONFIG_BYTES, &cfg_json, &cfg_bytes, e)) != ST_OK)
+	if ((st = file_read_all(cfg_path, MODEL_MAX_CONFIG_BYTES, &cfg_json, &cfg_bytes, e)) != ST_OK)
 		goto done;
 	if (opt->hf_overrides && opt->hf_overrides[0]) {
 		char *merged;
@@ -637,7 +596,7 @@ enum status model_checkpoint_create(struct model_checkpoint **out, const struct 
 	}
 
 	if (file_exists(idx_path)) {
-		if ((st = read_all(idx_path, MODEL_CKPT_MAX_INDEX_BYTES, &idx_json, &idx_bytes, e)) != ST_OK)
+		if ((st = file_read_all(idx_path, MODEL_CKPT_MAX_INDEX_BYTES, &idx_json, &idx_bytes, e)) != ST_OK)
 			goto done;
 		if ((st = parse_index(ck, idx_path, idx_json, idx_bytes, e)) != ST_OK)
 			goto done;

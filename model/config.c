@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/log.h"
 
 /* ---- Typed field readers ---- */
@@ -753,39 +754,11 @@ enum status model_config_parse(const char *json, size_t n_bytes, const char *fil
 
 enum status model_config_load(const char *path, struct model_config *out, struct err *e)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return err_set(e, errno == ENOENT ? ST_NOTFOUND : ST_IO, "%s: cannot open: %s", path, strerror(errno));
-	struct stat sb;
-	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return err_set(e, ST_IO, "%s: not a regular file", path);
-	}
-	if ((uint64_t)sb.st_size > MODEL_MAX_CONFIG_BYTES) {
-		close(fd);
-		return err_set(e, ST_INVALID, "%s: %lld bytes is more than %u", path, (long long)sb.st_size,
-			       MODEL_MAX_CONFIG_BYTES);
-	}
-	size_t n = (size_t)sb.st_size;
-	char *buf = malloc(n ? n : 1);
-	if (!buf) {
-		close(fd);
-		return err_set(e, ST_NOMEM, "%s: out of memory", path);
-	}
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = read(fd, buf + got, n - got);
-		if (r <= 0) {
-			if (r < 0 && errno == EINTR)
-				continue;
-			free(buf);
-			close(fd);
-			return err_set(e, ST_IO, "%s: read failed", path);
-		}
-		got += (size_t)r;
-	}
-	close(fd);
-	enum status st = model_config_parse(buf, n, path, out, e);
+	char *buf;
+	size_t n;
+	enum status st = file_read_all(path, MODEL_MAX_CONFIG_BYTES, &buf, &n, e);
+	if (st == ST_OK)
+		st = model_config_parse(buf, n, path, out, e);
 	free(buf);
 	return st;
 }

@@ -20,7 +20,7 @@
 struct model_detok;
 
 struct model_detok_options {
-	const struct model_tokenizer *tok; /* borrowed; must outlive the detokenizer */
+	const struct model_tokenizer *tok; /* borrowed; must outlive the detokenizer; NULL: bytes only */
 	unsigned flags;                    /* enum model_tok_decode_flags */
 };
 
@@ -38,6 +38,18 @@ void model_detok_reset(struct model_detok *d);
  * is ST_INVALID and consumes nothing of this call. */
 enum status model_detok_feed(struct model_detok *d, const int32_t *ids, size_t n,
 			     const char **delta, size_t *delta_len, struct err *e) DSV4_WUR;
+
+/* The same hold-back over raw bytes (the pieces of tokens looked up by the
+ * caller, e.g. with model_detok_piece): the scheduler's path, which needs
+ * no tokenizer of its own. */
+enum status model_detok_feed_bytes(struct model_detok *d, const char *bytes, size_t n, const char **delta,
+				   size_t *delta_len, struct err *e) DSV4_WUR;
+
+/* The raw bytes of token_id into buf (at most cap; returns the count); a
+ * special token (bos, eos, pad, placeholders) gives none unless
+ * keep_special (vLLM's skip_special_tokens: false). ctx: const struct
+ * model_tokenizer *. The scheduler's sched_detok_fn. */
+uint32_t model_detok_piece(void *ctx, int32_t token_id, bool keep_special, char *buf, uint32_t cap);
 
 /* End of sequence: the held incomplete bytes (one U+FFFD, or raw). */
 enum status model_detok_flush(struct model_detok *d, const char **delta, size_t *delta_len,

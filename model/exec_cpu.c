@@ -17,6 +17,7 @@
 #if DSV4_HAVE_CUDA
 #include "kernels/device/ctx.h"
 #endif
+#include "kernels/device/graph.h"
 #include "model/forward.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -25,6 +26,7 @@ struct model_exec_cpu {
 	struct exec ex;
 	struct kern_mem mem;    /* host, or the device of opt->dev */
 	void *kctx;             /* struct kern_ctx * of a GPU executor: its stream and kernel scratch */
+	struct kern_graph *graph; /* CUDA graphs of decode steps, or NULL (eager) */
 	struct model_weights w;
 	struct model_state st;
 	struct model_fwd *fwd;
@@ -393,6 +395,12 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	struct model_fwd_options fo = {.max_tokens = T, .max_seqs = S, .max_context = (uint32_t)max_len,
 				       .quant_sim = ref, .bf16_round = ref, .comm = world > 1 ? opt->comm : NULL,
 				       .kctx = x->kctx};
+	const char *cg = getenv("DSV4_CUDA_GRAPHS");
+	if (gpu && world == 1 && !opt->enforce_eager && !(cg && !strcmp(cg, "0"))) {
+		if ((st = kern_graph_create(&x->graph, &x->mem, e)))
+			goto fail;
+		fo.graph = x->graph;
+	}
 	if ((st = model_fwd_create(&x->fwd, &x->w, &x->st, &fo, e)))
 		goto fail;
 	x->vocab = (uint32_t)cfg->vocab_size;
@@ -438,8 +446,9 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	x->ex.info.max_model_len = (uint32_t)max_len;
 	if (gpu)
 		log_msg(LOG_INFO, "model", "executor on GPU %d (%s, cc %d.%d): %u blocks of %u tokens, %u tokens x %u "
-					   "sequences per step, %s", opt->dev->index, opt->dev->name, opt->dev->cc_major,
-			opt->dev->cc_minor, nb, B, T, S, ref ? "reference precision" : "fp32 precision");
+					   "sequences per step, %s, %s", opt->dev->index, opt->dev->name, opt->dev->cc_major,
+			opt->dev->cc_minor, nb, B, T, S, ref ? "reference precision" : "fp32 precision",
+			x->graph ? "CUDA graphs for decode steps" : "eager (no CUDA graphs)");
 	else
 		log_msg(LOG_INFO, "model", "executor on the CPU: %u blocks of %u tokens, %u tokens x %u sequences per "
 					   "step, %s", nb, B, T, S, ref ? "reference precision" : "fp32 precision");
@@ -455,6 +464,7 @@ void model_exec_cpu_destroy(struct model_exec_cpu *x)
 	if (!x)
 		return;
 	model_fwd_destroy(x->fwd);
+	kern_graph_destroy(x->graph);
 	model_state_free(&x->st);
 	if (x->weights_loaded)
 		model_weights_free(&x->w);
@@ -519,6 +529,15 @@ static enum status exec_cpu__forward(struct model_exec_cpu *x, const struct exec
 			return st;
 	}
 	return ST_OK;
+}
+
+bool model_exec_cpu_graph_stats(const struct model_exec_cpu *x, struct kern_graph_stats *out)
+{
+	*out = (struct kern_graph_stats){0};
+	if (!x->graph)
+		return false;
+	kern_graph_get_stats(x->graph, out);
+	return true;
 }
 
 const float *model_exec_cpu_streams(const struct model_exec_cpu *x)

@@ -61,6 +61,10 @@ struct model_exec_cpu_options {
 	 * others' step leaves out untouched). */
 	int rank, world_size;
 	struct comm *comm;
+	/* A single-GPU executor runs decode-only steps as CUDA graphs
+	 * (kernels/device/graph.h) unless enforce_eager (vLLM's --enforce-eager)
+	 * or DSV4_CUDA_GRAPHS=0; tensor-parallel ranks always run eagerly. */
+	bool enforce_eager;
 };
 
 /* --device: "auto" (the first GPU when one is present and usable, else the
@@ -82,6 +86,11 @@ struct exec *model_exec_cpu_exec(struct model_exec_cpu *x);
  * a step does. */
 enum status model_exec_cpu_forward(struct model_exec_cpu *x, const struct exec_step *step, const uint32_t *rows,
 				   uint32_t n_rows, float *logits, struct err *e) DSV4_WUR;
+
+/* Counters of the executor's CUDA graphs (kernels/device/graph.h); false
+ * (and zeros) when it runs every step eagerly. */
+struct kern_graph_stats;
+bool model_exec_cpu_graph_stats(const struct model_exec_cpu *x, struct kern_graph_stats *out);
 
 /* Pre-head hyper-connection streams [n_tokens, hc_mult, hidden] of the last
  * forward (step or model_exec_cpu_forward), in the executor's memory (device

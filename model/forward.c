@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "kernels/device/graph.h"
 #include "kernels/quant/quant.h"
 
 /* One segment: the tokens of one sequence inside one block. */
@@ -1044,6 +1045,20 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 					      .max_rows = P, .row_weight = f->rw, .stream = sm};
 	OK(f->g->moe_row_weight(&wa));
 	const struct model_experts *x = &ly->experts;
+	float limit = (float)f->cfg->swiglu_limit;
+	/* ---- moe-decode: small steps run the fused routed-expert pass (kernels/moe_gemm/moe_decode.h):
+	 * the same numerics as the ops below, into the same buffers, in two launches ---- */
+	if (x->run_dec && T <= KERN_MOE_DECODE_MAX_TOKENS) {
+		struct kern_moe_decode_args dd = {
+			.n_tokens = T, .top_k = (int)K, .n_experts = EL, .expert_offsets = f->offsets,
+			.row_src = f->row_src, .slot_row = f->slot_row, .row_weight = f->rw, .x = xn, .h = f->h1,
+			.y = f->y2, .out = out, .w1 = x->w1, .w3 = x->w3, .w2 = x->w2, .w1_dev = x->w1_dev,
+			.w3_dev = x->w3_dev, .w2_dev = x->w2_dev, .act_quant_block = x->act_quant_block,
+			.swiglu_limit = limit, .bf16_round = f->opt.bf16_round, .stream = sm, .ctx = f->opt.kctx};
+		OK(x->run_dec(&dd));
+		goto combined;
+	}
+	/* ---- end moe-decode ---- */
 	struct kern_moe_gemm_args ma = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets,
 					.row_src = f->row_src, .n_x_rows = T, .x = xn, .x_dtype = KERN_DT_F32,
 					.y = f->h1, .y_dtype = KERN_DT_F32, .w = x->w1, .w_dev = x->w1_dev,
@@ -1057,7 +1072,6 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 	trace(f, "h3", l, f->h3, P * I);
 	if ((st = round_bf16(f, f->h1, P * I, e)) || (st = round_bf16(f, f->h3, P * I, e)))
 		return st;
-	float limit = (float)f->cfg->swiglu_limit;
 	struct kern_swiglu_args sa = {.gate = f->h1, .up = f->h3, .out = f->h1, .row_weight = f->rw, .n_rows = P,
 				      .dim = (int)I, .limit = limit, .bf16_out = f->opt.bf16_round, .stream = sm};
 	OK(ly->ops.swiglu(&sa));
@@ -1073,6 +1087,7 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 					   .y = f->y2, .y_dtype = KERN_DT_F32, .out = out, .out_dtype = KERN_DT_F32,
 					   .stream = sm};
 	OK(f->g->moe_combine(&ca));
+combined:
 	trace(f, "combine", l, out, T * D);
 	/* shared expert (same clamp, weight 1); under TP each rank holds a slice
 	 * of its intermediate dim and the all-reduce sums the partial outputs */
@@ -1135,12 +1150,40 @@ static enum status embed(struct model_fwd *f, float *out, int64_t n_copies, stru
 	return all_reduce(f, out, f->T * n_copies * f->D, e);
 }
 
+static enum status layers_run(struct model_fwd *f, struct err *e);
+
 enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, struct err *e)
 {
 	enum status st = batch_prepare(f, step, e);
 	if (st)
 		return st;
 	f->x_final = NULL;
+	/* A decode-only step (one token per sequence) of a single-GPU executor
+	 * runs as a CUDA graph: captured as it launches, replayed as one launch
+	 * (kernels/device/graph.h); the key is its batch size. Host collectives
+	 * (tensor parallel) synchronise inside the step, so graphs need ws 1;
+	 * the trace aid downloads inside the step, so it runs eagerly. */
+	bool graph = f->opt.graph && f->ws == 1 && f->T == (uint32_t)f->S && f->step_no >= f->trace_steps &&
+		     kern_graph_warm(f->opt.graph, f->T);
+	if (graph && (st = kern_graph_begin(f->opt.graph, e)))
+		return st;
+	st = layers_run(f, e);
+	if (graph) {
+		enum status st2 = kern_graph_end(f->opt.graph, f->T, st == ST_OK, e);
+		if (!st)
+			st = st2;
+	}
+	if (st)
+		return st;
+	f->x_final = f->x;
+	f->step_no++;
+	return ST_OK;
+}
+
+/* The embedding and every layer of the step batch_prepare made ready. */
+static enum status layers_run(struct model_fwd *f, struct err *e)
+{
+	enum status st;
 	if ((st = embed(f, f->x, f->n, e)))
 		return st;
 	trace(f, "embed", -1, f->x, f->T * f->n * f->D);
@@ -1157,8 +1200,6 @@ enum status model_fwd_run(struct model_fwd *f, const struct exec_step *step, str
 	for (int l = 0; l < f->w->n_layers; l++)
 		if ((st = block(f, l, e)))
 			return st;
-	f->x_final = f->x;
-	f->step_no++;
 	return ST_OK;
 }
 

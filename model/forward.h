@@ -47,6 +47,7 @@ struct model_fwd_options {
 	bool bf16_round;
 	struct comm *comm;     /* tensor parallel group of the weights' world size (NULL when 1) */
 	void *kctx;            /* struct kern_ctx * (kernels/device/ctx.h) of a GPU executor; NULL: the default */
+	struct kern_graph *graph; /* decode-only steps are captured and replayed as CUDA graphs (NULL: eager) */
 };
 
 enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,

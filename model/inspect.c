@@ -180,10 +180,11 @@ enum status model_inspect_write(const struct model_checkpoint *ck, const struct 
 
 	char list[1024];
 	fprintf(out, "\nlayer types:\n");
+	/* the draft row says which draft model the mtp.* layers are */
 	static const char *const kinds[] = {"sliding", "CSA", "HCA", "hash-routed", "MTP"};
 	for (int k = 0; k < 5; k++) {
 		layer_list(ck, list, sizeof list, k);
-		fprintf(out, "  %-12s %s\n", kinds[k], list);
+		fprintf(out, "  %-12s %s\n", k == 4 && c->draft_kind == MODEL_DRAFT_DSPARK ? "DSpark" : kinds[k], list);
 	}
 	fprintf(out, "\n  %-6s %-9s %-8s %-6s %-8s %-10s %-8s %-8s %s\n", "layer", "prefix", "attn", "ratio",
 		"routing", "attention", "shared", "experts", "mtp-proj");

@@ -12,6 +12,8 @@
  */
 #include "model/output_parser.h"
 
+#include "common/strbuf.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,33 +21,6 @@
 
 #define DSML "｜DSML｜"
 #define EOS_TEXT "<｜end▁of▁sentence｜>"
-
-/* ---- growable byte buffer with a sticky out-of-memory flag ---- */
-
-struct buf {
-	char *p;
-	size_t len, cap;
-};
-
-static bool buf_put(struct buf *b, const void *s, size_t n)
-{
-	if (n == 0)
-		return true;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 64;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p)
-			return false;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = 0;
-	return true;
-}
 
 /* ---- markers ---- */
 
@@ -110,14 +85,14 @@ struct model_oparse {
 	char tag[MARKER_MAX_BYTES];
 	size_t tag_len, ws_bytes;
 	/* invoke / parameter head text (bounded by max_tag_bytes) */
-	struct buf head;
+	struct strbuf head;
 	bool head_unquoted; /* no quote seen yet: a bare > ends the head */
 	/* markup consumed but not yet accounted for: given back as content on
 	 * malformation (bounded: whitespace and heads are bounded) */
-	struct buf raw;
+	struct strbuf raw;
 
 	/* the pending event run, flushed on kind change and at feed end */
-	struct buf run;
+	struct strbuf run;
 	enum model_oparse_event_kind run_kind;
 
 	/* the open call */
@@ -125,7 +100,7 @@ struct model_oparse {
 	size_t call_index, n_params;
 	size_t block_calls; /* calls started in the current tool_calls block */
 	bool value_is_string;
-	struct buf value; /* string="false" value held for validation */
+	struct strbuf value; /* string="false" value held for validation */
 	unsigned char u8[4];
 	size_t u8_len, u8_need;
 
@@ -144,7 +119,7 @@ static void flush_run(struct model_oparse *p)
 {
 	if (p->run.len == 0)
 		return;
-	struct model_oparse_event ev = {.kind = p->run_kind, .text = p->run.p, .len = p->run.len,
+	struct model_oparse_event ev = {.kind = p->run_kind, .text = p->run.data, .len = p->run.len,
 					.tool_index = p->call_index};
 	p->opt.emit(p->opt.user, &ev);
 	p->run.len = 0;
@@ -158,7 +133,8 @@ static void emit(struct model_oparse *p, enum model_oparse_event_kind kind, cons
 	if (p->run.len && p->run_kind != kind)
 		flush_run(p);
 	p->run_kind = kind;
-	if (!buf_put(&p->run, s, n))
+	strbuf_append(&p->run, s, n);
+	if (strbuf_failed(&p->run))
 		fail_nomem(p);
 }
 
@@ -305,13 +281,14 @@ static void value_byte(struct model_oparse *p, unsigned char c)
 		/* too big to hold for validation: it streams on as a string */
 		emit_args(p, "\"");
 		for (size_t i = 0; i < p->value.len; i++)
-			esc_byte(p, (unsigned char)p->value.p[i]);
+			esc_byte(p, (unsigned char)p->value.data[i]);
 		p->value.len = 0;
 		p->value_is_string = true;
 		esc_byte(p, c);
 		return;
 	}
-	if (!buf_put(&p->value, &c, 1))
+	strbuf_putc(&p->value, (char)c);
+	if (strbuf_failed(&p->value))
 		fail_nomem(p);
 }
 
@@ -320,11 +297,11 @@ static void value_end(struct model_oparse *p)
 	if (p->value_is_string) {
 		u8_bad_flush(p);
 		emit_args(p, "\"");
-	} else if (p->value.len && json_valid(p->value.p, p->value.len)) {
-		emit(p, MODEL_OPARSE_TOOL_CALL_ARGS, p->value.p, p->value.len);
+	} else if (p->value.len && json_valid(p->value.data, p->value.len)) {
+		emit(p, MODEL_OPARSE_TOOL_CALL_ARGS, p->value.data, p->value.len);
 	} else {
 		emit_args(p, "\"");
-		esc_str(p, p->value.p ? p->value.p : "", p->value.len);
+		esc_str(p, p->value.data ? p->value.data : "", p->value.len);
 		emit_args(p, "\"");
 	}
 	p->value.len = 0;
@@ -352,7 +329,8 @@ static void enter(struct model_oparse *p, enum state s)
 
 static void raw_put(struct model_oparse *p, const void *s, size_t n)
 {
-	if (!buf_put(&p->raw, s, n))
+	strbuf_append(&p->raw, s, n);
+	if (strbuf_failed(&p->raw))
 		fail_nomem(p);
 }
 
@@ -362,7 +340,7 @@ static void malformed(struct model_oparse *p)
 {
 	p->fin.n_malformed++;
 	call_end(p);
-	emit(p, MODEL_OPARSE_CONTENT, p->raw.p, p->raw.len);
+	emit(p, MODEL_OPARSE_CONTENT, p->raw.data, p->raw.len);
 	p->raw.len = 0;
 	enter(p, S_CONTENT);
 }
@@ -410,7 +388,7 @@ static void head_done(struct model_oparse *p)
 	const char *name, *str;
 	size_t name_len, str_len;
 	bool is_param = p->state == S_PARAM_HEAD;
-	if (!head_parse(p->head.p, p->head.len, is_param, &name, &name_len, &str, &str_len)) {
+	if (!head_parse(p->head.data, p->head.len, is_param, &name, &name_len, &str, &str_len)) {
 		malformed(p);
 		return;
 	}
@@ -449,7 +427,7 @@ static void act(struct model_oparse *p, const struct marker *m)
 		if (p->call_open)
 			call_end(p);
 		else if (p->state != S_REASONING && p->state != S_CONTENT && !p->block_calls)
-			emit(p, MODEL_OPARSE_CONTENT, p->raw.p, p->raw.len);
+			emit(p, MODEL_OPARSE_CONTENT, p->raw.data, p->raw.len);
 		p->raw.len = 0;
 		enter(p, S_DONE);
 		break;
@@ -571,9 +549,9 @@ static void head_byte(struct model_oparse *p, unsigned char c)
 {
 	/* A head ends at `">`, or at `>` when it has no quote at all. */
 	size_t k = p->head.len;
-	while (k && is_ws(p->head.p[k - 1]))
+	while (k && is_ws(p->head.data[k - 1]))
 		k--;
-	if (c == '>' && (p->head_unquoted || (k && p->head.p[k - 1] == '"'))) {
+	if (c == '>' && (p->head_unquoted || (k && p->head.data[k - 1] == '"'))) {
 		raw_put(p, &c, 1);
 		head_done(p);
 		return;
@@ -586,7 +564,8 @@ static void head_byte(struct model_oparse *p, unsigned char c)
 	if (c == '"')
 		p->head_unquoted = false;
 	raw_put(p, &c, 1);
-	if (!buf_put(&p->head, &c, 1))
+	strbuf_putc(&p->head, (char)c);
+	if (strbuf_failed(&p->head))
 		fail_nomem(p);
 }
 
@@ -677,7 +656,7 @@ enum status model_oparse_finish(struct model_oparse *p)
 		if (p->call_open)
 			call_end(p);
 		else if (!p->block_calls)
-			emit(p, MODEL_OPARSE_CONTENT, p->raw.p, p->raw.len);
+			emit(p, MODEL_OPARSE_CONTENT, p->raw.data, p->raw.len);
 		break;
 	case S_DONE:
 		break;
@@ -696,9 +675,9 @@ void model_oparse_destroy(struct model_oparse *p)
 {
 	if (!p)
 		return;
-	free(p->head.p);
-	free(p->raw.p);
-	free(p->run.p);
-	free(p->value.p);
+	free(p->head.data);
+	free(p->raw.data);
+	free(p->run.data);
+	free(p->value.data);
 	free(p);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "tokenizer_internal.h"
@@ -298,10 +299,9 @@ static enum status parse_pretok(struct model_tokenizer *tok, json_t *root, struc
 	return ST_OK;
 }
 
-static enum status parse_model(struct model_tokenizer *tok, json_t *root, const int16_t c2b[512],
-			       const uint32_t b2c[256], struct err *e)
+/* model: a plain BPE (no dropout, subword affixes or ignore_merges). */
+static enum status model_check(json_t *model, struct err *e)
 {
-	json_t *model = json_object_get(root, "model");
 	const char *type = jstr(model, "type");
 	if (!type || strcmp(type, "BPE") != 0)
 		return err_set(e, ST_UNSUPPORTED, "model.type %s: only BPE", type ? type : "(none)");
@@ -313,12 +313,15 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		return err_set(e, ST_UNSUPPORTED, "model: subword prefix/suffix");
 	if (jtrue(model, "ignore_merges"))
 		return err_set(e, ST_UNSUPPORTED, "model: ignore_merges");
-	json_t *vocab = json_object_get(model, "vocab");
-	json_t *added = json_object_get(root, "added_tokens");
-	if (!json_is_object(vocab))
+	if (!json_is_object(json_object_get(model, "vocab")))
 		return err_set(e, ST_INVALID, "model.vocab: not an object");
+	return ST_OK;
+}
 
-	/* Size the id space. */
+/* The id space (1 + the largest id of the vocab and the added tokens) and
+ * the per-id tables sized for it. */
+static enum status ids_alloc(struct model_tokenizer *tok, json_t *vocab, json_t *added, struct err *e)
+{
 	json_int_t max_id = -1;
 	const char *key;
 	json_t *v;
@@ -358,20 +361,25 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		return err_set(e, ST_NOMEM, "tokenizer: out of memory (%zu ids)", nv);
 	memset(tok->str_off, 0xFF, nv * sizeof *tok->str_off);
 	memset(tok->str_map, 0xFF, map_slots * sizeof *tok->str_map);
+	return ST_OK;
+}
 
-	enum status s;
+/* The vocab's strings, and the one-byte tokens BPE starts from. */
+static enum status vocab_load(struct model_tokenizer *tok, json_t *vocab, const uint32_t b2c[256], struct err *e)
+{
+	const char *key;
+	json_t *v;
 	json_object_foreach(vocab, key, v)
 	{
 		int32_t id = (int32_t)json_integer_value(v);
 		if (tok->str_off[id] != UINT32_MAX)
 			return err_set(e, ST_INVALID, "model.vocab: id %d given twice", id);
-		s = strs_add(tok, key, strlen(key), &tok->str_off[id], e);
+		enum status s = strs_add(tok, key, strlen(key), &tok->str_off[id], e);
 		if (s != ST_OK)
 			return s;
 		tok->id_flags[id] |= TOK_ID_ASSIGNED;
 		str_map_put(tok, id);
 	}
-
 	/* The one-byte tokens BPE starts from. */
 	for (int b = 0; b < 256; b++) {
 		char u[4];
@@ -388,8 +396,14 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 			return err_set(e, ST_UNSUPPORTED, "model.vocab: no token for byte 0x%02x", b);
 	}
 
-	/* Merges, "left right" strings or [left, right] pairs; rank = position. */
-	json_t *merges = json_object_get(model, "merges");
+	return ST_OK;
+}
+
+/* Merges, "left right" strings or [left, right] pairs; rank = position. */
+static enum status merges_load(struct model_tokenizer *tok, json_t *merges, struct err *e)
+{
+	size_t i;
+	json_t *v;
 	size_t nm = json_array_size(merges), slots = 1;
 	while (slots < 2 * nm + 2)
 		slots *= 2;
@@ -432,7 +446,16 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		tok->merges[slot] = (struct tok__merge){.key = k, .rank = (uint32_t)i, .new_id = c};
 	}
 
-	/* Added tokens: they shadow vocab strings, and go into the tries. */
+	return ST_OK;
+}
+
+/* Added tokens: they shadow vocab strings, and go into the tries. Special
+ * is a property of the string (HF's special_tokens_set). */
+static enum status added_load(struct model_tokenizer *tok, json_t *added, struct err *e)
+{
+	size_t i;
+	json_t *v;
+	enum status s;
 	tok->n_added = json_array_size(added);
 	tok->added = calloc(tok->n_added ? tok->n_added : 1, sizeof *tok->added);
 	if (!tok->added)
@@ -462,7 +485,6 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		if (s != ST_OK)
 			return err_prefix(e, "added_tokens[%zu]", i);
 	}
-	/* Special is a property of the string (HF's special_tokens_set). */
 	for (i = 0; i < tok->n_added; i++) {
 		if (!tok->added[i].special)
 			continue;
@@ -472,7 +494,13 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 		if (vid >= 0)
 			tok->id_flags[vid] |= TOK_ID_SPECIAL;
 	}
-	/* Pieces: each token's bytes as the ByteLevel decoder gives them. */
+	return ST_OK;
+}
+
+/* Pieces: each token's bytes as the ByteLevel decoder gives them. */
+static enum status pieces_build(struct model_tokenizer *tok, const int16_t c2b[512], struct err *e)
+{
+	size_t nv = (size_t)tok->vocab_size;
 	tok->pieces = malloc(tok->strs_len + 1);
 	if (!tok->pieces)
 		return err_set(e, ST_NOMEM, "tokenizer: out of memory (pieces)");
@@ -488,25 +516,19 @@ static enum status parse_model(struct model_tokenizer *tok, json_t *root, const 
 	return ST_OK;
 }
 
-static char *read_file(const char *path, size_t *len)
+static enum status parse_model(struct model_tokenizer *tok, json_t *root, const int16_t c2b[512],
+			       const uint32_t b2c[256], struct err *e)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *buf = NULL;
-	struct stat sb;
-	if (fstat(fileno(f), &sb) == 0 && sb.st_size >= 0) {
-		buf = malloc((size_t)sb.st_size + 1);
-		if (buf && fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
-			free(buf);
-			buf = NULL;
-			errno = EIO;
-		}
-		*len = (size_t)sb.st_size;
-	}
-	fclose(f);
-	return buf;
+	json_t *model = json_object_get(root, "model");
+	json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(root, "added_tokens");
+	enum status s;
+	if ((s = model_check(model, e)) || (s = ids_alloc(tok, vocab, added, e)) || (s = vocab_load(tok, vocab, b2c, e)) ||
+	    (s = merges_load(tok, json_object_get(model, "merges"), e)) || (s = added_load(tok, added, e)))
+		return s;
+	return pieces_build(tok, c2b, e);
 }
+
+#define TOK_MAX_FILE_BYTES ((size_t)1 << 30) /* tokenizer.json: DeepSeek-V4's is 8 MiB */
 
 /* bos/eos from tokenizer_config.json in dir (string or {"content": ...}). */
 static int32_t config_token(const struct model_tokenizer *tok, json_t *cfg, const char *key,
@@ -542,9 +564,10 @@ enum status model_tokenizer_load(struct model_tokenizer **out, const char *path,
 	/* One read and json_loadb: json_load_file reads by getc, several times slower. */
 	json_error_t jerr;
 	size_t flen;
-	char *fbuf = read_file(file, &flen);
-	if (!fbuf)
-		return err_set(e, ST_IO, "tokenizer %s: %s", file, strerror(errno));
+	char *fbuf;
+	enum status rs = file_read_all(file, TOK_MAX_FILE_BYTES, &fbuf, &flen, e);
+	if (rs != ST_OK)
+		return e ? err_prefix(e, "tokenizer") : rs;
 	json_t *root = json_loadb(fbuf, flen, 0, &jerr);
 	free(fbuf);
 	if (!root)

@@ -230,195 +230,191 @@ static enum status lone_prop(struct sbuf *b, struct cls *c, const char *name, si
 	return ST_OK;
 }
 
-enum status tok__regex_translate(const char *pat, bool literal, char *out, size_t cap,
-				 struct err *e)
+/* The translation in progress: the pattern, the output, and the class
+ * being built (plain and Cn-guarded forms, struct cls). */
+struct tr {
+	const char *pat;
+	size_t n;
+	struct sbuf *b;
+	struct cls c;
+	bool in_class;
+	size_t class_start; /* index just after '[' or '[^' */
+};
+
+/* A literal pattern: every ASCII character that is not alphanumeric escaped. */
+static void tr_literal(const char *pat, struct sbuf *b)
+{
+	for (size_t i = 0; pat[i]; i++) {
+		unsigned char ch = (unsigned char)pat[i];
+		if (ch < 0x80 && !((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')))
+			put(b, "\\", 1);
+		put(b, pat + i, 1);
+	}
+}
+
+/* The shorthands Oniguruma means otherwise (\s \S \w \W \d \D \h \H \b \B)
+ * at t->pat[*i] == '\\'. *done = false when x is none of them (or [\b]). */
+static enum status tr_shorthand(struct tr *t, char x, bool *done, struct err *e)
+{
+	enum status st = ST_OK;
+	*done = true;
+	switch (x) {
+	case 's':
+	case 'S':
+	case 'w':
+	case 'W':
+		if (!t->in_class)
+			cput(&t->c, x == 's' || x == 'w' ? "[" : "[^");
+		cput(&t->c, x == 's' || x == 'S' ? ONIG_SPACE_CTRL : ONIG_WORD_LATIN1);
+		for (const char *const *p = x == 's' || x == 'S' ? space_props : word_props; *p && st == ST_OK; p++)
+			st = cls_prop(&t->c, *p, strlen(*p), false, NULL, t->pat, e);
+		if (!t->in_class) {
+			cput(&t->c, "]");
+			cls_flush(t->b, &t->c);
+		}
+		return st;
+	case 'd':
+	case 'D':
+		return t->in_class ? cls_prop(&t->c, "Nd", 2, x == 'D', NULL, t->pat, e)
+				   : lone_prop(t->b, &t->c, "Nd", 2, x == 'D', t->pat, e);
+	case 'h':
+		if (t->in_class)
+			cput(&t->c, ONIG_HEX);
+		else
+			puts_(t->b, "[" ONIG_HEX "]");
+		return ST_OK;
+	case 'H': puts_(t->b, "[^" ONIG_HEX "]"); return ST_OK;
+	case 'b':
+	case 'B':
+		/* Word boundaries, by Oniguruma's \w (PCRE2's use its own). */
+		if (t->in_class) {
+			*done = false; /* [\b] is a backspace in both */
+			return ST_OK;
+		}
+		return put_boundary(t->b, x == 'B', e);
+	default: *done = false; return ST_OK;
+	}
+}
+
+/* One escape at t->pat[*i] == '\\'; advances *i past it. */
+static enum status tr_escape(struct tr *t, size_t *i, struct err *e)
+{
+	const char *pat = t->pat;
+	if (*i + 1 >= t->n)
+		return err_set(e, ST_INVALID, "regex /%s/: trailing backslash", pat);
+	char x = pat[*i + 1];
+	if (strchr("SWH", x) && t->in_class)
+		return err_set(e, ST_UNSUPPORTED, "regex /%s/: \\%c inside a character class", pat, x);
+	bool done;
+	enum status st = tr_shorthand(t, x, &done, e);
+	if (st != ST_OK || done) {
+		*i += 2;
+		return st;
+	}
+	if (x == 'u') { /* \uHHHH */
+		if (*i + 6 > t->n)
+			return err_set(e, ST_INVALID, "regex /%s/: bad \\u", pat);
+		char tmp[16];
+		snprintf(tmp, sizeof tmp, "\\x{%.4s}", pat + *i + 2);
+		if (t->in_class)
+			cput(&t->c, tmp);
+		else
+			puts_(t->b, tmp);
+		*i += 6;
+		return ST_OK;
+	}
+	if (x == 'p' || x == 'P') { /* \p{Name} or \p{^Name}: same spelling in PCRE2 */
+		const char *end = strchr(pat + *i, '}');
+		if (pat[*i + 2] != '{' || !end)
+			return err_set(e, ST_UNSUPPORTED, "regex /%s/: \\%c without {name}", pat, x);
+		const char *name = pat + *i + 3;
+		bool neg = x == 'P';
+		if (*name == '^') {
+			neg = !neg;
+			name++;
+		}
+		size_t nl = (size_t)(end - name);
+		*i = (size_t)(end - pat) + 1;
+		return t->in_class ? cls_prop(&t->c, name, nl, neg, NULL, pat, e)
+				   : lone_prop(t->b, &t->c, name, nl, neg, pat, e);
+	}
+	if (strchr("RXKgkNOyY", x))
+		return err_set(e, ST_UNSUPPORTED, "regex /%s/: \\%c is not translated", pat, x);
+	/* Any other escape (\\, \[, \-, \n, \x{..}, \b, \A ...) means the same in
+	 * both dialects; copy it with its whole character. */
+	size_t l = 1 + char_len((unsigned char)x);
+	if (t->in_class) {
+		put(&t->c.plain, pat + *i, l);
+		put(&t->c.full, pat + *i, l);
+	} else {
+		put(t->b, pat + *i, l);
+	}
+	*i += l;
+	return ST_OK;
+}
+
+/* One character (not an escape) at t->pat[*i]; advances *i past it. */
+static enum status tr_char(struct tr *t, size_t *i, struct err *e)
+{
+	const char *pat = t->pat;
+	char ch = pat[*i];
+	size_t l = char_len((unsigned char)ch);
+	if (!t->in_class) {
+		if (ch != '[') {
+			put(t->b, pat + *i, l);
+			*i += l;
+			return ST_OK;
+		}
+		t->in_class = true;
+		cput(&t->c, "[");
+		(*i)++;
+		if (*i < t->n && pat[*i] == '^') {
+			cput(&t->c, "^");
+			(*i)++;
+		}
+		t->class_start = *i;
+		return ST_OK;
+	}
+	if (ch == '[')
+		return err_set(e, ST_UNSUPPORTED, "regex /%s/: nested class or POSIX bracket", pat);
+	if (ch == '&' && *i + 1 < t->n && pat[*i + 1] == '&')
+		return err_set(e, ST_UNSUPPORTED, "regex /%s/: class intersection", pat);
+	if (ch == ']' && *i != t->class_start) {
+		t->in_class = false;
+		cput(&t->c, "]");
+		cls_flush(t->b, &t->c);
+		(*i)++;
+		return ST_OK;
+	}
+	put(&t->c.plain, pat + *i, l);
+	put(&t->c.full, pat + *i, l);
+	*i += l;
+	return ST_OK;
+}
+
+enum status tok__regex_translate(const char *pat, bool literal, char *out, size_t cap, struct err *e)
 {
 	struct sbuf b = {out, 0, cap, false};
 	if (cap)
 		out[0] = 0;
-	size_t n = strlen(pat);
-	if (literal) {
-		for (size_t i = 0; i < n; i++) {
-			unsigned char ch = (unsigned char)pat[i];
-			if (ch < 0x80 && !((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') ||
-					   (ch >= 'A' && ch <= 'Z')))
-				put(&b, "\\", 1);
-			put(&b, pat + i, 1);
-		}
-		goto done;
-	}
-	struct cls c = {{malloc(cap), 0, cap, false}, {malloc(cap), 0, cap, false}};
 	enum status st = ST_OK;
-	if (!c.plain.p || !c.full.p) {
-		st = err_set(e, ST_NOMEM, "regex: out of memory");
-		goto out;
+	if (literal) {
+		tr_literal(pat, &b);
+	} else {
+		struct tr t = {.pat = pat, .n = strlen(pat), .b = &b,
+			       .c = {{malloc(cap), 0, cap, false}, {malloc(cap), 0, cap, false}}};
+		if (!t.c.plain.p || !t.c.full.p)
+			st = err_set(e, ST_NOMEM, "regex: out of memory");
+		for (size_t i = 0; st == ST_OK && i < t.n;)
+			st = pat[i] == '\\' ? tr_escape(&t, &i, e) : tr_char(&t, &i, e);
+		if (st == ST_OK && t.in_class)
+			st = err_set(e, ST_INVALID, "regex /%s/: unterminated class", pat);
+		free(t.c.plain.p);
+		free(t.c.full.p);
 	}
-	bool in_class = false;
-	size_t class_start = 0; /* index just after '[' or '[^' */
-	for (size_t i = 0; i < n;) {
-		char ch = pat[i];
-		if (ch == '\\') {
-			if (i + 1 >= n) {
-				st = err_set(e, ST_INVALID, "regex /%s/: trailing backslash", pat);
-				goto out;
-			}
-			char x = pat[i + 1];
-			if (strchr("SWH", x) && in_class) {
-				st = err_set(e, ST_UNSUPPORTED,
-					     "regex /%s/: \\%c inside a character class", pat, x);
-				goto out;
-			}
-			bool done = true;
-			switch (x) {
-			case 's':
-			case 'S':
-			case 'w':
-			case 'W':
-				if (!in_class)
-					cput(&c, x == 's' || x == 'w' ? "[" : "[^");
-				cput(&c, x == 's' || x == 'S' ? ONIG_SPACE_CTRL : ONIG_WORD_LATIN1);
-				for (const char *const *p = x == 's' || x == 'S' ? space_props : word_props;
-				     *p && st == ST_OK; p++)
-					st = cls_prop(&c, *p, strlen(*p), false, NULL, pat, e);
-				if (!in_class) {
-					cput(&c, "]");
-					cls_flush(&b, &c);
-				}
-				break;
-			case 'd':
-			case 'D':
-				st = in_class ? cls_prop(&c, "Nd", 2, x == 'D', NULL, pat, e)
-					      : lone_prop(&b, &c, "Nd", 2, x == 'D', pat, e);
-				break;
-			case 'h':
-				if (in_class)
-					cput(&c, ONIG_HEX);
-				else
-					puts_(&b, "[" ONIG_HEX "]");
-				break;
-			case 'H': puts_(&b, "[^" ONIG_HEX "]"); break;
-			case 'b':
-			case 'B':
-				/* Word boundaries, by Oniguruma's \w (PCRE2's use its own). */
-				if (in_class) {
-					done = false; /* [\b] is a backspace in both */
-					break;
-				}
-				st = put_boundary(&b, x == 'B', e);
-				break;
-			default: done = false; break;
-			}
-			if (st != ST_OK)
-				goto out;
-			if (done) {
-				i += 2;
-				continue;
-			}
-			if (x == 'u') {
-				/* \uHHHH */
-				if (i + 6 > n) {
-					st = err_set(e, ST_INVALID, "regex /%s/: bad \\u", pat);
-					goto out;
-				}
-				char tmp[16];
-				snprintf(tmp, sizeof tmp, "\\x{%.4s}", pat + i + 2);
-				if (in_class)
-					cput(&c, tmp);
-				else
-					puts_(&b, tmp);
-				i += 6;
-				continue;
-			}
-			if (x == 'p' || x == 'P') {
-				/* \p{Name} or \p{^Name}: same spelling in PCRE2. */
-				const char *end = strchr(pat + i, '}');
-				if (pat[i + 2] != '{' || !end) {
-					st = err_set(e, ST_UNSUPPORTED, "regex /%s/: \\%c without {name}",
-						     pat, x);
-					goto out;
-				}
-				const char *name = pat + i + 3;
-				bool neg = x == 'P';
-				if (*name == '^') {
-					neg = !neg;
-					name++;
-				}
-				size_t nl = (size_t)(end - name);
-				st = in_class ? cls_prop(&c, name, nl, neg, NULL, pat, e)
-					      : lone_prop(&b, &c, name, nl, neg, pat, e);
-				if (st != ST_OK)
-					goto out;
-				i = (size_t)(end - pat) + 1;
-				continue;
-			}
-			if (x == 'R' || x == 'X' || x == 'K' || x == 'g' || x == 'k' || x == 'N' ||
-			    x == 'O' || x == 'y' || x == 'Y') {
-				st = err_set(e, ST_UNSUPPORTED, "regex /%s/: \\%c is not translated",
-					     pat, x);
-				goto out;
-			}
-			/* Any other escape (\\, \[, \-, \n, \x{..}, \b, \A ...) means the
-			 * same in both dialects; copy it with its whole character. */
-			size_t l = 1 + char_len((unsigned char)x);
-			if (in_class) {
-				put(&c.plain, pat + i, l);
-				put(&c.full, pat + i, l);
-			} else {
-				put(&b, pat + i, l);
-			}
-			i += l;
-			continue;
-		}
-		if (in_class) {
-			if (ch == '[') {
-				st = err_set(e, ST_UNSUPPORTED,
-					     "regex /%s/: nested class or POSIX bracket", pat);
-				goto out;
-			}
-			if (ch == '&' && i + 1 < n && pat[i + 1] == '&') {
-				st = err_set(e, ST_UNSUPPORTED, "regex /%s/: class intersection", pat);
-				goto out;
-			}
-			if (ch == ']' && i != class_start) {
-				in_class = false;
-				cput(&c, "]");
-				cls_flush(&b, &c);
-				i++;
-				continue;
-			}
-			size_t l = char_len((unsigned char)ch);
-			put(&c.plain, pat + i, l);
-			put(&c.full, pat + i, l);
-			i += l;
-			continue;
-		}
-		if (ch == '[') {
-			in_class = true;
-			cput(&c, "[");
-			i++;
-			if (i < n && pat[i] == '^') {
-				cput(&c, "^");
-				i++;
-			}
-			class_start = i;
-			continue;
-		}
-		size_t l = char_len((unsigned char)ch);
-		put(&b, pat + i, l);
-		i += l;
-	}
-	if (in_class)
-		st = err_set(e, ST_INVALID, "regex /%s/: unterminated class", pat);
-out:
-	free(c.plain.p);
-	free(c.full.p);
-	if (st != ST_OK)
-		return st;
-done:
-	if (b.overflow)
-		return err_set(e, ST_UNSUPPORTED, "regex /%s/: translation longer than %zu bytes",
-			       pat, cap);
-	return ST_OK;
+	if (st == ST_OK && b.overflow)
+		st = err_set(e, ST_UNSUPPORTED, "regex /%s/: translation longer than %zu bytes", pat, cap);
+	return st;
 }
 
 enum status tok__regex_compile(const char *pattern, bool literal, pcre2_code **out, bool *jit,

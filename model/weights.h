@@ -103,6 +103,8 @@ struct model_layer_plan {
 	bool dspark;                   /* a DSpark draft stage (planned only, issue 16 runs it) */
 	struct model_lin_plan lin[MODEL_LIN_COUNT];
 	const struct kern_variant *op[MODEL_OP_COUNT]; /* NULL where the layer does not run the op */
+	const struct kern_variant *moe_dec; /* moe-decode: op moe_decode for steps of <= 64 tokens, or NULL
+					     * (no GPU variant fits: the unfused expert ops run) */
 };
 
 struct model_plan {
@@ -182,6 +184,8 @@ struct model_experts {
 	const struct kern_variant *v13, *v2;
 	kern_moe_gemm_fn run13, run2;
 	int act_quant_block;
+	const struct kern_variant *vdec; /* moe-decode: the plan's moe_dec (NULL: none) */
+	kern_moe_decode_fn run_dec;
 };
 
 /* The ops without weights, selected per layer (all CPU references today). */

@@ -24,4 +24,9 @@
 /* Bytes one token's text may take (byte-level BPE pieces are far shorter). */
 #define SCHED_MAX_TOKEN_BYTES 256
 
+/* Events one request's stream may hold that its consumer has not taken (a
+ * slow SSE reader): past this the request is aborted instead of queueing
+ * for as long as it generates (issue 17); sched_set_stream_backlog_bytes. */
+#define SCHED_DEFAULT_STREAM_BACKLOG_BYTES ((size_t)4 << 20)
+
 #endif

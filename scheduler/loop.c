@@ -34,7 +34,27 @@ struct sched_stream {
 	void *notify_user;
 	uint64_t request_id;
 	struct sched_loop *loop;
+	size_t backlog_bytes, backlog_max; /* queued events' bytes; its bound */
+	bool backlog_cut;                  /* aborted for it */
 };
+
+/* ---- the backlog bound of a stream (issue 17) ---- */
+
+static _Atomic size_t sched__backlog_bytes = SCHED_DEFAULT_STREAM_BACKLOG_BYTES;
+
+void sched_set_stream_backlog_bytes(size_t bytes)
+{
+	atomic_store(&sched__backlog_bytes, bytes ? bytes : SCHED_DEFAULT_STREAM_BACKLOG_BYTES);
+}
+
+/* What one queued event holds in memory. */
+static size_t event_bytes(const struct sched_event *ev)
+{
+	size_t n = sizeof *ev + ev->text_bytes;
+	if (ev->prompt_lp)
+		n += (size_t)ev->n_prompt_tokens * (8 + (size_t)ev->prompt_lp->n_top * 8);
+	return n;
+}
 
 struct loop_sub {
 	struct loop_sub *next;
@@ -102,7 +122,8 @@ static void stream_unref(struct sched_stream *st)
 static void stream_push(void *user, struct sched_event *ev)
 {
 	struct sched_stream *st = user;
-	bool last = false, queued = false;
+	bool last = false, queued = false, cut = false;
+	size_t evb = event_bytes(ev);
 	pthread_mutex_lock(&st->mu);
 	if (ev->kind == SCHED_EV_FINISH)
 		last = ++st->n_finish_pushed == st->n_choices;
@@ -123,6 +144,12 @@ static void stream_push(void *user, struct sched_event *ev)
 			st->evs[(st->head + st->n) % st->cap] = *ev;
 			st->n++;
 			queued = true;
+			st->backlog_bytes += evb;
+			/* the consumer does not keep up (a client reading slower than
+			 * the model writes): end the request rather than queue on */
+			if (st->backlog_bytes > st->backlog_max && !st->backlog_cut && ev->kind != SCHED_EV_FINISH &&
+			    st->n_finish_pushed < st->n_choices)
+				cut = st->backlog_cut = true;
 		} else if (ev->kind == SCHED_EV_FINISH) {
 			st->n_finish_pulled++; /* out of memory: the consumer still learns the end via done() */
 		}
@@ -133,6 +160,11 @@ static void stream_push(void *user, struct sched_event *ev)
 	pthread_mutex_unlock(&st->mu);
 	if (!queued)
 		sched_event_clear(ev);
+	if (cut) {
+		log_msg(LOG_WARN, "sched", "request %llu: its client takes the output slower than it is generated "
+			"(%zu bytes waiting): aborted", (unsigned long long)st->request_id, st->backlog_max);
+		sched_loop_abort(st->loop, st->request_id, SCHED_FINISH_ABORT);
+	}
 	if (fn)
 		fn(fu);
 	if (last)
@@ -153,6 +185,7 @@ static struct sched_stream *stream_new(struct sched_loop *l, uint64_t id, uint32
 	st->n_choices = n_choices;
 	st->request_id = id;
 	st->loop = l;
+	st->backlog_max = atomic_load(&sched__backlog_bytes);
 	return st;
 }
 
@@ -185,6 +218,8 @@ uint32_t sched_stream_pull(struct sched_stream *st, struct sched_event *evs, uin
 		evs[k] = st->evs[st->head];
 		if (evs[k].kind == SCHED_EV_FINISH)
 			st->n_finish_pulled++;
+		size_t evb = event_bytes(&evs[k]);
+		st->backlog_bytes = st->backlog_bytes > evb ? st->backlog_bytes - evb : 0;
 		st->head = (st->head + 1) % st->cap;
 		st->n--;
 		k++;

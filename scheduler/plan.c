@@ -244,7 +244,7 @@ static bool process_sample(struct sched *s, struct sched__seq *q, const struct k
 				 .sample = *so, .stop_token_id = -1, .stop_string_index = -1};
 	if (s->opt.detokenize) {
 		char buf[SCHED_MAX_TOKEN_BYTES];
-		uint32_t nb = stop_tok ? 0 : s->opt.detokenize(s->opt.detok_ctx, tok, buf, sizeof(buf));
+		uint32_t nb = stop_tok ? 0 : s->opt.detokenize(s->opt.detok_ctx, tok, r->keep_special, buf, sizeof(buf));
 		if (nb > sizeof(buf))
 			nb = sizeof(buf);
 		bool nomem = false;
@@ -291,7 +291,7 @@ static void gram_guard_mask(struct sched *s, struct sched__seq *q)
 	char tail[256];
 	uint32_t n = 0, n_out = q->n_tokens - q->req->n_prompt;
 	for (uint32_t t = n_out > 64 ? q->n_tokens - 64 : q->req->n_prompt; s->opt.detokenize && t < q->n_tokens; t++)
-		n += s->opt.detokenize(s->opt.detok_ctx, q->tokens[t], tail + n, (uint32_t)(sizeof tail - 1 - n));
+		n += s->opt.detokenize(s->opt.detok_ctx, q->tokens[t], false, tail + n, (uint32_t)(sizeof tail - 1 - n));
 	tail[n] = 0;
 	log_msg(LOG_ERROR, "sched", "request %" PRIu64 ": the grammar allows no token after %u tokens (ending '%s'); "
 		"stopping it", q->req->id, n_out, tail);

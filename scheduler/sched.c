@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "model/gram.h"
+#include "model/tokenizer.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
@@ -19,17 +20,6 @@ const char *sched_finish_reason_str(enum sched_finish_reason r)
 {
 	static const char *const names[] = {"none", "stop", "length", "abort", "timeout", "shutdown", "error"};
 	return (unsigned)r < ARRAY_LEN(names) ? names[r] : "?";
-}
-
-int sched_refusal_http_status(enum sched_refusal r)
-{
-	switch (r) {
-	case SCHED_ACCEPTED: return 200;
-	case SCHED_REFUSE_INVALID:
-	case SCHED_REFUSE_TOO_LONG: return 400;
-	case SCHED_REFUSE_QUEUE_FULL: return 429;
-	default: return 503;
-	}
 }
 
 const uint32_t sched_iter_bucket_le[SCHED_ITER_BUCKETS - 1] = {1,   8,   16,   32,   64,   128,  256,
@@ -218,80 +208,97 @@ void sched_destroy(struct sched *s)
 
 /* ---- admission checks ---- */
 
-static enum sched_refusal refuse(struct err *e, enum sched_refusal why, enum status st, const char *msg)
+static enum sched_refusal refuse(struct err *e, enum sched_req_param *param_out, enum sched_req_param param,
+			       enum sched_refusal why, enum status st, const char *msg)
 {
 	err_set(e, st, "%s", msg);
+	if (param_out)
+		*param_out = param;
 	return why;
 }
 
 enum sched_refusal sched_check(const struct sched *s, const struct sched_request_params *p, struct err *e)
 {
+	return sched_check_param(s, p, NULL, e);
+}
+
+enum sched_refusal sched_check_param(const struct sched *s, const struct sched_request_params *p,
+				     enum sched_req_param *param, struct err *e)
+{
+	if (param)
+		*param = SCHED_PARAM_NONE;
 	char m[ERR_MSG_BYTES];
 	const struct kern_sampling_params *sp = &p->sampling;
 	uint32_t n = p->n ? p->n : 1;
 	uint32_t vocab = s->ex->info.vocab_size;
 	if (!p->n_prompt || !p->prompt_ids)
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "prompt is empty");
+		return refuse(e, param, SCHED_PARAM_PROMPT, SCHED_REFUSE_INVALID, ST_INVALID, "prompt is empty");
 	for (uint32_t i = 0; i < p->n_prompt; i++)
 		if (p->prompt_ids[i] < 0 || (uint32_t)p->prompt_ids[i] >= vocab) {
 			snprintf(m, sizeof(m), "prompt token %u: id %d outside the vocabulary (%u)", i, p->prompt_ids[i], vocab);
-			return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, m);
+			return refuse(e, param, SCHED_PARAM_PROMPT, SCHED_REFUSE_INVALID, ST_INVALID, m);
 		}
 	if (n > SCHED_MAX_N || n > s->opt.max_num_seqs) {
 		snprintf(m, sizeof(m), "n = %u exceeds the limit %u", n,
 			 s->opt.max_num_seqs < SCHED_MAX_N ? s->opt.max_num_seqs : SCHED_MAX_N);
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, m);
+		return refuse(e, param, SCHED_PARAM_N, SCHED_REFUSE_INVALID, ST_INVALID, m);
 	}
 	if (!(sp->temperature >= 0.0f && sp->temperature <= 100.0f))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "temperature must be >= 0");
+		return refuse(e, param, SCHED_PARAM_TEMPERATURE, SCHED_REFUSE_INVALID, ST_INVALID, "temperature must be >= 0");
 	if (!(sp->top_p > 0.0f && sp->top_p <= 1.0f))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "top_p must be in (0, 1]");
+		return refuse(e, param, SCHED_PARAM_TOP_P, SCHED_REFUSE_INVALID, ST_INVALID, "top_p must be in (0, 1]");
 	if (!(sp->min_p >= 0.0f && sp->min_p <= 1.0f))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "min_p must be in [0, 1]");
+		return refuse(e, param, SCHED_PARAM_MIN_P, SCHED_REFUSE_INVALID, ST_INVALID, "min_p must be in [0, 1]");
 	if (sp->top_k < -1)
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "top_k must be -1, 0 or positive");
+		return refuse(e, param, SCHED_PARAM_TOP_K, SCHED_REFUSE_INVALID, ST_INVALID, "top_k must be -1, 0 or positive");
 	if (!(sp->presence_penalty >= -2.0f && sp->presence_penalty <= 2.0f) ||
 	    !(sp->frequency_penalty >= -2.0f && sp->frequency_penalty <= 2.0f))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "presence_penalty and frequency_penalty must be in [-2, 2]");
+		return refuse(e, param, SCHED_PARAM_PENALTY, SCHED_REFUSE_INVALID, ST_INVALID, "presence_penalty and frequency_penalty must be in [-2, 2]");
 	if (!(sp->repetition_penalty > 0.0f && sp->repetition_penalty <= 100.0f))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "repetition_penalty must be > 0");
+		return refuse(e, param, SCHED_PARAM_REPETITION_PENALTY, SCHED_REFUSE_INVALID, ST_INVALID, "repetition_penalty must be > 0");
 	if (sp->top_logprobs > KERN_SAMPLE_MAX_TOP_LOGPROBS)
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "top_logprobs must be <= 20");
+		return refuse(e, param, SCHED_PARAM_TOP_LOGPROBS, SCHED_REFUSE_INVALID, ST_INVALID, "top_logprobs must be <= 20");
 	if (sp->n_logit_bias > SCHED_MAX_LOGIT_BIAS || (sp->n_logit_bias && !sp->logit_bias))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "logit_bias has more than 300 entries");
+		return refuse(e, param, SCHED_PARAM_LOGIT_BIAS, SCHED_REFUSE_INVALID, ST_INVALID, "logit_bias has more than 300 entries");
 	for (uint32_t i = 0; i < sp->n_logit_bias; i++) {
 		const struct kern_logit_bias *b = &sp->logit_bias[i];
 		if (b->token_id < 0 || (uint32_t)b->token_id >= vocab || !(b->bias >= -100.0f && b->bias <= 100.0f)) {
 			snprintf(m, sizeof(m), "logit_bias entry %u: token %d / bias %g out of range", i, b->token_id,
 				 (double)b->bias);
-			return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, m);
+			return refuse(e, param, SCHED_PARAM_LOGIT_BIAS, SCHED_REFUSE_INVALID, ST_INVALID, m);
 		}
 	}
 	if (p->n_stop_token_ids > SCHED_MAX_STOP_TOKEN_IDS || (p->n_stop_token_ids && !p->stop_token_ids))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "too many stop_token_ids");
+		return refuse(e, param, SCHED_PARAM_STOP_TOKEN_IDS, SCHED_REFUSE_INVALID, ST_INVALID, "too many stop_token_ids");
 	if (p->n_stop_strings > SCHED_MAX_STOP_STRINGS || (p->n_stop_strings && !p->stop_strings))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "too many stop strings");
+		return refuse(e, param, SCHED_PARAM_STOP, SCHED_REFUSE_INVALID, ST_INVALID, "too many stop strings");
 	if (p->n_stop_strings && !s->opt.detokenize)
-		return refuse(e, SCHED_REFUSE_INVALID, ST_UNSUPPORTED, "stop strings need a detokenizer");
+		return refuse(e, param, SCHED_PARAM_STOP, SCHED_REFUSE_INVALID, ST_UNSUPPORTED, "stop strings need a detokenizer");
 	for (uint32_t i = 0; i < p->n_stop_strings; i++) {
 		size_t L = p->stop_strings[i] ? strlen(p->stop_strings[i]) : 0;
 		if (!L || L > SCHED_MAX_STOP_STRING_BYTES)
-			return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "stop strings must be 1..256 bytes");
+			return refuse(e, param, SCHED_PARAM_STOP, SCHED_REFUSE_INVALID, ST_INVALID, "stop strings must be 1..256 bytes");
+		/* whole characters: the text they are matched in is (model/detok.h) */
+		for (size_t k = 0, l = 0; k < L; k += l)
+			if (model_utf8_classify((const uint8_t *)p->stop_strings[i] + k, L - k, &l) != 1)
+				return refuse(e, param, SCHED_PARAM_STOP, SCHED_REFUSE_INVALID, ST_INVALID,
+					      "stop strings must be valid UTF-8");
 	}
 	if (p->min_tokens && p->max_tokens && p->min_tokens > p->max_tokens)
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "min_tokens must not exceed max_tokens");
+		return refuse(e, param, SCHED_PARAM_MIN_TOKENS, SCHED_REFUSE_INVALID, ST_INVALID, "min_tokens must not exceed max_tokens");
 	if (p->prompt_top_logprobs > KERN_SAMPLE_MAX_TOP_LOGPROBS)
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "prompt top logprobs must be <= 20");
+		return refuse(e, param, SCHED_PARAM_PROMPT_LOGPROBS, SCHED_REFUSE_INVALID, ST_INVALID, "prompt top logprobs must be <= 20");
 	if (p->grammar && (!p->gram_vocab || gram_vocab_n_tokens(p->gram_vocab) > vocab))
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "a grammar needs a vocabulary no larger than the model's");
+		return refuse(e, param, SCHED_PARAM_GRAMMAR, SCHED_REFUSE_INVALID, ST_INVALID, "a grammar needs a vocabulary no larger than the model's");
 	if (p->priority && s->opt.policy == SCHED_POLICY_FCFS)
-		return refuse(e, SCHED_REFUSE_INVALID, ST_INVALID, "priority requires the priority scheduling policy");
+		return refuse(e, param, SCHED_PARAM_PRIORITY, SCHED_REFUSE_INVALID, ST_INVALID, "priority requires the priority scheduling policy");
 	uint32_t mml = s->opt.max_model_len;
 	if (p->n_prompt >= mml || (p->max_tokens && (uint64_t)p->n_prompt + p->max_tokens > mml)) {
 		snprintf(m, sizeof(m),
 			 "this model's maximum context length is %u tokens; the request has %u prompt tokens and asks for "
 			 "%u more", mml, p->n_prompt, p->max_tokens);
-		return refuse(e, SCHED_REFUSE_TOO_LONG, ST_INVALID, m);
+		return refuse(e, param, p->n_prompt >= mml ? SCHED_PARAM_PROMPT : SCHED_PARAM_MAX_TOKENS,
+			      SCHED_REFUSE_TOO_LONG, ST_INVALID, m);
 	}
 	return SCHED_ACCEPTED;
 }
@@ -608,6 +615,7 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	}
 	r->min_tokens = p->min_tokens;
 	r->include_stop_str = p->include_stop_str_in_output;
+	r->keep_special = p->keep_special_tokens;
 	if (p->min_tokens) {
 		uint32_t nb = p->sampling.n_logit_bias, k = nb;
 		r->bias_min = malloc((size_t)(nb + r->n_stop_ids + 1) * sizeof(*r->bias_min));

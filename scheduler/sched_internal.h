@@ -81,6 +81,7 @@ struct sched__req {
 	uint32_t n_stop_ids;
 	struct sched_stop_set stops;
 	bool include_stop_str;
+	bool keep_special;
 	uint32_t n;
 	struct sched__seq *parent;    /* NULL once forked or when not used */
 	struct sched__seq **seqs;     /* [n]; NULL entries until created (fork) */

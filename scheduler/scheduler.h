@@ -37,9 +37,11 @@
 
 /* Text of one token, for stop strings: write the bytes token_id decodes to
  * (byte-level BPE: the concatenation of pieces is the text; special tokens
- * may return 0 bytes) into buf (cap bytes) and return the count (<= cap).
- * Called on the step-loop thread only. */
-typedef uint32_t (*sched_detok_fn)(void *ctx, int32_t token_id, char *buf, uint32_t cap);
+ * give 0 bytes unless keep_special) into buf (cap bytes) and return the
+ * count (<= cap). The server passes model_detok_piece (model/detok.h); the
+ * bytes go through the sequence's streaming detokenizer, so events carry
+ * whole UTF-8 characters. Called on the step-loop thread only. */
+typedef uint32_t (*sched_detok_fn)(void *ctx, int32_t token_id, bool keep_special, char *buf, uint32_t cap);
 
 enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY = 1 };
 
@@ -78,17 +80,26 @@ enum sched_finish_reason {
 };
 const char *sched_finish_reason_str(enum sched_finish_reason r); /* "stop", "length", "abort", ... */
 
-/* Why submit said no; the server maps them to HTTP codes. */
+/* Why submit said no (the server maps these to its protocol's statuses). */
 enum sched_refusal {
 	SCHED_ACCEPTED = 0,
-	SCHED_REFUSE_INVALID,    /* 400: bad parameter */
-	SCHED_REFUSE_TOO_LONG,   /* 400: prompt + max_tokens over max_model_len or the whole KV cache */
-	SCHED_REFUSE_QUEUE_FULL, /* 429: max_queued_requests reached */
-	SCHED_REFUSE_DRAINING,   /* 503: shutting down */
-	SCHED_REFUSE_NOMEM,      /* 503: allocation failed */
+	SCHED_REFUSE_INVALID,    /* a parameter out of its range */
+	SCHED_REFUSE_TOO_LONG,   /* prompt + max_tokens over max_model_len or the whole KV cache */
+	SCHED_REFUSE_QUEUE_FULL, /* max_queued_requests reached (try later) */
+	SCHED_REFUSE_DRAINING,   /* shutting down */
+	SCHED_REFUSE_NOMEM,      /* allocation failed */
 	SCHED_REFUSE_N
 };
-int sched_refusal_http_status(enum sched_refusal r); /* 200, 400, 429, 503 */
+
+/* The request parameter a refusal is about (sched_check_param), as data:
+ * the server names it in its own terms. */
+enum sched_req_param {
+	SCHED_PARAM_NONE = 0, SCHED_PARAM_PROMPT, SCHED_PARAM_N, SCHED_PARAM_TEMPERATURE, SCHED_PARAM_TOP_P,
+	SCHED_PARAM_MIN_P, SCHED_PARAM_TOP_K, SCHED_PARAM_PENALTY, SCHED_PARAM_REPETITION_PENALTY,
+	SCHED_PARAM_TOP_LOGPROBS, SCHED_PARAM_LOGIT_BIAS, SCHED_PARAM_STOP_TOKEN_IDS, SCHED_PARAM_STOP,
+	SCHED_PARAM_MIN_TOKENS, SCHED_PARAM_MAX_TOKENS, SCHED_PARAM_PROMPT_LOGPROBS, SCHED_PARAM_GRAMMAR,
+	SCHED_PARAM_PRIORITY,
+};
 
 /* Per-request timing (monotonic seconds, time_mono_s()); 0 = not yet. */
 struct sched_timing {
@@ -150,6 +161,7 @@ struct sched_request_params {
 	const char *const *stop_strings; /* copied; need options.detokenize */
 	uint32_t n_stop_strings;
 	bool include_stop_str_in_output; /* a matched stop string ends the released text instead of being cut */
+	bool keep_special_tokens;       /* special tokens' text in the events (vLLM's skip_special_tokens: false) */
 	uint32_t n;                     /* choices; 0 = 1 */
 	int32_t priority;               /* SCHED_POLICY_PRIORITY: lower runs first; must be 0 under FCFS */
 	uint64_t cache_salt;            /* mixed into the first block's hash (tenant isolation); 0 = none */
@@ -223,6 +235,11 @@ void sched_destroy(struct sched *s);
 /* Check a request against the limits without submitting it (any thread:
  * reads only immutable configuration). */
 enum sched_refusal sched_check(const struct sched *s, const struct sched_request_params *p, struct err *e);
+/* sched_check, and *param (may be NULL) = the parameter refused
+ * (SCHED_PARAM_NONE when accepted). TOO_LONG names the prompt when it alone
+ * fills the context, else max_tokens. */
+enum sched_refusal sched_check_param(const struct sched *s, const struct sched_request_params *p,
+				     enum sched_req_param *param, struct err *e);
 
 /* Queue a request. On refusal returns ST_INVALID / ST_BUSY / ST_NOMEM, sets
  * *why and e, and emits no events. On success *id_out (may be NULL) is the
@@ -304,5 +321,9 @@ bool sched_stream_done(struct sched_stream *st);
 void sched_stream_set_notify(struct sched_stream *st, void (*fn)(void *user), void *user);
 /* Drop the caller's reference; an unfinished request is aborted (client gone). */
 void sched_stream_release(struct sched_stream *st);
+/* Process-wide bound on the bytes of events one stream holds untaken, for
+ * streams created later (0 = SCHED_DEFAULT_STREAM_BACKLOG_BYTES): past it
+ * the request is aborted (SCHED_FINISH_ABORT). Set once at start-up. */
+void sched_set_stream_backlog_bytes(size_t bytes);
 
 #endif

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/detok.h"
+
 static bool append(char **buf, uint32_t *n, uint32_t *cap, const char *src, uint32_t k)
 {
 	if (!k)
@@ -26,19 +28,6 @@ static bool append(char **buf, uint32_t *n, uint32_t *cap, const char *src, uint
 	*n += k;
 	(*buf)[*n] = 0;
 	return true;
-}
-
-/* Bytes at the end of s[0:n] that start a UTF-8 character not yet complete. */
-static uint32_t utf8_incomplete_tail(const char *s, uint32_t n)
-{
-	for (uint32_t back = 1; back <= 3 && back <= n; back++) {
-		unsigned char c = (unsigned char)s[n - back];
-		if ((c & 0xC0) == 0x80)
-			continue; /* continuation byte: keep looking for the lead */
-		uint32_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-		return need > back ? back : 0;
-	}
-	return 0;
 }
 
 static void release(struct sched_stop *m, uint32_t k, char **out, uint32_t *out_n, bool *nomem)
@@ -66,7 +55,18 @@ static void release(struct sched_stop *m, uint32_t k, char **out, uint32_t *out_
 int32_t sched_stop_feed(struct sched_stop *m, const struct sched_stop_set *set, const char *bytes, uint32_t n,
 			bool final, char **out, uint32_t *out_n, bool *nomem)
 {
-	if (!append(&m->pending, &m->n_pending, &m->cap, bytes, n)) {
+	struct err e = {0};
+	const struct model_detok_options dopt = {.tok = NULL, .flags = MODEL_TOK_DECODE_RAW};
+	if (!m->detok && model_detok_create(&m->detok, &dopt, &e)) {
+		*nomem = true;
+		return -1;
+	}
+	const char *text, *tail = "";
+	size_t n_text, n_tail = 0;
+	if (model_detok_feed_bytes(m->detok, bytes, n, &text, &n_text, &e) ||
+	    !append(&m->pending, &m->n_pending, &m->cap, text, (uint32_t)n_text) ||
+	    (final && model_detok_flush(m->detok, &tail, &n_tail, &e)) ||
+	    !append(&m->pending, &m->n_pending, &m->cap, tail, (uint32_t)n_tail)) {
 		*nomem = true;
 		return -1;
 	}
@@ -99,8 +99,6 @@ int32_t sched_stop_feed(struct sched_stop *m, const struct sched_stop_set *set, 
 					break;
 				}
 		}
-		/* Never release half a character, whatever the stop strings look like. */
-		hold += utf8_incomplete_tail(m->pending, m->n_pending - hold);
 	}
 	release(m, m->n_pending - hold, out, out_n, nomem);
 	return -1;
@@ -108,6 +106,7 @@ int32_t sched_stop_feed(struct sched_stop *m, const struct sched_stop_set *set, 
 
 void sched_stop_fini(struct sched_stop *m)
 {
+	model_detok_destroy(m->detok);
 	free(m->pending);
 	memset(m, 0, sizeof(*m));
 }

@@ -3,9 +3,11 @@
  *
  * Generated text arrives one token's bytes at a time. The matcher releases
  * bytes only when they can no longer be part of a stop string: it holds back
- * the longest suffix that is a proper prefix of some stop string, and (until
- * the end) an incomplete trailing UTF-8 sequence, so the server never sees
- * half a character or the start of a stop string it must not emit.
+ * the longest suffix that is a proper prefix of some stop string. The bytes
+ * pass first through the sequence's streaming detokenizer (model/detok.h,
+ * raw mode: the tree's one UTF-8 hold-back), so the matcher and the server
+ * see whole characters only and never the start of a stop string they must
+ * not emit.
  */
 #ifndef DSV4_SCHEDULER_STOP_H
 #define DSV4_SCHEDULER_STOP_H
@@ -21,7 +23,9 @@ struct sched_stop_set {
 	uint32_t n;
 };
 
+struct model_detok;
 struct sched_stop {
+	struct model_detok *detok; /* created at the first feed */
 	char *pending; /* bytes not yet released */
 	uint32_t n_pending, cap;
 };

@@ -795,8 +795,7 @@ static const struct oai_job_format anth_format = {
 
 static void reply_why(struct http_response *resp, const struct oai_error *why)
 {
-	api_error(resp, why->status ? why->status : 400, why->status == 500 ? "server_error" : "invalid_request_error",
-		  why->param[0] ? why->param : NULL, NULL, "%s", why->message);
+	oai_error_reply(resp, why);
 }
 
 static void route_messages(void *ctx, struct api *api, const struct http_request *req, struct http_response *resp,
@@ -833,7 +832,7 @@ static void route_messages(void *ctx, struct api *api, const struct http_request
 	}
 	if (!f || !f->model || !f->stop) {
 		fmt_destroy(f);
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 	} else {
 		oai__start_job_fmt(s, &r, ids, n_ids, &anth_format, f, resp, hs);
 	}

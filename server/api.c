@@ -45,8 +45,34 @@ struct api {
 	int n_routes;
 };
 
-void api_error(struct http_response *resp, int status, const char *type, const char *param, const char *code,
-	       const char *fmt, ...)
+const char *api_error_type(int status)
+{
+	if (status == 429)
+		return "requests"; /* OpenAI's type for a request-rate limit */
+	return status >= 500 ? "server_error" : "invalid_request_error";
+}
+
+void api_error_json(struct strbuf *b, int status, const char *param, const char *code, const char *msg)
+{
+	const char *type = api_error_type(status);
+	strbuf_puts(b, "{\"error\":{\"message\":");
+	strbuf_json_string(b, msg, strlen(msg));
+	strbuf_puts(b, ",\"type\":");
+	strbuf_json_string(b, type, strlen(type));
+	strbuf_puts(b, ",\"param\":");
+	if (param && param[0])
+		strbuf_json_string(b, param, strlen(param));
+	else
+		strbuf_puts(b, "null");
+	strbuf_puts(b, ",\"code\":");
+	if (code && code[0])
+		strbuf_json_string(b, code, strlen(code));
+	else
+		strbuf_puts(b, "null");
+	strbuf_puts(b, "}}");
+}
+
+void api_error(struct http_response *resp, int status, const char *param, const char *code, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -55,21 +81,7 @@ void api_error(struct http_response *resp, int status, const char *type, const c
 	va_end(ap);
 	struct strbuf b;
 	strbuf_init(&b);
-	strbuf_puts(&b, "{\"error\":{\"message\":");
-	strbuf_json_string(&b, msg, strlen(msg));
-	strbuf_puts(&b, ",\"type\":");
-	strbuf_json_string(&b, type, strlen(type));
-	strbuf_puts(&b, ",\"param\":");
-	if (param)
-		strbuf_json_string(&b, param, strlen(param));
-	else
-		strbuf_puts(&b, "null");
-	strbuf_puts(&b, ",\"code\":");
-	if (code)
-		strbuf_json_string(&b, code, strlen(code));
-	else
-		strbuf_printf(&b, "%d", status);
-	strbuf_puts(&b, "}}");
+	api_error_json(&b, status, param, code, msg);
 	size_t n;
 	char *body = strbuf_take(&b, &n);
 	http_reply(resp, body ? status : 500, "application/json", body, n);
@@ -204,7 +216,7 @@ static void route_metrics(struct api *a, struct http_response *resp)
 	size_t n;
 	char *body = strbuf_take(&b, &n);
 	if (!body) {
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	http_reply(resp, 200, "text/plain; version=0.0.4; charset=utf-8", body, n);
@@ -231,7 +243,7 @@ static void route_models(struct api *a, const char *path, struct http_response *
 		const char *id = path + strlen("/v1/models/");
 		if (strcmp(id, a->model)) {
 			strbuf_free(&b);
-			api_error(resp, 404, "not_found_error", "model", "model_not_found",
+			api_error(resp, 404, NULL, "model_not_found",
 				  "The model '%.200s' does not exist", id);
 			return;
 		}
@@ -240,7 +252,7 @@ static void route_models(struct api *a, const char *path, struct http_response *
 	size_t n;
 	char *body = strbuf_take(&b, &n);
 	if (!body) {
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	http_reply(resp, 200, "application/json", body, n);
@@ -277,31 +289,31 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 	if (a->check_host && strcmp(p, "/health") && strcmp(p, "/metrics") &&
 	    !serve_guard_host_header_ok(http_request_header(req, "Host"))) {
 		resp->route = "bad_host";
-		api_error(resp, 421, "invalid_request_error", NULL, "misdirected_request",
+		api_error(resp, 421, NULL, "misdirected_request",
 			  "Host header names another server: this server without an API key answers only to "
 			  "loopback names (localhost, 127.0.0.1, [::1])");
 	} else if (keyed && !authorized(a, req)) {
 		resp->route = "unauthorized";
-		api_error(resp, 401, "authentication_error", NULL, "invalid_api_key",
+		api_error(resp, 401, NULL, "invalid_api_key",
 			  "Missing or invalid API key (expected 'Authorization: Bearer <key>')");
 	} else if (!strcmp(p, "/health")) {
 		resp->route = "/health";
 		if (get)
 			route_health(a, resp);
 		else
-			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET %s", p);
+			api_error(resp, 405, NULL, "method_not_allowed", "use GET %s", p);
 	} else if (!strcmp(p, "/metrics")) {
 		resp->route = "/metrics";
 		if (get)
 			route_metrics(a, resp);
 		else
-			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET %s", p);
+			api_error(resp, 405, NULL, "method_not_allowed", "use GET %s", p);
 	} else if (!strcmp(p, "/v1/models") || !strncmp(p, "/v1/models/", 11)) {
 		resp->route = "/v1/models";
 		if (get)
 			route_models(a, p, resp);
 		else
-			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET %s", p);
+			api_error(resp, 405, NULL, "method_not_allowed", "use GET %s", p);
 	} else {
 		const struct route *hit = NULL;
 		bool path_known = false;
@@ -316,13 +328,13 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 		}
 		if (hit && !strcmp(req->method, "POST") && !json_content_type(http_request_header(req, "Content-Type"))) {
 			resp->route = hit->label;
-			api_error(resp, 415, "invalid_request_error", NULL, "unsupported_media_type",
+			api_error(resp, 415, NULL, "unsupported_media_type",
 				  "Content-Type must be application/json");
 		} else if (hit && memchr(req->body, '\0', req->body_len)) {
 			/* JSON text never holds a raw NUL; jansson would stop at it and
 			 * parse a prefix ({"tokens": [68\0]} read as [68]). */
 			resp->route = hit->label;
-			api_error(resp, 400, "invalid_request_error", NULL, "invalid_json",
+			api_error(resp, 400, NULL, "invalid_json",
 				  "request body contains a NUL byte at offset %zu",
 				  (size_t)((const char *)memchr(req->body, '\0', req->body_len) - req->body));
 		} else if (hit) {
@@ -330,11 +342,11 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 			hit->fn(hit->ctx, a, req, resp, *stream);
 		} else if (path_known) {
 			resp->route = "other";
-			api_error(resp, 405, "invalid_request_error", NULL, "method_not_allowed",
+			api_error(resp, 405, NULL, "method_not_allowed",
 				  "method %s not allowed on %s", req->method, p);
 		} else {
 			resp->route = "other";
-			api_error(resp, 404, "not_found_error", NULL, "not_found", "no route %s %.200s", req->method,
+			api_error(resp, 404, NULL, "not_found", "no route %s %.200s", req->method,
 				  p);
 		}
 	}

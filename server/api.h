@@ -56,9 +56,14 @@ void api_set_liveness(struct api *api, double (*last_beat_s)(void *ctx), void *c
 /* Fill http_options' handler/app/on_complete for this api. */
 void api_http_bind(struct api *api, struct http_options *opt);
 
-/* OpenAI error reply. type: "invalid_request_error", "authentication_error",
- * "not_found_error", "server_error", ...; param and code may be NULL. */
-void api_error(struct http_response *resp, int status, const char *type, const char *param, const char *code,
-	       const char *fmt, ...) DSV4_PRINTF(6, 7);
+/* The one OpenAI error writer: {"error": {"message", "type", "param",
+ * "code"}}. type follows from status as OpenAI sends it
+ * (api_error_type); param and code are strings or NULL (JSON null), never
+ * a number. Codes in use: docs/api.md, "Errors". */
+const char *api_error_type(int status);
+struct strbuf;
+void api_error_json(struct strbuf *b, int status, const char *param, const char *code, const char *msg);
+void api_error(struct http_response *resp, int status, const char *param, const char *code, const char *fmt, ...)
+	DSV4_PRINTF(5, 6);
 
 #endif

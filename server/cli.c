@@ -16,8 +16,9 @@ const struct cli_command cli_commands[] = {
 	{"kernels", "print the per-layer kernel plan for a model on this or a simulated GPU", cmd_kernels},
 	/* ---- comm ---- */
 	/* ---- forward pass ---- */
-	{"generate", "run one prompt through the CPU executor (prefill, decode, sampling)", cmd_generate},
+	{"generate", "run one prompt through the model (GPU when usable, else CPU): prefill, decode, sampling", cmd_generate},
 	/* ---- openai server ---- */
-	{"serve", "serve the OpenAI-compatible API (chat, completions, tokenize) over HTTP", cmd_serve},
+	{"serve", "serve the OpenAI-compatible API over HTTP: dsv4 serve MODEL_DIR [vLLM's flags]", cmd_serve},
+	{"bench", "benchmarks: decode (ms/step, tokens/s, bytes read vs measured bandwidth, per-op profile)", cmd_bench},
 	{NULL, NULL, NULL},
 };

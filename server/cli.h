@@ -34,5 +34,6 @@ int cmd_kernels(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 /* ---- openai server ---- */
 int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv); /* bench: server/cmd_bench.c */
 
 #endif

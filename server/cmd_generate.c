@@ -1,6 +1,8 @@
 /*
- * server/cmd_generate.c: `dsv4 generate`, one prompt through the CPU
- * executor (model/exec_cpu.h) without HTTP or the scheduler: prefill in
+ * server/cmd_generate.c: `dsv4 generate`, one prompt through the model
+ * executor (model/exec_open.h: the CPU, or the GPU when one is usable;
+ * --tensor-parallel-size N splits it over N rank threads) without HTTP or
+ * the scheduler: prefill in
  * chunks of the step budget, then decode token by token with the executor's
  * own sampling, printing the ids, (with a tokenizer in the model directory)
  * the text, and the prefill and decode speeds.
@@ -8,8 +10,10 @@
  *   dsv4 generate MODEL_DIR (-p TEXT | --prompt-ids 0,1,2) [-n N]
  *                 [--temperature T] [--seed S]
  *                 [--precision reference|fp32] [--kernel-plan]
+ *                 [--device auto|cuda|cpu] [--tensor-parallel-size N]
  *
- * Aliases: --model DIR for MODEL_DIR, --prompt for -p, --max-tokens for -n
+ * MODEL_DIR 'tiny' is the tiny random checkpoint `dsv4 serve --model tiny`
+ * builds and caches. Aliases: --model DIR for MODEL_DIR, --prompt for -p, --max-tokens for -n
  * (default 16). -p TEXT is encoded with the model's tokenizer.json (added
  * tokens recognised) and BOS is put in front unless the text already starts
  * with it. --kernel-plan prints the per-layer kernel plan first (alone, it
@@ -38,16 +42,17 @@
 
 #include "cli.h"
 #include "model/checkpoint.h"
-#include "model/exec_cpu.h"
+#include "model/exec_open.h"
 #include "model/tokenizer.h"
 #include "server/load_args.h"
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: dsv4 generate MODEL_DIR (-p TEXT | --prompt-ids 0,1,2) [-n N] [--temperature T]\n"
-			"                     [--seed S] [--precision reference|fp32] [--kernel-plan] [--prompt-logprobs]\n"
-			"                     [--device auto|cuda|cpu]   (auto: the GPU when one is usable)\n"
-			"       (--model DIR, --prompt TEXT, --max-tokens N: the same)\n");
+	fprintf(stderr, "usage: dsv4 generate MODEL_DIR|tiny (-p TEXT | --prompt-ids 0,1,2) [-n N] [--temperature T]\n"
+			"                     [--seed S] [--kernel-plan] [--prompt-logprobs]\n"
+			"       (--model DIR, --prompt TEXT, --max-tokens N: the same; -n defaults to 16,\n"
+			"        --temperature to 0 (greedy), --seed to 0)\n"
+			"%s%s", load_args_exec_usage(), load_args_usage());
 }
 
 static double clock_s(clockid_t id)
@@ -142,7 +147,15 @@ int cmd_generate(int argc, char **argv)
 	struct model_checkpoint_options load_opts = {0}; /* dummy-load: --load-format, --hf-overrides */
 	if (load_args_extract(&argc, argv, "generate", false, &load_opts))
 		return CLI_EXIT_USAGE;
-	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *prec = "reference", *device = "auto";
+	struct model_exec_open_options xo = {.device = "auto"};
+	if (load_args_extract_exec(&argc, argv, "generate", &xo))
+		return CLI_EXIT_USAGE;
+	if (xo.parallel.nnodes > 1) {
+		fprintf(stderr, "dsv4 generate: --nnodes %d: generate runs in one process (use serve for several "
+				"nodes)\n", xo.parallel.nnodes);
+		return CLI_EXIT_USAGE;
+	}
+	const char *model = NULL, *prompt = NULL, *prompt_ids = NULL;
 	long max_tokens = 16;
 	double temperature = 0;
 	unsigned long long seed = 0;
@@ -187,10 +200,6 @@ int cmd_generate(int argc, char **argv)
 			prompt = v;
 		else if (!strcmp(a, "--prompt-ids"))
 			prompt_ids = v;
-		else if (!strcmp(a, "--precision"))
-			prec = v;
-		else if (!strcmp(a, "--device"))
-			device = v;
 		else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
 			max_tokens = strtol(v, &end, 10);
 			if (*end || max_tokens < 0 || max_tokens > 1000000)
@@ -218,19 +227,21 @@ bad:
 		usage();
 		return CLI_EXIT_USAGE;
 	}
-	enum model_precision precision;
-	if (!strcmp(prec, "reference"))
-		precision = MODEL_PREC_REFERENCE;
-	else if (!strcmp(prec, "fp32"))
-		precision = MODEL_PREC_FP32;
-	else {
-		fprintf(stderr, "dsv4 generate: --precision must be reference or fp32\n");
+	if (score && xo.parallel.tensor_parallel_size > 1) {
+		fprintf(stderr, "dsv4 generate: --prompt-logprobs runs one rank (leave out --tensor-parallel-size)\n");
 		return CLI_EXIT_USAGE;
+	}
+	char tiny_dir[4096];
+	if (!strcmp(model, "tiny")) {
+		if (load_args_model_dir(model, tiny_dir, sizeof tiny_dir))
+			return CLI_EXIT_FAIL;
+		model = tiny_dir;
 	}
 
 	int rc = CLI_EXIT_FAIL;
 	struct err e = {0};
 	struct model_checkpoint *ck = NULL;
+	struct model_exec_open *mx = NULL;
 	struct model_exec_cpu *x = NULL;
 	struct model_tokenizer *tok = NULL;
 	int32_t *ids = NULL, *all = NULL;
@@ -286,19 +297,17 @@ bad:
 		fprintf(stderr, "dsv4 generate: DSV4_DISABLED_KERNELS: %s\n", e.msg);
 		goto out;
 	}
-	struct kern_device dev;
-	if (model_exec_device(device, &dev, &e)) {
-		fprintf(stderr, "dsv4 generate: --device %s: %s\n", device, e.msg);
-		goto out;
-	}
-	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = 0, .n_blocks = nb < 2 ? 2 : nb,
-					    .max_step_tokens = 256, .max_step_seqs = 1, .precision = precision,
-					    .disabled = &disabled, .dev = &dev};
-	if (model_exec_cpu_create(&x, &xo, &e)) {
+	xo.ck = ck;
+	xo.n_blocks = nb < 2 ? 2 : nb;
+	xo.max_step_tokens = 256;
+	xo.max_step_seqs = 1;
+	xo.disabled = &disabled;
+	if (model_exec_open(&mx, &xo, &e)) {
 		fprintf(stderr, "dsv4 generate: %s\n", e.msg);
 		goto out;
 	}
-	struct exec *ex = model_exec_cpu_exec(x);
+	x = model_exec_open_cpu(mx);
+	struct exec *ex = model_exec_open_exec(mx);
 	if (plan) {
 		size_t need = model_exec_cpu_plan_str(x, NULL, 0);
 		char *buf = malloc(need + 1);
@@ -405,7 +414,7 @@ out:
 	free(all);
 	free(blocks);
 	free(ids);
-	model_exec_cpu_destroy(x);
+	model_exec_open_destroy(mx);
 	model_tokenizer_destroy(tok);
 	model_checkpoint_destroy(ck);
 	return rc;

@@ -1,5 +1,6 @@
 /*
- * server/cmd_inspect.c: `dsv4 inspect [--tensors] MODEL_DIR`.
+ * server/cmd_inspect.c: `dsv4 inspect [--tensors] MODEL_DIR` (or `tiny`, the
+ * tiny checkpoint serve builds and caches).
  *
  * Opens the checkpoint with the same validation the server runs at load, so
  * a checkpoint that inspects cleanly is one the loader accepts. Prints the
@@ -16,7 +17,7 @@
 
 static void inspect_usage(FILE *f)
 {
-	fprintf(f, "usage: dsv4 inspect [--tensors] MODEL_DIR\n\n"
+	fprintf(f, "usage: dsv4 inspect [--tensors] MODEL_DIR|tiny\n\n"
 		   "Validate a DeepSeek-V4 checkpoint directory (config.json, model.safetensors.index.json,\n"
 		   "shards) and print its config, layer types, tensor count, bytes per dtype and quantization.\n\n"
 		   "  --tensors   also list every tensor: name, dtype, shape, shard, format\n");
@@ -49,6 +50,12 @@ int cmd_inspect(int argc, char **argv)
 	if (!dir) {
 		inspect_usage(stderr);
 		return CLI_EXIT_USAGE;
+	}
+	char tiny_dir[2048];
+	if (!strcmp(dir, "tiny")) { /* serve's tiny checkpoint, built once */
+		if (load_args_model_dir(dir, tiny_dir, sizeof tiny_dir))
+			return CLI_EXIT_FAIL;
+		dir = tiny_dir;
 	}
 	struct err e;
 	err_clear(&e);

@@ -49,6 +49,11 @@ struct engine_options {
 	/* /health 503 "stalled" when the step loop has not beaten for this long
 	 * (seconds; 0 = never): a tensor-parallel rank that stopped answering. */
 	double health_stall_s;
+	/* ---- cli: vLLM's command line ---- */
+	bool use_bound_fd;               /* bound_fd: the socket http_bind() reserved before loading (host and */
+	int bound_fd;                    /* port then only name it); the engine owns it from engine_create */
+	bool disable_prefix_caching;     /* --no-enable-prefix-caching */
+	bool disable_log_requests;       /* --disable-log-requests: no per-request access log line */
 };
 
 enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e) DSV4_WUR;
@@ -67,22 +72,6 @@ bool engine_idle(struct engine *en);
 void engine_abort_all(struct engine *en);
 /* Stop listening and free everything. NULL is a no-op. */
 void engine_destroy(struct engine *en);
-
-/* ---- The deterministic test executor ----
- * Until the real executor is wired in, `dsv4 serve --executor test` serves
- * this one: no weights are read; the logits of each step are a hash of the
- * sequence's last token and position, so output is reproducible and depends
- * on the prompt, which is all the HTTP, SSE and scheduler paths need. */
-enum status engine_test_exec_create(struct exec **out, uint32_t vocab_size, int32_t eos_token_id,
-				    uint32_t max_model_len, struct err *e) DSV4_WUR;
-/* Script the test executor: every sequence's output starts with these ids
- * (copied; sampling is bypassed for them), then continues as above. For
- * tests that need a known output, e.g. a DSML tool call. */
-enum status engine_test_exec_script(struct exec *ex, const int32_t *ids, uint32_t n, struct err *e) DSV4_WUR;
-/* Sleep this long in every step (tests that need a request to stay in
- * flight for a while, whatever the build's speed). */
-void engine_test_exec_set_step_delay(struct exec *ex, uint32_t delay_ms);
-void engine_test_exec_destroy(struct exec *ex);
 
 /* ---- tensor parallel ---- */
 /* The tensor-parallel group failed (server/tp_serve.h): /health and new

@@ -17,7 +17,7 @@ bool fe_check_ready(struct api *api, struct http_response *resp)
 	enum api_state st = api_get_state(api);
 	if (st == API_READY)
 		return true;
-	api_error(resp, 503, "service_unavailable", NULL, st == API_DRAINING ? "draining" : "unavailable",
+	api_error(resp, 503, NULL, st == API_DRAINING ? "draining" : "unavailable",
 		  "the server is %s", st == API_DRAINING ? "shutting down" : st == API_LOADING ? "loading" : "unhealthy");
 	return false;
 }
@@ -29,13 +29,11 @@ bool fe_chat_prompt(struct oai_server *s, struct api *api, const char *json, siz
 	*ids = NULL;
 	*n_ids = 0;
 	if (oai_parse_request(OAI_CHAT, json, len, s->opt.vocab_size, r, &why)) {
-		api_error(resp, why.status ? why.status : 400,
-			  why.status == 500 ? "server_error" : "invalid_request_error", why.param[0] ? why.param : NULL,
-			  NULL, "%s", why.message);
+		oai_error_reply(resp, &why);
 		return false;
 	}
 	if (r->model && strcmp(r->model, api_model_name(api))) {
-		api_error(resp, 404, "not_found_error", "model", "model_not_found",
+		api_error(resp, 404, NULL, "model_not_found",
 			  "The model '%.200s' does not exist (this server serves '%s')", r->model, api_model_name(api));
 		oai_request_free(r);
 		return false;
@@ -50,9 +48,8 @@ bool fe_chat_prompt(struct oai_server *s, struct api *api, const char *json, siz
 		st = model_tokenizer_encode_alloc(s->opt.tok, prompt, plen, MODEL_TOK_ADDED_ALL, ids, n_ids, &e);
 	free(prompt);
 	if (st) {
-		api_error(resp, st == ST_INVALID || st == ST_UNSUPPORTED ? 400 : 500,
-			  st == ST_INVALID || st == ST_UNSUPPORTED ? "invalid_request_error" : "server_error", "messages",
-			  NULL, "%s", e.msg);
+		api_error(resp, st == ST_INVALID || st == ST_UNSUPPORTED ? 400 : 500, "messages",
+			  st == ST_INVALID || st == ST_UNSUPPORTED ? "invalid_value" : NULL, "%s", e.msg);
 		oai_request_free(r);
 		free(*ids);
 		*ids = NULL;

@@ -97,11 +97,43 @@ struct http_options {
 	 * trickles a byte every few seconds resets the idle timeout forever
 	 * (slowloris); past this its connection is shut. 0 = 60 s. */
 	unsigned request_deadline_s;
+	/* Requests with a body (POST: parsing, chat rendering, tokenization)
+	 * run on a bounded pool of worker threads, so that the connection
+	 * threads stay free for /health and the streams; a request finding
+	 * max_queued_work others waiting or running gets 503. 0 = n_threads
+	 * workers / HTTP_DEFAULT_MAX_QUEUED_WORK. GETs are answered inline. */
+	int n_workers;
+	unsigned max_queued_work;
+	/* Write-progress deadline: a response whose bytes the client has not
+	 * taken for this long (nothing acknowledged while data waits in the
+	 * socket) is cut; a stalled reader aborts its request. 0 = the
+	 * process default (http_set_default_write_stall_s, 60 s). */
+	unsigned write_stall_s;
 	http_handler_fn handler;
 	void *app;
 	/* Called after every response with route-independent facts, for metrics. Optional. */
 	void (*on_complete)(void *app, const char *route, int status, double seconds);
+	/* A socket bound earlier by http_bind() (host and port are then only
+	 * for messages): the server listens on it and owns it from the call,
+	 * closing it on failure too. */
+	bool use_bound_fd;
+	int bound_fd;
 };
+
+/* Resolve host (a name, or a numeric IPv4 / IPv6 address; for a name that
+ * has both, IPv4 first, as uvicorn does) and bind a TCP socket to host:port
+ * without listening yet: the address is reserved (a busy port fails here,
+ * before anything slow), and a client that connects before the server
+ * starts is refused rather than left waiting. *port_out: the port bound (port
+ * 0 = any free one). Hand the socket to http_server_create (use_bound_fd),
+ * or close() it. */
+enum status http_bind(const char *host, int port, int *fd_out, int *port_out, struct err *e) DSV4_WUR;
+#define HTTP_DEFAULT_MAX_QUEUED_WORK 256u
+#define HTTP_DEFAULT_WRITE_STALL_S 60u
+
+/* The write-progress deadline of servers created later with write_stall_s
+ * 0 (set once at start-up from `dsv4 serve --max-write-stall-seconds`). */
+void http_set_default_write_stall_s(unsigned s);
 
 /* Start listening. On failure (bad host, port in use) returns an error naming
  * the address. */
@@ -115,6 +147,9 @@ void http_server_quiesce(struct http_server *s);
 
 /* Number of requests being handled or streamed right now. */
 int http_server_in_flight(const struct http_server *s);
+
+/* Requests with their handler on the worker pool now (waiting or running). */
+unsigned http_server_n_work(const struct http_server *s);
 
 /* Stop everything and free. NULL is a no-op. */
 void http_server_destroy(struct http_server *s);

@@ -54,8 +54,4 @@ uint32_t oai_server_n_jobs(struct oai_server *s);
 /* NULL is a no-op. Call after the HTTP server and the scheduler loop are gone. */
 void oai_server_destroy(struct oai_server *s);
 
-/* The scheduler's detokenize callback: the raw bytes of a token; special
- * tokens (bos, eos, pad) give no text. ctx: const struct model_tokenizer *. */
-uint32_t oai_detok_piece(void *ctx, int32_t token_id, char *buf, uint32_t cap);
-
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model/exec.h"
+#include "server/api.h"
 
 /* ---- text ---- */
 
@@ -165,13 +166,11 @@ void oai_sse_usage_chunk(struct strbuf *b, const struct oai_head *h, const struc
 	strbuf_puts(b, "}\n\n");
 }
 
-void oai_sse_error(struct strbuf *b, int code, const char *type, const char *message)
+void oai_sse_error(struct strbuf *b, int status, const char *code, const char *message)
 {
-	strbuf_puts(b, "data: {\"error\":{\"message\":");
-	strbuf_json_string(b, message, strlen(message));
-	strbuf_puts(b, ",\"type\":");
-	strbuf_json_string(b, type, strlen(type));
-	strbuf_printf(b, ",\"param\":null,\"code\":%d}}\n\n", code);
+	strbuf_puts(b, "data: ");
+	api_error_json(b, status, NULL, code, message);
+	strbuf_puts(b, "\n\n");
 }
 
 void oai_sse_done(struct strbuf *b) { strbuf_puts(b, "data: [DONE]\n\n"); }

@@ -70,8 +70,9 @@ void oai_sse_completion_prompt_lp_chunk(struct strbuf *b, const struct oai_head 
 					const char *prompt_logprobs_json);
 /* data: {... "choices": [], "usage": {...}}\n\n */
 void oai_sse_usage_chunk(struct strbuf *b, const struct oai_head *h, const struct oai_usage *u);
-/* data: {"error": {...}}\n\n (an error after the stream started) */
-void oai_sse_error(struct strbuf *b, int code, const char *type, const char *message);
+/* data: {"error": {...}}\n\n (an error after the stream started; the body
+ * is api_error_json's, code NULL or a string) */
+void oai_sse_error(struct strbuf *b, int status, const char *code, const char *message);
 /* data: [DONE]\n\n */
 void oai_sse_done(struct strbuf *b);
 

@@ -47,6 +47,9 @@ struct oai_server {
 	struct gram_vocab *gvocab; /* structured outputs: the tokenizer's byte trie (NULL: unavailable) */
 };
 
+/* The error reply for a refused body (api_error with its status, param and code). */
+void oai_error_reply(struct http_response *resp, const struct oai_error *why);
+
 /* Submit the request's prompts (n_prompts id arrays; echo texts may be NULL,
  * and are taken over when set), create the job and answer resp with its
  * stream (or with an error reply: refusals map to 400/429/503). */

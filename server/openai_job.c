@@ -3,8 +3,7 @@
  * OpenAI responses (SSE chunks or one JSON body).
  *
  * A job owns: the parsed request's derived state, one sched_stream per
- * prompt (n choices each), per-choice output state (UTF-8 carry, the DSML
- * output parser for chat, accumulated text for non-streamed answers,
+ * prompt (n choices each), per-choice output state (the DSML output parser for chat, accumulated text for non-streamed answers,
  * logprobs), and the output buffer the HTTP pull callback drains. The job is
  * created in the handler and freed in the stream's close callback, which the
  * HTTP layer calls exactly once (finished or client gone).
@@ -44,8 +43,6 @@ struct choice {
 	struct oai_job *job;
 	uint32_t index;
 	struct model_oparse *parser;  /* chat only */
-	uint8_t carry[4];             /* incomplete UTF-8 tail */
-	uint32_t n_carry;
 	struct strbuf content, reasoning; /* accumulated (non-stream) */
 	struct tool_acc *tools;
 	size_t n_tools, cap_tools;
@@ -99,23 +96,6 @@ struct oai_job {
 	const struct oai_job_format *fmt; /* another API's shapes (openai_internal.h), or NULL */
 	void *fmt_ctx;
 };
-
-/* ---- detokenize callback for the scheduler ---- */
-
-uint32_t oai_detok_piece(void *ctx, int32_t token_id, char *buf, uint32_t cap)
-{
-	const struct model_tokenizer *tok = ctx;
-	if (model_tokenizer_is_special(tok, token_id))
-		return 0;
-	size_t n = 0;
-	const char *p = model_tokenizer_piece(tok, token_id, &n);
-	if (!p)
-		return 0;
-	if (n > cap)
-		n = cap;
-	memcpy(buf, p, n);
-	return (uint32_t)n;
-}
 
 /* ---- wake slots ---- */
 
@@ -280,55 +260,24 @@ static void on_parse(void *user, const struct model_oparse_event *ev)
 	emit_chat_delta(c, &d);
 }
 
-/* Bytes of a token event: prepend the carried incomplete UTF-8 tail and keep
- * the new one, so that the parser and the client see whole characters. */
-static void feed_text(struct choice *c, const char *text, size_t n, bool final, const char *lp_json)
+/* The text of a token event: whole UTF-8 characters already (the
+ * scheduler's streaming detokenizer, model/detok.h, holds a split one back
+ * and flushes it with the last token). */
+static void feed_text(struct choice *c, const char *text, size_t n, const char *lp_json)
 {
 	struct oai_job *j = c->job;
-	char local[512];
-	char *buf = local;
-	size_t total = c->n_carry + n;
-	if (total > sizeof local) {
-		buf = malloc(total);
-		if (!buf) {
-			j->error = true;
-			return;
-		}
-	}
-	memcpy(buf, c->carry, c->n_carry);
-	if (n)
-		memcpy(buf + c->n_carry, text, n);
-	size_t keep = 0;
-	if (!final) {
-		/* A proper prefix of a character at the very end is held (at most 3 bytes). */
-		for (size_t back = 1; back <= 3 && back <= total; back++) {
-			size_t len;
-			int k = model_utf8_classify((const uint8_t *)buf + total - back, back, &len);
-			if (k == -1) {
-				keep = back;
-				break;
-			}
-			if (k == 1 || k == 0)
-				continue;
-		}
-	}
-	size_t emit = total - keep;
-	memcpy(c->carry, buf + emit, keep);
-	c->n_carry = (uint32_t)keep;
-	if (j->kind == OAI_COMPLETION && j->stream && (emit || lp_json)) {
-		c->text_bytes += emit;
-		oai_sse_completion_chunk(&j->out, &j->head, c->index, buf, emit, lp_json, NULL);
-	} else if (emit) {
+	if (j->kind == OAI_COMPLETION && j->stream && (n || lp_json)) {
+		c->text_bytes += n;
+		oai_sse_completion_chunk(&j->out, &j->head, c->index, text ? text : "", n, lp_json, NULL);
+	} else if (n) {
 		if (j->kind == OAI_CHAT) {
-			if (model_oparse_feed(c->parser, buf, emit))
+			if (model_oparse_feed(c->parser, text, n))
 				j->error = true;
 		} else {
-			c->text_bytes += emit;
-			strbuf_append(&c->content, buf, emit);
+			c->text_bytes += n;
+			strbuf_append(&c->content, text, n);
 		}
 	}
-	if (buf != local)
-		free(buf);
 }
 
 static void record_metrics(struct oai_job *j, struct sub *sb, const struct sched_event *ev, const char *reason)
@@ -425,7 +374,7 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 				c->n_lp++;
 			} else {
 				oai_compl_logprobs_add(&c->clp, j->srv->opt.tok, ev->token_id, &ev->sample,
-						       j->top_logprobs, sb->echo_lp_bytes + c->text_bytes + c->n_carry);
+						       j->top_logprobs, sb->echo_lp_bytes + c->text_bytes);
 			}
 		}
 		if (j->kind == OAI_COMPLETION && j->stream && j->logprobs) {
@@ -433,10 +382,10 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 			struct strbuf lpj;
 			strbuf_init(&lpj);
 			oai_compl_logprobs_render(&c->clp, &lpj, true);
-			feed_text(c, ev->text, ev->text_bytes, false, strbuf_cstr(&lpj));
+			feed_text(c, ev->text, ev->text_bytes, strbuf_cstr(&lpj));
 			strbuf_free(&lpj);
 		} else {
-			feed_text(c, ev->text, ev->text_bytes, false, NULL);
+			feed_text(c, ev->text, ev->text_bytes, NULL);
 		}
 		sched_event_clear(ev);
 		return;
@@ -450,7 +399,6 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 	}
 	sb->n_finished++;
 	j->usage.completion_tokens += ev->n_output_tokens;
-	feed_text(c, NULL, 0, true, NULL);
 	bool tools = false;
 	if (j->kind == OAI_CHAT) {
 		if (model_oparse_finish(c->parser))
@@ -580,14 +528,12 @@ static void finalize(struct oai_job *j)
 			      j->error ? (j->error_msg[0] ? j->error_msg : "internal error") : NULL);
 	} else if (j->stream) {
 		if (j->error)
-			oai_sse_error(&j->out, 500, "server_error", j->error_msg[0] ? j->error_msg : "internal error");
+			oai_sse_error(&j->out, 500, NULL, j->error_msg[0] ? j->error_msg : "internal error");
 		if (j->head.usage_null)
 			oai_sse_usage_chunk(&j->out, &j->head, &j->usage);
 		oai_sse_done(&j->out);
 	} else if (j->error) {
-		strbuf_printf(&j->out, "{\"error\":{\"message\":\"%s\",\"type\":\"server_error\",\"param\":null,"
-				       "\"code\":500}}",
-			      j->error_msg[0] ? j->error_msg : "internal error");
+		api_error_json(&j->out, 500, NULL, NULL, j->error_msg[0] ? j->error_msg : "internal error");
 	} else {
 		render_full(j);
 	}
@@ -727,15 +673,50 @@ static void job_close(void *ctx, bool aborted)
 
 /* ---- submission ---- */
 
-static void refusal_reply(struct http_response *resp, enum sched_refusal why, const struct err *e)
+/* The OpenAI name of a parameter the scheduler refused. */
+static const char *param_name(enum sched_req_param p, enum oai_kind kind)
 {
-	int code = sched_refusal_http_status(why);
+	switch (p) {
+	case SCHED_PARAM_PROMPT: return kind == OAI_CHAT ? "messages" : "prompt";
+	case SCHED_PARAM_N: return "n";
+	case SCHED_PARAM_TEMPERATURE: return "temperature";
+	case SCHED_PARAM_TOP_P: return "top_p";
+	case SCHED_PARAM_MIN_P: return "min_p";
+	case SCHED_PARAM_TOP_K: return "top_k";
+	case SCHED_PARAM_PENALTY: return "presence_penalty";
+	case SCHED_PARAM_REPETITION_PENALTY: return "repetition_penalty";
+	case SCHED_PARAM_TOP_LOGPROBS: return kind == OAI_CHAT ? "top_logprobs" : "logprobs";
+	case SCHED_PARAM_LOGIT_BIAS: return "logit_bias";
+	case SCHED_PARAM_STOP_TOKEN_IDS: return "stop_token_ids";
+	case SCHED_PARAM_STOP: return "stop";
+	case SCHED_PARAM_MIN_TOKENS: return "min_tokens";
+	case SCHED_PARAM_MAX_TOKENS: return "max_tokens";
+	case SCHED_PARAM_PROMPT_LOGPROBS: return "prompt_logprobs";
+	case SCHED_PARAM_GRAMMAR: return "response_format";
+	case SCHED_PARAM_PRIORITY: return "priority";
+	case SCHED_PARAM_NONE: break;
+	}
+	return NULL;
+}
+
+/* A scheduler refusal as an HTTP answer: the statuses are this layer's
+ * (400 / 429 with Retry-After / 503); the parameter comes from
+ * sched_check_param as data. */
+static void refusal_reply(struct oai_server *s, const struct sched_request_params *p, enum oai_kind kind,
+			  struct http_response *resp, enum sched_refusal why, const struct err *e)
+{
+	enum sched_req_param prm = SCHED_PARAM_NONE;
+	if (why == SCHED_REFUSE_INVALID || why == SCHED_REFUSE_TOO_LONG) {
+		struct err e2 = {0};
+		(void)sched_check_param(sched_loop_core(s->opt.loop), p, &prm, &e2);
+	}
 	switch (why) {
 	case SCHED_REFUSE_TOO_LONG:
-		api_error(resp, 400, "invalid_request_error", "messages", "context_length_exceeded", "%s", e->msg);
+		/* OpenAI names the input for any context overflow, whichever part is long */
+		api_error(resp, 400, param_name(SCHED_PARAM_PROMPT, kind), "context_length_exceeded", "%s", e->msg);
 		break;
 	case SCHED_REFUSE_QUEUE_FULL:
-		api_error(resp, 429, "rate_limit_error", NULL, "queue_full", "%s", e->msg[0] ? e->msg : "queue full");
+		api_error(resp, 429, NULL, "rate_limit_exceeded", "%s", e->msg[0] ? e->msg : "queue full");
 		for (int i = 0; i < 4; i++)
 			if (!resp->headers[i].name) {
 				resp->headers[i].name = "Retry-After";
@@ -744,22 +725,14 @@ static void refusal_reply(struct http_response *resp, enum sched_refusal why, co
 			}
 		break;
 	case SCHED_REFUSE_DRAINING:
-		api_error(resp, 503, "service_unavailable", NULL, "draining", "the server is shutting down");
+		api_error(resp, 503, NULL, "draining", "the server is shutting down");
 		break;
-	case SCHED_REFUSE_INVALID: {
-		/* Name the parameter when the scheduler's message does. */
-		static const char *params[] = {"priority", "min_tokens", "max_tokens", "stop_token_ids", "stop",
-					       "logit_bias", "top_logprobs", "seed", "n"};
-		const char *param = NULL;
-		for (size_t i = 0; i < sizeof params / sizeof params[0] && !param; i++)
-			if (strstr(e->msg, params[i]))
-				param = params[i];
-		api_error(resp, 400, "invalid_request_error", param, NULL, "%s", e->msg);
+	case SCHED_REFUSE_INVALID:
+		api_error(resp, 400, param_name(prm, kind), e->st == ST_UNSUPPORTED ? "unsupported_value" : "invalid_value",
+			  "%s", e->msg);
 		break;
-	}
 	default:
-		api_error(resp, code >= 400 ? code : 500, "server_error", NULL, NULL, "%s",
-			  e->msg[0] ? e->msg : "cannot accept the request");
+		api_error(resp, 503, NULL, NULL, "%s", e->msg[0] ? e->msg : "cannot accept the request");
 	}
 }
 
@@ -772,6 +745,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->ignore_eos = r->ignore_eos;
 	p->min_tokens = r->min_tokens;
 	p->include_stop_str_in_output = r->include_stop_str_in_output;
+	p->keep_special_tokens = !r->skip_special_tokens;
 	p->stop_token_ids = r->stop_token_ids;
 	p->n_stop_token_ids = r->n_stop_token_ids;
 	p->stop_strings = r->stop;
@@ -798,7 +772,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
 		bool prompt = r->prompt_logprobs && r->prompt_top_logprobs > lim;
 		const char *param = prompt ? "prompt_logprobs" : r->kind == OAI_CHAT ? "top_logprobs" : "logprobs";
-		api_error(resp, 400, "invalid_request_error", param, NULL,
+		api_error(resp, 400, param, "invalid_value",
 			  "'%s' asks for %u logprobs; this server's maximum is %u (--max-logprobs)", param,
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
 		return;
@@ -813,7 +787,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			est += (uint64_t)r->n * t * per_tok;
 		}
 		if (est > OAI_MAX_RESPONSE_BYTES) {
-			api_error(resp, 400, "invalid_request_error", "max_tokens", NULL,
+			api_error(resp, 400, "max_tokens", "invalid_value",
 				  "this non-streamed answer could reach %llu MB: %u prompt(s) x n %u x max_tokens %llu x "
 				  "%llu bytes per token (logprobs %u) > the limit of %llu MB; lower n, max_tokens or "
 				  "top_logprobs, or stream it",
@@ -829,7 +803,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	struct oai_job *j = calloc(1, sizeof *j);
 	if (!j) {
 		gram_release(grammar);
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	j->fmt = fmt;
@@ -860,7 +834,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		j->n_choices = 0;
 		job_free(j);
 		gram_release(grammar);
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	for (uint32_t i = 0; i < j->n_choices; i++) {
@@ -879,7 +853,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			if (model_oparse_create(&c->parser, &po, &e)) {
 				job_free(j);
 				gram_release(grammar);
-				api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
+				api_error(resp, 500, NULL, NULL, "%s", e.msg);
 				return;
 			}
 		}
@@ -899,7 +873,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 			sb->ss = NULL;
 			gram_release(grammar);
 			job_free(j);
-			refusal_reply(resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
+			refusal_reply(s, &p, r->kind, resp, why == SCHED_ACCEPTED ? SCHED_REFUSE_NOMEM : why, &e);
 			return;
 		}
 		if (p.prompt_logprobs) {
@@ -942,7 +916,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	pthread_mutex_unlock(&s->wake_mu);
 	if (si < 0) {
 		job_free(j);
-		api_error(resp, 503, "server_error", NULL, NULL, "too many requests in flight");
+		api_error(resp, 503, NULL, NULL, "too many requests in flight");
 		return;
 	}
 	for (uint32_t i = 0; i < n_prompts; i++)
@@ -969,7 +943,7 @@ void oai__start_job_fmt(struct oai_server *s, const struct oai_request *r, int32
 {
 	resp->stream_ctx = NULL;
 	if (r->n != 1 || r->kind != OAI_CHAT)
-		api_error(resp, 400, "invalid_request_error", "n", NULL, "this endpoint answers one choice");
+		api_error(resp, 400, "n", "unsupported_value", "this endpoint answers one choice");
 	else
 		start_job(s, r, &prompt_ids, &n_ids, 1, NULL, NULL, fmt, fmt_ctx, resp, hs);
 	if (!resp->stream_ctx) /* refused: no job owns the format */

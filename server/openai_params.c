@@ -65,9 +65,12 @@ static void ar_free(struct oai_arena *a)
 
 static enum status fail(struct oai_error *why, enum status st, const char *param, const char *fmt, ...)
 	DSV4_PRINTF(4, 5);
+/* fail() with OpenAI's error code given (fail derives it from st). */
+#define FAILC(why, code_, ...) (fail(why, __VA_ARGS__), (why)->code = (code_), ST_INVALID)
 static enum status fail(struct oai_error *why, enum status st, const char *param, const char *fmt, ...)
 {
 	why->status = st == ST_NOMEM ? 500 : 400;
+	why->code = st == ST_NOMEM ? NULL : st == ST_UNSUPPORTED ? "unsupported_value" : "invalid_value";
 	snprintf(why->param, sizeof why->param, "%s", param ? param : "");
 	va_list ap;
 	va_start(ap, fmt);
@@ -83,20 +86,28 @@ static enum status fail(struct oai_error *why, enum status st, const char *param
 static enum status get_bool(json_t *v, const char *name, bool *out, struct oai_error *why)
 {
 	if (!json_is_boolean(v))
-		return fail(why, ST_INVALID, name, "'%s' must be a boolean", name);
+		return FAILC(why, "invalid_type", ST_INVALID, name, "'%s' must be a boolean", name);
 	*out = json_is_true(v);
+	return ST_OK;
+}
+
+/* A number in [lo, hi], or (lo, hi] when lo_open. */
+static enum status get_num_in(json_t *v, const char *name, double lo, bool lo_open, double hi, double *out,
+			      struct oai_error *why)
+{
+	if (!json_is_number(v))
+		return FAILC(why, "invalid_type", ST_INVALID, name, "'%s' must be a number", name);
+	double d = json_number_value(v);
+	if (!isfinite(d) || d < lo || (lo_open && d <= lo) || d > hi)
+		return fail(why, ST_INVALID, name, "'%s' must be in %c%g, %g], got %g", name, lo_open ? '(' : '[', lo,
+			    hi, d);
+	*out = d;
 	return ST_OK;
 }
 
 static enum status get_num(json_t *v, const char *name, double lo, double hi, double *out, struct oai_error *why)
 {
-	if (!json_is_number(v))
-		return fail(why, ST_INVALID, name, "'%s' must be a number", name);
-	double d = json_number_value(v);
-	if (!isfinite(d) || d < lo || d > hi)
-		return fail(why, ST_INVALID, name, "'%s' must be in [%g, %g], got %g", name, lo, hi, d);
-	*out = d;
-	return ST_OK;
+	return get_num_in(v, name, lo, false, hi, out, why);
 }
 
 static enum status get_int(json_t *v, const char *name, long long lo, long long hi, long long *out,
@@ -108,7 +119,7 @@ static enum status get_int(json_t *v, const char *name, long long lo, long long 
 	} else if (json_is_integer(v)) {
 		*out = json_integer_value(v);
 	} else {
-		return fail(why, ST_INVALID, name, "'%s' must be an integer", name);
+		return FAILC(why, "invalid_type", ST_INVALID, name, "'%s' must be an integer", name);
 	}
 	if (*out < lo || *out > hi)
 		return fail(why, ST_INVALID, name, "'%s' must be in [%lld, %lld], got %lld", name, lo, hi, *out);
@@ -119,7 +130,7 @@ static enum status get_str(struct oai_arena *a, json_t *v, const char *name, con
 			   bool allow_nul, struct oai_error *why)
 {
 	if (!json_is_string(v))
-		return fail(why, ST_INVALID, name, "'%s' must be a string", name);
+		return FAILC(why, "invalid_type", ST_INVALID, name, "'%s' must be a string", name);
 	size_t n = json_string_length(v);
 	const char *s = json_string_value(v);
 	if (!allow_nul && strlen(s) != n)
@@ -546,7 +557,7 @@ enum key {
 	K_IGNORED = 0, K_MODEL, K_STREAM, K_STREAM_OPTIONS, K_N, K_MAX_TOKENS, K_MAX_COMPLETION_TOKENS,
 	K_TEMPERATURE, K_TOP_P, K_TOP_K, K_MIN_P, K_SEED, K_PRESENCE, K_FREQUENCY, K_REPETITION, K_LOGIT_BIAS,
 	K_STOP, K_STOP_TOKEN_IDS, K_IGNORE_EOS, K_LOGPROBS, K_TOP_LOGPROBS, K_PRIORITY, K_CACHE_SALT,
-	K_MIN_TOKENS, K_INCLUDE_STOP, K_SKIP_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
+	K_MIN_TOKENS, K_INCLUDE_STOP, K_SKIP_SPECIAL, K_SPACES_SPECIAL, K_PARALLEL_TOOL_CALLS, K_RESPONSE_FORMAT,
 	K_PROMPT_LOGPROBS, /* evaluation */
 	K_FORMAT, /* structured outputs: guided_json, guided_choice, structured_outputs */
 	/* chat */
@@ -594,6 +605,7 @@ static const struct key_def {
 	{"min_tokens", K_MIN_TOKENS, F_GEN},
 	{"include_stop_str_in_output", K_INCLUDE_STOP, F_GEN},
 	{"skip_special_tokens", K_SKIP_SPECIAL, F_GEN},
+	{"spaces_between_special_tokens", K_SPACES_SPECIAL, F_GEN},
 	{"parallel_tool_calls", K_PARALLEL_TOOL_CALLS, F_CHAT},
 	{"response_format", K_RESPONSE_FORMAT, F_GEN},
 	{"guided_json", K_FORMAT, F_GEN},
@@ -718,15 +730,15 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 {
 	memset(why, 0, sizeof *why);
 	if (too_many_values(body, len))
-		return fail(why, ST_INVALID, "", "request body holds more than %u JSON values", OAI_MAX_JSON_VALUES);
+		return FAILC(why, "invalid_json", ST_INVALID, "", "request body holds more than %u JSON values", OAI_MAX_JSON_VALUES);
 	json_error_t je;
 	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
 	if (!root)
-		return fail(why, ST_INVALID, "", "request body is not valid JSON: %s (line %d, column %d)", je.text,
+		return FAILC(why, "invalid_json", ST_INVALID, "", "request body is not valid JSON: %s (line %d, column %d)", je.text,
 			    je.line, je.column);
 	enum status st = ST_OK;
 	if (!json_is_object(root)) {
-		st = fail(why, ST_INVALID, "", "request body must be a JSON object");
+		st = FAILC(why, "invalid_json", ST_INVALID, "", "request body must be a JSON object");
 		goto out;
 	}
 	/* Defaults (OpenAI's). */
@@ -742,10 +754,13 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 	const char *k;
 	json_t *v;
 	json_object_foreach(root, k, v) {
+		if (json_is_null(v)) /* null means absent, for every field (docs/api.md) */
+			continue;
 		const struct key_def *d = find_key(k, where);
 		if (!d) {
 			st = fail(why, ST_UNSUPPORTED, k, "unsupported parameter '%.60s'%s", k,
 				  find_key(k, F_GEN | F_TOKENIZE) ? " for this endpoint" : "");
+			why->code = "unknown_parameter";
 			goto out;
 		}
 		if (json_is_null(v) || d->key == K_IGNORED)
@@ -816,11 +831,8 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 				r->sampling.temperature = (float)dv;
 			break;
 		case K_TOP_P:
-			if (!(st = get_num(v, "top_p", 0, 1, &dv, why))) {
-				if (dv <= 0)
-					st = fail(why, ST_INVALID, "top_p", "'top_p' must be in (0, 1]");
+			if (!(st = get_num_in(v, "top_p", 0, true, 1, &dv, why)))
 				r->sampling.top_p = (float)dv;
-			}
 			break;
 		case K_TOP_K:
 			if (!(st = get_int(v, "top_k", -1, 1 << 30, &iv, why)))
@@ -845,11 +857,8 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 				r->sampling.frequency_penalty = (float)dv;
 			break;
 		case K_REPETITION:
-			if (!(st = get_num(v, "repetition_penalty", 0, 2, &dv, why))) {
-				if (dv <= 0)
-					st = fail(why, ST_INVALID, "repetition_penalty", "'repetition_penalty' must be in (0, 2]");
+			if (!(st = get_num_in(v, "repetition_penalty", 0, true, 2, &dv, why)))
 				r->sampling.repetition_penalty = (float)dv;
-			}
 			break;
 		case K_LOGIT_BIAS:
 			st = parse_logit_bias(r, v, vocab, why);
@@ -900,9 +909,12 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 			st = get_bool(v, "include_stop_str_in_output", &r->include_stop_str_in_output, why);
 			break;
 		case K_SKIP_SPECIAL:
-			if (!(st = get_bool(v, "skip_special_tokens", &bv, why)) && !bv)
-				st = fail(why, ST_UNSUPPORTED, "skip_special_tokens",
-					  "skip_special_tokens=false is not supported");
+			st = get_bool(v, "skip_special_tokens", &r->skip_special_tokens, why);
+			break;
+		case K_SPACES_SPECIAL:
+			/* vLLM's fast-tokenizer detokenizer (this model's) joins special
+			 * tokens' text without spaces whatever the flag says; so do we */
+			st = get_bool(v, "spaces_between_special_tokens", &bv, why);
 			break;
 		case K_PARALLEL_TOOL_CALLS:
 			if (!(st = get_bool(v, "parallel_tool_calls", &bv, why)) && !bv)
@@ -1020,7 +1032,7 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 	}
 	if (where & (F_CHAT | F_TOKENIZE)) {
 		if (!messages && where == F_CHAT) {
-			st = fail(why, ST_INVALID, "messages", "'messages' is required");
+			st = FAILC(why, "missing_required_parameter", ST_INVALID, "messages", "'messages' is required");
 			goto out;
 		}
 		if (!add_gen && !r->continue_final) {
@@ -1052,7 +1064,7 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 	(void)lp;
 	if (where == F_COMPL) {
 		if (!r->n_prompts) {
-			st = fail(why, ST_INVALID, "prompt", "'prompt' is required");
+			st = FAILC(why, "missing_required_parameter", ST_INVALID, "prompt", "'prompt' is required");
 			goto out;
 		}
 	}
@@ -1067,7 +1079,7 @@ static enum status parse_body(unsigned where, const char *body, size_t len, int3
 		goto out;
 	}
 	if (where == F_TOKENIZE && !tok->prompt && !messages) {
-		st = fail(why, ST_INVALID, "prompt", "'prompt' or 'messages' is required");
+		st = FAILC(why, "missing_required_parameter", ST_INVALID, "prompt", "'prompt' or 'messages' is required");
 		goto out;
 	}
 	if (where == F_TOKENIZE && tok->prompt && messages) {
@@ -1137,11 +1149,11 @@ enum status oai_parse_detokenize(const char *body, size_t len, int32_t vocab_siz
 	memset(out, 0, sizeof *out);
 	memset(why, 0, sizeof *why);
 	if (too_many_values(body, len))
-		return fail(why, ST_INVALID, "", "request body holds more than %u JSON values", OAI_MAX_JSON_VALUES);
+		return FAILC(why, "invalid_json", ST_INVALID, "", "request body holds more than %u JSON values", OAI_MAX_JSON_VALUES);
 	json_error_t je;
 	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
-		return fail(why, ST_INVALID, "", "request body is not valid JSON: %s (line %d, column %d)", je.text,
+		return FAILC(why, "invalid_json", ST_INVALID, "", "request body is not valid JSON: %s (line %d, column %d)", je.text,
 			    je.line, je.column);
 	enum status st = ST_OK;
 	struct oai_arena tmp = {0};
@@ -1149,10 +1161,12 @@ enum status oai_parse_detokenize(const char *body, size_t len, int32_t vocab_siz
 	const char *k;
 	json_t *v;
 	if (!json_is_object(root)) {
-		st = fail(why, ST_INVALID, "", "request body must be a JSON object");
+		st = FAILC(why, "invalid_json", ST_INVALID, "", "request body must be a JSON object");
 		goto out;
 	}
 	json_object_foreach(root, k, v) {
+		if (json_is_null(v))
+			continue;
 		if (!strcmp(k, "tokens")) {
 			toks = v;
 		} else if (!strcmp(k, "model")) {
@@ -1170,11 +1184,12 @@ enum status oai_parse_detokenize(const char *body, size_t len, int32_t vocab_siz
 			out->model = out->model_buf;
 		} else {
 			st = fail(why, ST_UNSUPPORTED, k, "unsupported parameter '%.60s'", k);
+			why->code = "unknown_parameter";
 			goto out;
 		}
 	}
 	if (!toks) {
-		st = fail(why, ST_INVALID, "tokens", "'tokens' is required");
+		st = FAILC(why, "missing_required_parameter", ST_INVALID, "tokens", "'tokens' is required");
 		goto out;
 	}
 	int32_t *ids;

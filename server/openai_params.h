@@ -109,10 +109,14 @@ struct oai_request {
 	struct oai_arena *arena;    /* owns all of the above */
 };
 
-/* What went wrong: the HTTP status (400), the OpenAI param name (may be
- * "" for the body as a whole) and one line. */
+/* What went wrong: the HTTP status (400; 500 for out of memory), the
+ * OpenAI param name ("" for the body as a whole), OpenAI's error code (a
+ * static string: "invalid_value", "invalid_type", "unknown_parameter",
+ * "unsupported_value", "missing_required_parameter", "invalid_json"; NULL
+ * for none) and one line. oai_error_reply() (openai_internal.h) sends it. */
 struct oai_error {
 	int status;
+	const char *code;
 	char param[64];
 	char message[512];
 };

@@ -23,10 +23,9 @@
 
 /* ---- request handling ---- */
 
-static void reply_parse_error(struct http_response *resp, const struct oai_error *why)
+void oai_error_reply(struct http_response *resp, const struct oai_error *why)
 {
-	api_error(resp, why->status ? why->status : 400, why->status == 500 ? "server_error" : "invalid_request_error",
-		  why->param[0] ? why->param : NULL, NULL, "%s", why->message);
+	api_error(resp, why->status ? why->status : 400, why->param, why->code, "%s", why->message);
 }
 
 static bool check_ready(struct api *api, struct http_response *resp)
@@ -34,7 +33,7 @@ static bool check_ready(struct api *api, struct http_response *resp)
 	enum api_state st = api_get_state(api);
 	if (st == API_READY)
 		return true;
-	api_error(resp, 503, "service_unavailable", NULL, st == API_DRAINING ? "draining" : "unavailable",
+	api_error(resp, 503, NULL, st == API_DRAINING ? "draining" : "unavailable",
 		  "the server is %s", st == API_DRAINING ? "shutting down" : st == API_LOADING ? "loading" : "unhealthy");
 	return false;
 }
@@ -43,7 +42,7 @@ static bool check_model(struct api *api, const char *model, struct http_response
 {
 	if (!model || !strcmp(model, api_model_name(api)))
 		return true;
-	api_error(resp, 404, "not_found_error", "model", "model_not_found",
+	api_error(resp, 404, NULL, "model_not_found",
 		  "The model '%.200s' does not exist (this server serves '%s')", model, api_model_name(api));
 	return false;
 }
@@ -63,7 +62,7 @@ static void route_chat(void *ctx, struct api *api, const struct http_request *re
 	struct oai_request r;
 	struct oai_error why;
 	if (oai_parse_request(OAI_CHAT, req->body, req->body_len, s->opt.vocab_size, &r, &why)) {
-		reply_parse_error(resp, &why);
+		oai_error_reply(resp, &why);
 		return;
 	}
 	if (!check_model(api, r.model, resp)) {
@@ -77,8 +76,8 @@ static void route_chat(void *ctx, struct api *api, const struct http_request *re
 	struct err e = {0};
 	enum status st = model_chat_encode(r.messages, r.n_messages, &co, &prompt, &plen, &e);
 	if (st) {
-		api_error(resp, st == ST_NOMEM ? 500 : 400, st == ST_NOMEM ? "server_error" : "invalid_request_error",
-			  "messages", NULL, "%s", e.msg);
+		api_error(resp, st == ST_NOMEM ? 500 : 400, "messages", st == ST_NOMEM ? NULL : "invalid_value", "%s",
+			  e.msg);
 		oai_request_free(&r);
 		return;
 	}
@@ -87,7 +86,7 @@ static void route_chat(void *ctx, struct api *api, const struct http_request *re
 	st = tokenize(s->opt.tok, prompt, plen, &ids, &n_ids, &e);
 	free(prompt);
 	if (st) {
-		api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
+		api_error(resp, 500, NULL, NULL, "%s", e.msg);
 		oai_request_free(&r);
 		return;
 	}
@@ -105,7 +104,7 @@ static void route_completions(void *ctx, struct api *api, const struct http_requ
 	struct oai_request r;
 	struct oai_error why;
 	if (oai_parse_request(OAI_COMPLETION, req->body, req->body_len, s->opt.vocab_size, &r, &why)) {
-		reply_parse_error(resp, &why);
+		oai_error_reply(resp, &why);
 		return;
 	}
 	if (!check_model(api, r.model, resp)) {
@@ -119,18 +118,18 @@ static void route_completions(void *ctx, struct api *api, const struct http_requ
 	size_t *echo_len = calloc(np, sizeof *echo_len);
 	bool ok = ids && n_ids && echo && echo_len;
 	if (!ok)
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 	for (uint32_t i = 0; ok && i < np; i++) {
 		const struct oai_prompt *p = &r.prompts[i];
 		struct err e = {0};
 		if (p->text) {
 			if (tokenize(s->opt.tok, p->text, p->text_len, &ids[i], &n_ids[i], &e)) {
-				api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
+				api_error(resp, 500, NULL, NULL, "%s", e.msg);
 				ok = false;
 				break;
 			}
 			if (!n_ids[i]) {
-				api_error(resp, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty");
+				api_error(resp, 400, "prompt", "invalid_value", "the prompt is empty");
 				ok = false;
 				break;
 			}
@@ -144,7 +143,7 @@ static void route_completions(void *ctx, struct api *api, const struct http_requ
 		} else {
 			ids[i] = malloc(p->n_ids * sizeof(int32_t));
 			if (!ids[i]) {
-				api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+				api_error(resp, 500, NULL, NULL, "out of memory");
 				ok = false;
 				break;
 			}
@@ -178,7 +177,7 @@ static void reply_buf(struct http_response *resp, struct strbuf *b)
 	size_t n;
 	char *body = strbuf_take(b, &n);
 	if (!body) {
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	http_reply(resp, 200, "application/json", body, n);
@@ -192,7 +191,7 @@ static void route_tokenize(void *ctx, struct api *api, const struct http_request
 	struct oai_tokenize_request r;
 	struct oai_error why;
 	if (oai_parse_tokenize(req->body, req->body_len, &r, &why)) {
-		reply_parse_error(resp, &why);
+		oai_error_reply(resp, &why);
 		return;
 	}
 	if (!check_model(api, r.model, resp)) {
@@ -209,7 +208,7 @@ static void route_tokenize(void *ctx, struct api *api, const struct http_request
 		oai_chat_options(&r.chat, &co);
 		enum status st = model_chat_encode(r.chat.messages, r.chat.n_messages, &co, &prompt, &plen, &e);
 		if (st) {
-			api_error(resp, 400, "invalid_request_error", "messages", NULL, "%s", e.msg);
+			api_error(resp, 400, "messages", "invalid_value", "%s", e.msg);
 			oai_tokenize_request_free(&r);
 			return;
 		}
@@ -221,7 +220,7 @@ static void route_tokenize(void *ctx, struct api *api, const struct http_request
 	enum status st = tokenize(s->opt.tok, text, tlen, &ids, &n, &e);
 	free(prompt);
 	if (st) {
-		api_error(resp, 500, "server_error", NULL, NULL, "%s", e.msg);
+		api_error(resp, 500, NULL, NULL, "%s", e.msg);
 		oai_tokenize_request_free(&r);
 		return;
 	}
@@ -255,7 +254,7 @@ static void route_detokenize(void *ctx, struct api *api, const struct http_reque
 	struct oai_detokenize_request r;
 	struct oai_error why;
 	if (oai_parse_detokenize(req->body, req->body_len, s->opt.vocab_size, &r, &why)) {
-		reply_parse_error(resp, &why);
+		oai_error_reply(resp, &why);
 		return;
 	}
 	if (!check_model(api, r.model, resp)) {
@@ -266,7 +265,7 @@ static void route_detokenize(void *ctx, struct api *api, const struct http_reque
 	size_t len = 0;
 	struct err e = {0};
 	if (model_tokenizer_decode(s->opt.tok, r.tokens, r.n_tokens, 0, &text, &len, &e)) {
-		api_error(resp, 400, "invalid_request_error", "tokens", NULL, "%s", e.msg);
+		api_error(resp, 400, "tokens", "invalid_value", "%s", e.msg);
 		oai_detokenize_request_free(&r);
 		return;
 	}

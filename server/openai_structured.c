@@ -47,11 +47,11 @@ bool oai__grammar(const struct oai_server *s, const struct oai_request *r, struc
 			param = r->tool_choice == OAI_TOOL_NAMED && strstr(e.msg, "not in tools") ? "tool_choice" : "tools";
 	}
 	if (st == ST_NOMEM) {
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory compiling the grammar");
+		api_error(resp, 500, NULL, NULL, "out of memory compiling the grammar");
 		return false;
 	}
 	if (st) {
-		api_error(resp, 400, "invalid_request_error", param, NULL, "%s", e.msg);
+		api_error(resp, 400, param, "invalid_value", "%s", e.msg);
 		return false;
 	}
 	return true;

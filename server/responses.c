@@ -782,9 +782,7 @@ static void fmt_final(void *ctx, struct strbuf *out, const struct oai_usage *u, 
 	}
 	if (error) {
 		json_decref(r);
-		strbuf_puts(out, "{\"error\":{\"message\":");
-		strbuf_json_string(out, error, strlen(error));
-		strbuf_puts(out, ",\"type\":\"server_error\",\"param\":null,\"code\":500}}");
+		api_error_json(out, 500, NULL, NULL, error);
 		return;
 	}
 	char *s = json_dumps(r, JSON_COMPACT);
@@ -818,9 +816,7 @@ static void route_create(void *ctx, struct api *api, const struct http_request *
 	struct resp_info info;
 	struct oai_error why;
 	if (resp_translate(req->body, req->body_len, s->resp_store, &chat, &chat_len, &history, &echo, &info, &why)) {
-		api_error(resp, why.status ? why.status : 400,
-			  why.status == 500 ? "server_error" : why.status == 404 ? "not_found_error" : "invalid_request_error",
-			  why.param[0] ? why.param : NULL, NULL, "%s", why.message);
+		oai_error_reply(resp, &why);
 		return;
 	}
 	struct oai_request r;
@@ -849,7 +845,7 @@ static void route_create(void *ctx, struct api *api, const struct http_request *
 	}
 	if (!f || !f->model) {
 		fmt_destroy(f);
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 	} else {
 		oai__start_job_fmt(s, &r, ids, n_ids, &resp_format, f, resp, hs);
 	}
@@ -867,12 +863,12 @@ static void route_stored(void *ctx, struct api *api, const struct http_request *
 	struct oai_server *s = ctx;
 	const char *id = req->path + strlen("/v1/responses/");
 	if (strchr(id, '/')) {
-		api_error(resp, 404, "not_found_error", NULL, "not_found", "no route %s %.200s", req->method, req->path);
+		api_error(resp, 404, NULL, "not_found", "no route %s %.200s", req->method, req->path);
 		return;
 	}
 	if (!strcmp(req->method, "DELETE")) {
 		if (!resp_store_delete(s->resp_store, id)) {
-			api_error(resp, 404, "not_found_error", "response_id", NULL, "Response with id '%.200s' not found", id);
+			api_error(resp, 404, "response_id", "not_found", "Response with id '%.200s' not found", id);
 			return;
 		}
 		struct strbuf b;
@@ -885,18 +881,18 @@ static void route_stored(void *ctx, struct api *api, const struct http_request *
 		if (body)
 			http_reply(resp, 200, "application/json", body, n);
 		else
-			api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+			api_error(resp, 500, NULL, NULL, "out of memory");
 		return;
 	}
 	char *body = NULL;
 	size_t n = 0;
 	enum status st = resp_store_get(s->resp_store, id, &body, &n, NULL, NULL);
 	if (st == ST_NOTFOUND)
-		api_error(resp, 404, "not_found_error", "response_id", NULL,
+		api_error(resp, 404, "response_id", "not_found",
 			  "Response with id '%.200s' not found (unknown, deleted, evicted from the bounded store, or "
 			  "stored by an earlier run of the server)", id);
 	else if (st)
-		api_error(resp, 500, "server_error", NULL, NULL, "out of memory");
+		api_error(resp, 500, NULL, NULL, "out of memory");
 	else
 		http_reply(resp, 200, "application/json", body, n);
 }

@@ -13,7 +13,9 @@
 #include <sys/stat.h>
 
 #include "common/log.h"
+#include "scheduler/scheduler.h"
 #include "server/cli.h"
+#include "server/http.h"
 
 static int guard__bad(const char *flag, const char *v, const char *want)
 {
@@ -39,7 +41,8 @@ int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
 				       .max_connections_per_ip = SERVE_GUARD_DEFAULT_MAX_CONNECTIONS_PER_IP,
 				       .max_request_seconds = 60};
 	static const char *names[] = {"--api-key-file", "--allow-unauthenticated", "--max-request-body-mb",
-				      "--max-connections", "--max-connections-per-ip", "--max-request-seconds"};
+				      "--max-connections", "--max-connections-per-ip", "--max-request-seconds",
+				      "--max-write-stall-seconds", "--max-stream-backlog-mb"};
 	int out = 1;
 	for (int i = 1; i < *argc; i++) {
 		const char *arg = argv[i];
@@ -96,6 +99,20 @@ int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
 			if (!guard__long(v, 1, 86400, &g->max_request_seconds))
 				return guard__bad("--max-request-seconds", v, "an integer in 1..86400");
 			break;
+		case 6: { /* process-wide: the HTTP layer's default (http.h) */
+			long s;
+			if (!guard__long(v, 1, 86400, &s))
+				return guard__bad("--max-write-stall-seconds", v, "an integer in 1..86400");
+			http_set_default_write_stall_s((unsigned)s);
+			break;
+		}
+		case 7: { /* process-wide: the scheduler's stream bound (scheduler.h) */
+			long mb;
+			if (!guard__long(v, 1, 4096, &mb))
+				return guard__bad("--max-stream-backlog-mb", v, "an integer in 1..4096");
+			sched_set_stream_backlog_bytes((size_t)mb << 20);
+			break;
+		}
 		}
 	}
 	argv[out] = NULL;
@@ -111,7 +128,10 @@ const char *serve_guard_usage(void)
 	       "  --max-request-body-mb N      largest request body, MB (default 8); larger ones get 413\n"
 	       "  --max-connections N          open HTTP connections at most (default 1000)\n"
 	       "  --max-connections-per-ip N   open connections per client address (default 128; 0 = no limit)\n"
-	       "  --max-request-seconds S      a request's headers and body must arrive within S (default 60)\n";
+	       "  --max-request-seconds S      a request's headers and body must arrive within S (default 60)\n"
+	       "  --max-write-stall-seconds S  cut a response the client takes nothing of for S (default 60)\n"
+	       "  --max-stream-backlog-mb N    abort a request whose client reads slower than it generates once\n"
+	       "                               N MB wait for it (default 4)\n";
 }
 
 bool serve_guard_is_loopback(const char *host)

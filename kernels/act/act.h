@@ -7,7 +7,7 @@
  *
  * The clamp applies to routed and shared experts alike (§8 item 12). Rows are
  * independent, so the op runs unchanged over the (token, expert) pair rows of
- * the grouped expert GEMM (see kernels/routing/routing.h, kern_moe_group_ref).
+ * the grouped expert GEMM (kernels/moe_gemm/moe_dispatch.h).
  * gate and up may be two tensors or the halves of one fused [rows, 2·I] output
  * (gate = p, up = p + I, both with stride 2·I).
  */

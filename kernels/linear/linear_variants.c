@@ -2,22 +2,30 @@
  * kernels/linear/linear_variants.c: the registry table of op "linear", the
  * guards and prepare() steps of its variants, and its self-check.
  *
- * Variants (priority order, highest first):
- *   linear_cuda_generic  cc >= 8.0, sm_80 image; FP8 128x128 block scales in
- *                        f32 (E8M0 checkpoints are widened at load, exact).
- *                        Portable FMA kernel: the floor every GPU reaches.
- *   linear_cuda_generic_bf16  the same kernel for bf16 / f32 weights (lm_head,
- *                        router gate, dequantized checkpoints).
- *   linear_cpu_ref       the reference; every format, every shape.
- * Added by cuda-kernels-2 (rows at the end of the table):
- *   linear_cublaslt_sm90 cc 9.0 only; cuBLASLt FP8 x FP8 with per-row 1x128
- *                        f32 weight scales (prepare() replicates the 128x128
- *                        block scales: fp8_f32_r128) and 1x128 activation
- *                        scales (BLK128 for one token); activations
- *                        quantized on the device first. Accepted only after
- *                        its once-per-device numeric probe passed.
- *   linear_sm100a_fp8, linear_sm120a_fp8, linear_sm121a_fp8: guards only
- *                        (no run() yet), refused as "not compiled".
+ * Variants (priority order, highest first; the table's order is the
+ * registry's, `dsv4 kernels` prints it):
+ *   linear_cuda_gemv (22) cc >= 8.0, sm_80 image; FP8 128x128 block scales
+ *                        (E8M0 widened at load); decode plans (max_tokens
+ *                        < 64, where the 64-token tensor-core tiles refuse;
+ *                        on cc 9.0 <= 16, where cuBLASLt keeps the larger
+ *                        ones): the weight-streaming GEMV of linear_gemv.h.
+ *   linear_cublaslt_sm90 (20) cc 9.0 only; cuBLASLt FP8 x FP8 with per-row
+ *                        1x128 f32 weight scales (prepare() replicates the
+ *                        128x128 block scales: fp8_f32_r128) and 1x128
+ *                        activation scales (BLK128 for one token);
+ *                        activations quantized on the device first. Accepted
+ *                        only after its once-per-device numeric probe passed.
+ *   linear_mma_fp8_<image> (15) cc 9.0, 10.0, 12.0, 12.1, one row per image:
+ *                        portable e4m3 tensor-core GEMM for prefill plans
+ *                        (linear_mma.h).
+ *   linear_mma_bf16 (12) cc >= 8.0: the same on bf16 MMAs.
+ *   linear_cuda_generic (10) cc >= 8.0, sm_80 image; FP8 128x128 block
+ *                        scales in f32 (E8M0 checkpoints are widened at
+ *                        load, exact). Portable FMA kernel: the floor every
+ *                        GPU reaches.
+ *   linear_cuda_generic_bf16 (10) the same kernel for bf16 / f32 weights
+ *                        (lm_head, router gate, dequantized checkpoints).
+ *   linear_cpu_ref (0)   the reference; every format, every shape.
  */
 #include "kernels/linear/linear.h"
 
@@ -30,6 +38,7 @@
 #include "common/log.h"
 #include "dsv4_config.h"
 #include "kernels/linear/linear_cublaslt.h"
+#include "kernels/linear/linear_gemv.h"
 #include "kernels/linear/linear_mma.h"
 
 /* ---- guards ---- */
@@ -72,14 +81,14 @@ static bool linear_cuda_generic_supports(const struct kern_problem *p, const str
 	return true;
 }
 
-/* ---- guards of the cuda-kernels-2 variants ---- */
+/* ---- guards of the arch-specific variants ---- */
 
 /* linear_cublaslt_sm90: FP8 x FP8 through cuBLASLt's block scaling.
  * in % 512: the VEC128 layouts need only whole 128-wide K blocks, but 512
  * is what the H200 runs cover (every DeepSeek-V4-Flash FP8 linear and its
  * TP=2 shards meet it), and kernels_linear_gpu's small-in sweep (act_quant
  * 0 or 128 at random, 1e-4 tolerance) is not made for this variant; relax
- * to 128 together with a GPU run of test_linear_gpu2 at in = 128 and 640.
+ * to 128 together with a GPU run of test_linear_cublaslt_gpu at in = 128 and 640.
  * out % 16: the FP8 path's 16-byte alignment of D and of each
  * K-block column of the weight's scales. out <= 65536: a padded 16-token
  * piece fits the 4 MiB stage. On a real device the numeric probe must have
@@ -180,6 +189,43 @@ static bool linear_mma_fp8_supports(const struct kern_problem *p, const struct k
 #else
 	(void)dev;
 #endif
+	return true;
+}
+
+/* ---- guard of the decode GEMV (fp8gemv) ---- */
+
+/* linear_cuda_gemv: FP8 with act_quant 0 or 128, in % 128 (whole scale
+ * blocks, 16-byte aligned weight rows), plans of up to
+ * KERN_LINEAR_GEMV_MAX_TOKENS (63: decode and small batches; from one 64-row
+ * tile on, the tensor-core variants take the plan, their run() serving its
+ * small calls too). On cc 9.0 only up to LINEAR_GEMV_SM90_MAX_TOKENS: above
+ * that cuBLASLt's FP8 tensor cores are expected to be faster than the GEMV's
+ * f32 FMAs (the crossover is measured by bench_kernels' decode table; move
+ * the bound with it). */
+#define LINEAR_GEMV_SM90_MAX_TOKENS 16
+static bool linear_gemv_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
+{
+	if (!linear_shape_ok(p, why, n))
+		return false;
+	const struct kern_linear_shape *s = p->shape;
+	if (s->in % 128) {
+		snprintf(why, n, "in %lld not a multiple of 128", (long long)s->in);
+		return false;
+	}
+	if (s->max_tokens > KERN_LINEAR_GEMV_MAX_TOKENS) {
+		snprintf(why, n, "max_tokens %lld above the GEMV's %d (a tensor-core tile plan)",
+			 (long long)s->max_tokens, KERN_LINEAR_GEMV_MAX_TOKENS);
+		return false;
+	}
+	if (dev && dev->cc_major == 9 && dev->cc_minor == 0 && s->max_tokens > LINEAR_GEMV_SM90_MAX_TOKENS) {
+		snprintf(why, n, "max_tokens %lld above %d on cc 9.0 (cuBLASLt is faster there)", (long long)s->max_tokens,
+			 LINEAR_GEMV_SM90_MAX_TOKENS);
+		return false;
+	}
+	if (s->in > (1 << 24) || s->out > (1 << 24)) {
+		snprintf(why, n, "dimension above 2^24");
+		return false;
+	}
 	return true;
 }
 
@@ -460,7 +506,7 @@ static const struct kern_variant linear_variants[] = {
 #endif
 		.desc = "portable CUDA linear for bf16 / f32 weights (lm_head, gate; f32 FMA)",
 	},
-	/* ---- cuda-kernels-2 ---- */
+	/* ---- arch-specific: cuBLASLt FP8 on sm_90 ---- */
 	{
 		.name = "linear_cublaslt_sm90",
 		.backend = KERN_BACKEND_CUDA,
@@ -478,45 +524,6 @@ static const struct kern_variant linear_variants[] = {
 		.run_host = KERN_FN(kern_linear_cublaslt_host),
 #endif
 		.desc = "cuBLASLt FP8 GEMM, VEC128 per-row weight scales x VEC128 (BLK128 at T = 1) activation scales (sm_90 only)",
-	},
-	/* Block-scaled FP8 tensor-core variants of later issues: real guards, no
-	 * run() in this build, so selection refuses them ("not compiled into this
-	 * binary") and falls through to the generic kernel. */
-	{
-		.name = "linear_sm100a_fp8",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 100,
-		.cc_max = 100,
-		.target = KERN_TARGET_SM100A,
-		.features = KERN_FEAT_TCGEN05,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
-		.priority = 30,
-		.supports = linear_cuda_generic_supports,
-		.desc = "tcgen05 kind::mxf8f6f4 with ue8m0 scales (not implemented yet)",
-	},
-	{
-		.name = "linear_sm120a_fp8",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 120,
-		.cc_max = 120,
-		.target = KERN_TARGET_SM120A,
-		.features = KERN_FEAT_FP4_MMA_SYNC,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
-		.priority = 30,
-		.supports = linear_cuda_generic_supports,
-		.desc = "mma.sync kind::mxf8f6f4.block_scale ue8m0 (not implemented yet)",
-	},
-	{
-		.name = "linear_sm121a_fp8",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 121,
-		.cc_max = 121,
-		.target = KERN_TARGET_SM121A,
-		.features = KERN_FEAT_FP4_MMA_SYNC,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128),
-		.priority = 30,
-		.supports = linear_cuda_generic_supports,
-		.desc = "mma.sync kind::mxf8f6f4.block_scale ue8m0 on GB10 (not implemented yet)",
 	},
 	/* ---- prefill-kernels: portable tensor-core FP8 linears (linear_mma.h) ----
 	 * The e4m3 kernel is in every cc >= 8.9 image of the generic library (one
@@ -562,6 +569,24 @@ static const struct kern_variant linear_variants[] = {
 	},
 #undef LINEAR_MMA_FNS
 #undef LINEAR_MMA_FP8_ROW
+	/* ---- fp8gemv: the portable decode GEMV (linear_gemv.h) ---- */
+	{
+		.name = "linear_cuda_gemv",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
+		.wfmt_run = KERN_WFMT_FP8_F32_B128,
+		.priority = 22,
+		.supports = linear_gemv_supports,
+		.prepare = prepare_fp8_f32_scales,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_linear_gemv_cuda),
+		.run_host = KERN_FN(kern_linear_gemv_cuda_host),
+#endif
+		.desc = "decode FP8 GEMV / skinny GEMM, T <= 64 (16-byte e4m3 loads decoded in registers, f32 FMA)",
+	},
 };
 
 const struct kern_op kern_op_linear = {
@@ -574,7 +599,7 @@ const struct kern_op kern_op_linear = {
 size_t kern_linear_workspace_bytes(const struct kern_variant *v, int64_t max_tokens, int64_t in)
 {
 #if DSV4_HAVE_CUDA
-	if (v && v->run == KERN_FN(kern_linear_cublaslt))
+	if (v && kern_variant_base(v)->run == KERN_FN(kern_linear_cublaslt)) /* base: profiled copies */
 		return kern_linear_cublaslt_workspace_bytes(max_tokens, in);
 #else
 	(void)max_tokens;

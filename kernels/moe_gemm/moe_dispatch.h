@@ -8,9 +8,8 @@
  *                 slot -> row map for the combine. Experts outside this
  *                 rank's range [expert_base, expert_base + n_experts) are
  *                 skipped (expert parallelism), their slots map to -1, as do
- *                 slots with a negative id ("no expert", as in routing's
- *                 moe_group, whose offsets/pair_token are the same layout:
- *                 pair_token can be passed to moe_gemm as row_src).
+ *                 slots with a negative id ("no expert"). This is the one
+ *                 place the expert layout is built.
  *   moe_combine   out[t] (+)= Σ_j weight[t,j] · y[slot_row[t,j]], j ascending,
  *                 f32 accumulation; slots mapped to -1 contribute nothing.
  *                 (The reference applies the routing weight before w2, so the

@@ -19,6 +19,7 @@
 extern "C" {
 #include "kernels/moe_gemm/moe_dispatch.h"
 }
+#include "kernels/device/host_bufs.cuh"
 #include "kernels/quant/quant_cuda.cuh"
 
 #define NT 256
@@ -130,61 +131,22 @@ extern "C" enum status kern_moe_combine_cuda_generic(const struct kern_moe_combi
 
 /* ---- host-buffer wrappers (tests, self-checks) ---- */
 
-static cudaError_t up(void **d, const void *h, size_t n)
-{
-	cudaError_t ce = cudaMalloc(d, n ? n : 4);
-	if (ce == cudaSuccess && h && n)
-		ce = cudaMemcpy(*d, h, n, cudaMemcpyHostToDevice);
-	return ce;
-}
-
 extern "C" enum status kern_moe_dispatch_cuda_generic_host(const struct kern_moe_dispatch_args *a)
 {
 	if (!a->expert_offsets || !a->row_src || !a->slot_row || !a->n_rows || a->n_tokens < 0 || a->top_k <= 0 ||
 	    a->n_experts <= 0 || (a->n_tokens && !a->topk_ids))
 		return ST_INVALID;
 	const size_t S = (size_t)(a->n_tokens * a->top_k), E = (size_t)a->n_experts;
-	void *ids = NULL, *off = NULL, *src = NULL, *rs = NULL, *sr = NULL, *nr = NULL;
-	cudaError_t ce = up(&ids, a->topk_ids, S * 4);
-	if (ce == cudaSuccess) ce = up(&off, NULL, (E + 1) * 4);
-	if (ce == cudaSuccess) ce = up(&src, NULL, S * 4);
-	if (ce == cudaSuccess) ce = up(&rs, NULL, S * 4);
-	if (ce == cudaSuccess) ce = up(&sr, NULL, S * 4);
-	if (ce == cudaSuccess) ce = up(&nr, NULL, 8);
-	enum status st = ST_OK;
-	if (ce == cudaSuccess) {
-		struct kern_moe_dispatch_args d = *a;
-		d.topk_ids = (const int32_t *)ids;
-		d.expert_offsets = (int32_t *)off;
-		d.row_src = (int32_t *)src;
-		d.row_slot = a->row_slot ? (int32_t *)rs : NULL;
-		d.slot_row = (int32_t *)sr;
-		d.n_rows = (int64_t *)nr;
-		d.stream = 0;
-		st = kern_moe_dispatch_cuda_generic(&d);
-		if (st == ST_OK && (ce = cudaDeviceSynchronize()) == cudaSuccess) {
-			ce = cudaMemcpy(a->n_rows, nr, 8, cudaMemcpyDeviceToHost);
-			if (ce == cudaSuccess) ce = cudaMemcpy(a->expert_offsets, off, (E + 1) * 4, cudaMemcpyDeviceToHost);
-			if (ce == cudaSuccess) ce = cudaMemcpy(a->slot_row, sr, S * 4, cudaMemcpyDeviceToHost);
-			if (ce == cudaSuccess && *a->n_rows > 0)
-				ce = cudaMemcpy(a->row_src, src, (size_t)*a->n_rows * 4, cudaMemcpyDeviceToHost);
-			if (ce == cudaSuccess && a->row_slot && *a->n_rows > 0)
-				ce = cudaMemcpy(a->row_slot, rs, (size_t)*a->n_rows * 4, cudaMemcpyDeviceToHost);
-		}
-	}
-	cudaFree(ids);
-	cudaFree(off);
-	cudaFree(src);
-	cudaFree(rs);
-	cudaFree(sr);
-	cudaFree(nr);
-	if (st)
-		return st;
-	if (ce != cudaSuccess) {
-		cudaGetLastError();
-		return ST_CUDA;
-	}
-	return ST_OK;
+	struct kern_hbufs b = {};
+	struct kern_moe_dispatch_args d = *a;
+	d.topk_ids = (const int32_t *)kern_hb_up(&b, a->topk_ids, S * 4, false);
+	d.expert_offsets = (int32_t *)kern_hb_up(&b, a->expert_offsets, (E + 1) * 4, true);
+	d.row_src = (int32_t *)kern_hb_up(&b, a->row_src, S * 4, true);
+	d.row_slot = (int32_t *)kern_hb_up(&b, a->row_slot, S * 4, true);
+	d.slot_row = (int32_t *)kern_hb_up(&b, a->slot_row, S * 4, true);
+	d.n_rows = (int64_t *)kern_hb_up(&b, a->n_rows, 8, true);
+	d.stream = 0;
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_moe_dispatch_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_moe_combine_cuda_generic_host(const struct kern_moe_combine_args *a)
@@ -200,32 +162,12 @@ extern "C" enum status kern_moe_combine_cuda_generic_host(const struct kern_moe_
 		max_row = a->slot_row[s] > max_row ? a->slot_row[s] : max_row;
 	const size_t yb = max_row >= 0 ? (size_t)((int64_t)max_row * ldy + a->dim) * kern_dtype_bytes(a->y_dtype) : 0;
 	const size_t ob = (size_t)((T - 1) * ldo + a->dim) * kern_dtype_bytes(a->out_dtype);
-	void *sr = NULL, *sw = NULL, *y = NULL, *o = NULL;
-	cudaError_t ce = up(&sr, a->slot_row, (size_t)(T * k) * 4);
-	if (ce == cudaSuccess) ce = up(&sw, a->slot_weight, a->slot_weight ? (size_t)(T * k) * 4 : 0);
-	if (ce == cudaSuccess) ce = up(&y, yb ? a->y : NULL, yb);
-	if (ce == cudaSuccess) ce = up(&o, a->out, ob);
-	enum status st = ST_OK;
-	if (ce == cudaSuccess) {
-		struct kern_moe_combine_args c = *a;
-		c.slot_row = (const int32_t *)sr;
-		c.slot_weight = a->slot_weight ? (const float *)sw : NULL;
-		c.y = y;
-		c.out = o;
-		c.stream = 0;
-		st = kern_moe_combine_cuda_generic(&c);
-		if (st == ST_OK && (ce = cudaDeviceSynchronize()) == cudaSuccess)
-			ce = cudaMemcpy(a->out, o, ob, cudaMemcpyDeviceToHost);
-	}
-	cudaFree(sr);
-	cudaFree(sw);
-	cudaFree(y);
-	cudaFree(o);
-	if (st)
-		return st;
-	if (ce != cudaSuccess) {
-		cudaGetLastError();
-		return ST_CUDA;
-	}
-	return ST_OK;
+	struct kern_hbufs b = {};
+	struct kern_moe_combine_args c = *a;
+	c.slot_row = (const int32_t *)kern_hb_up(&b, a->slot_row, (size_t)(T * k) * 4, false);
+	c.slot_weight = (const float *)kern_hb_up(&b, a->slot_weight, (size_t)(T * k) * 4, false);
+	c.y = kern_hb_up(&b, a->y, yb, false);
+	c.out = kern_hb_up(&b, a->out, ob, true);
+	c.stream = 0;
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_moe_combine_cuda_generic(&c) : ST_CUDA);
 }

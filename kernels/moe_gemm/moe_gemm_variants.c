@@ -3,20 +3,19 @@
  * "moe_gemm", its guards and its self-check.
  *
  * Variants (priority order, highest first):
- *   moe_gemm_cuda_generic  cc >= 8.0, sm_80 image; MXFP4, NVFP4 or FP8 experts
- *                          read as stored (W4A16-style: e2m1 decoded in shared
- *                          memory, f32 FMA). The floor on every GPU.
- *   moe_gemm_cpu_ref       the reference; every weight format.
- * Added by cuda-kernels-2 (rows at the end of the table):
- *   moe_gemm_sm90_fp4      cc 9.0, sm_90a image; MXFP4/NVFP4 unpacked in
- *                          registers to bf16, mma.sync m16n8k16.
- *   moe_gemm_sm100a_fp4, moe_gemm_sm120a_fp4, moe_gemm_sm121a_fp4: guards
- *                          only (no run() yet), refused as "not compiled".
- * Added by the moe gemv work:
- *   moe_gemm_cuda_gemv     cc >= 8.0, sm_80 image; MXFP4/NVFP4; plans with
+ *   moe_gemm_cuda_gemv (25) cc >= 8.0, sm_80 image; MXFP4/NVFP4; plans with
  *                          max_rows <= 64 (decode): memory-bound GEMV
- *                          (moe_gemv.h). Priority 25: above sm90_fp4 and the
- *                          generic kernel, below the native FP4 MMA ones.
+ *                          (moe_gemv.h).
+ *   moe_gemm_mma_fp8_<image> (22; 19 on sm_90) cc 9.0, 10.0, 12.0, 12.1:
+ *                          portable e4m3 tensor-core FP4 expert GEMM for
+ *                          prefill plans (moe_gemm_mma.h).
+ *   moe_gemm_sm90_fp4 (20) cc 9.0, sm_90a image; MXFP4/NVFP4 unpacked in
+ *                          registers to bf16, mma.sync m16n8k16.
+ *   moe_gemm_mma_bf16 (15) cc >= 8.0: the tensor-core GEMM on bf16 MMAs.
+ *   moe_gemm_cuda_generic (10) cc >= 8.0, sm_80 image; MXFP4, NVFP4 or FP8
+ *                          experts read as stored (W4A16-style: e2m1 decoded
+ *                          in shared memory, f32 FMA). The floor on every GPU.
+ *   moe_gemm_cpu_ref (0)   the reference; every weight format.
  */
 #include "kernels/moe_gemm/moe_gemm.h"
 
@@ -95,7 +94,7 @@ static bool moe_bf16_split_ok(const struct kern_problem *p, char *why, size_t n)
 	return true;
 }
 
-/* The FP4 tensor-core variants (cuda-kernels-2): MXFP4 / NVFP4 only, in % 32. */
+/* The FP4 tensor-core variants: MXFP4 / NVFP4 only, in % 32. */
 static bool moe_fp4_mma_supports(const struct kern_problem *p, const struct kern_device *dev, char *why, size_t n)
 {
 	if (!moe_cuda_generic_supports(p, dev, why, n))
@@ -299,7 +298,7 @@ static const struct kern_variant moe_gemm_variants[] = {
 #endif
 		.desc = "portable CUDA grouped expert GEMM, MXFP4/NVFP4/FP8/bf16/f32 experts (f32 FMA)",
 	},
-	/* ---- cuda-kernels-2 ---- */
+	/* ---- arch-specific: FP4 mma.sync on sm_90a ---- */
 	{
 		.name = "moe_gemm_sm90_fp4",
 		.backend = KERN_BACKEND_CUDA,
@@ -331,44 +330,6 @@ static const struct kern_variant moe_gemm_variants[] = {
 		.run_host = KERN_FN(kern_moe_gemv_cuda_host),
 #endif
 		.desc = "decode expert GEMV, MXFP4/NVFP4 (warp per 2 outputs, 16-byte e2m1 loads, f32 FMA)",
-	},
-	/* Native block-scaled FP4 MMA variants of a later issue: real guards, no
-	 * run() in this build, refused as "not compiled into this binary". */
-	{
-		.name = "moe_gemm_sm100a_fp4",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 100,
-		.cc_max = 100,
-		.target = KERN_TARGET_SM100A,
-		.features = KERN_FEAT_TCGEN05,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 30,
-		.supports = moe_fp4_mma_supports,
-		.desc = "tcgen05 kind::mxf4nvf4 block_scale (not implemented yet)",
-	},
-	{
-		.name = "moe_gemm_sm120a_fp4",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 120,
-		.cc_max = 120,
-		.target = KERN_TARGET_SM120A,
-		.features = KERN_FEAT_FP4_MMA_SYNC,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 30,
-		.supports = moe_fp4_mma_supports,
-		.desc = "mma.sync m16n8k64 kind::mxf4nvf4.block_scale (not implemented yet)",
-	},
-	{
-		.name = "moe_gemm_sm121a_fp4",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 121,
-		.cc_max = 121,
-		.target = KERN_TARGET_SM121A,
-		.features = KERN_FEAT_FP4_MMA_SYNC,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 30,
-		.supports = moe_fp4_mma_supports,
-		.desc = "mma.sync m16n8k64 kind::mxf4nvf4.block_scale on GB10 (not implemented yet)",
 	},
 	/* ---- prefill-kernels: portable tensor-core FP4 expert GEMMs (moe_gemm_mma.h) ----
 	 * e4m3 mma.sync in every cc >= 8.9 image (one row per image), bf16 in the

@@ -20,6 +20,7 @@
 extern "C" {
 #include "kernels/movement/movement_generic.h"
 }
+#include "kernels/device/host_bufs.cuh"
 #include "kernels/norm/lowp_cuda.cuh"
 #include "kernels/quant/quant_cuda.cuh"
 
@@ -283,55 +284,6 @@ extern "C" enum status kern_moe_row_weight_cuda_generic(const struct kern_moe_ro
 
 /* ---- host-buffer wrappers (self-checks, tests) ---- */
 
-#define MV_MAX_BUFS 6
-
-/* Device copies of host arrays; outputs are copied in as well, so what the
- * op leaves untouched comes back unchanged. */
-struct mv_bufs {
-	void *host[MV_MAX_BUFS];
-	void *dev[MV_MAX_BUFS];
-	size_t bytes[MV_MAX_BUFS];
-	bool out[MV_MAX_BUFS];
-	int n;
-	cudaError_t ce;
-};
-
-static void *mv_up(struct mv_bufs *b, const void *h, size_t bytes, bool is_out)
-{
-	if (!h || b->ce != cudaSuccess || b->n >= MV_MAX_BUFS)
-		return NULL;
-	void *d = NULL;
-	b->ce = cudaMalloc(&d, bytes ? bytes : 16);
-	if (b->ce != cudaSuccess)
-		return NULL;
-	if (bytes)
-		b->ce = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-	b->host[b->n] = (void *)h;
-	b->dev[b->n] = d;
-	b->bytes[b->n] = bytes;
-	b->out[b->n] = is_out;
-	b->n++;
-	return d;
-}
-
-static enum status mv_finish(struct mv_bufs *b, enum status st)
-{
-	if (st == ST_OK && b->ce == cudaSuccess)
-		b->ce = cudaDeviceSynchronize();
-	for (int i = 0; i < b->n && st == ST_OK && b->ce == cudaSuccess; i++)
-		if (b->out[i] && b->bytes[i])
-			b->ce = cudaMemcpy(b->host[i], b->dev[i], b->bytes[i], cudaMemcpyDeviceToHost);
-	for (int i = 0; i < b->n; i++)
-		cudaFree(b->dev[i]);
-	if (st)
-		return st;
-	if (b->ce != cudaSuccess) {
-		cudaGetLastError();
-		return ST_CUDA;
-	}
-	return ST_OK;
-}
-
 /* Elements spanned by rows 0..n_rows-1 of width dim at stride. */
 static size_t mv_span(int64_t n_rows, int64_t stride, int64_t dim)
 {
@@ -355,14 +307,14 @@ extern "C" enum status kern_copy_rows_cuda_generic_host(const struct kern_copy_r
 	if (st || a->n_rows == 0)
 		return st;
 	int64_t ds = a->dst_stride ? a->dst_stride : a->dim, ss = a->src_stride ? a->src_stride : a->dim;
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_copy_rows_args d = *a;
-	d.dst = (float *)mv_up(&b, a->dst, mv_span(mv_rows(a->dst_idx, a->n_rows), ds, a->dim) * 4, true);
-	d.src = (const float *)mv_up(&b, a->src, mv_span(mv_rows(a->src_idx, a->n_rows), ss, a->dim) * 4, false);
-	d.dst_idx = (const int32_t *)mv_up(&b, a->dst_idx, (size_t)a->n_rows * 4, false);
-	d.src_idx = (const int32_t *)mv_up(&b, a->src_idx, (size_t)a->n_rows * 4, false);
+	d.dst = (float *)kern_hb_up(&b, a->dst, mv_span(mv_rows(a->dst_idx, a->n_rows), ds, a->dim) * 4, true);
+	d.src = (const float *)kern_hb_up(&b, a->src, mv_span(mv_rows(a->src_idx, a->n_rows), ss, a->dim) * 4, false);
+	d.dst_idx = (const int32_t *)kern_hb_up(&b, a->dst_idx, (size_t)a->n_rows * 4, false);
+	d.src_idx = (const int32_t *)kern_hb_up(&b, a->src_idx, (size_t)a->n_rows * 4, false);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_copy_rows_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_copy_rows_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_embed_cuda_generic_host(const struct kern_embed_args *a)
@@ -370,13 +322,13 @@ extern "C" enum status kern_embed_cuda_generic_host(const struct kern_embed_args
 	enum status st = kern_embed_check(a);
 	if (st || a->n_tokens == 0)
 		return st;
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_embed_args d = *a;
-	d.table = (const uint16_t *)mv_up(&b, a->table, (size_t)(a->vocab_rows * a->dim) * 2, false);
-	d.ids = (const int32_t *)mv_up(&b, a->ids, (size_t)a->n_tokens * 4, false);
-	d.out = (float *)mv_up(&b, a->out, (size_t)(a->n_tokens * a->n_copies * a->dim) * 4, true);
+	d.table = (const uint16_t *)kern_hb_up(&b, a->table, (size_t)(a->vocab_rows * a->dim) * 2, false);
+	d.ids = (const int32_t *)kern_hb_up(&b, a->ids, (size_t)a->n_tokens * 4, false);
+	d.out = (float *)kern_hb_up(&b, a->out, (size_t)(a->n_tokens * a->n_copies * a->dim) * 4, true);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_embed_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_embed_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_block_copy_cuda_generic_host(const struct kern_block_copy_args *a)
@@ -386,13 +338,13 @@ extern "C" enum status kern_block_copy_cuda_generic_host(const struct kern_block
 		return st;
 	int64_t m = mv_rows(a->dst_ids, a->n), ms = mv_rows(a->src_ids, a->n);
 	m = ms > m ? ms : m;
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_block_copy_args d = *a;
-	d.pool = (float *)mv_up(&b, a->pool, mv_span(m, a->region_stride, a->region_offset + a->region_len) * 4, true);
-	d.dst_ids = (const int32_t *)mv_up(&b, a->dst_ids, (size_t)a->n * 4, false);
-	d.src_ids = (const int32_t *)mv_up(&b, a->src_ids, (size_t)a->n * 4, false);
+	d.pool = (float *)kern_hb_up(&b, a->pool, mv_span(m, a->region_stride, a->region_offset + a->region_len) * 4, true);
+	d.dst_ids = (const int32_t *)kern_hb_up(&b, a->dst_ids, (size_t)a->n * 4, false);
+	d.src_ids = (const int32_t *)kern_hb_up(&b, a->src_ids, (size_t)a->n * 4, false);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_block_copy_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_block_copy_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_block_fill_cuda_generic_host(const struct kern_block_fill_args *a)
@@ -400,13 +352,13 @@ extern "C" enum status kern_block_fill_cuda_generic_host(const struct kern_block
 	enum status st = kern_block_fill_check(a);
 	if (st || a->n == 0 || a->region_len == 0)
 		return st;
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_block_fill_args d = *a;
-	d.pool = (float *)mv_up(&b, a->pool,
+	d.pool = (float *)kern_hb_up(&b, a->pool,
 				mv_span(mv_rows(a->ids, a->n), a->region_stride, a->region_offset + a->region_len) * 4, true);
-	d.ids = (const int32_t *)mv_up(&b, a->ids, (size_t)a->n * 4, false);
+	d.ids = (const int32_t *)kern_hb_up(&b, a->ids, (size_t)a->n * 4, false);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_block_fill_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_block_fill_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_round_bf16_cuda_generic_host(const struct kern_round_bf16_args *a)
@@ -414,11 +366,11 @@ extern "C" enum status kern_round_bf16_cuda_generic_host(const struct kern_round
 	enum status st = kern_round_bf16_check(a);
 	if (st || a->n == 0)
 		return st;
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_round_bf16_args d = *a;
-	d.x = (float *)mv_up(&b, a->x, (size_t)a->n * 4, true);
+	d.x = (float *)kern_hb_up(&b, a->x, (size_t)a->n * 4, true);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_round_bf16_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_round_bf16_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_add_cuda_generic_host(const struct kern_add_args *a)
@@ -426,12 +378,12 @@ extern "C" enum status kern_add_cuda_generic_host(const struct kern_add_args *a)
 	enum status st = kern_add_check(a);
 	if (st || a->n == 0)
 		return st;
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_add_args d = *a;
-	d.y = (float *)mv_up(&b, a->y, (size_t)a->n * 4, true);
-	d.x = a->x == a->y ? d.y : (const float *)mv_up(&b, a->x, (size_t)a->n * 4, false);
+	d.y = (float *)kern_hb_up(&b, a->y, (size_t)a->n * 4, true);
+	d.x = a->x == a->y ? d.y : (const float *)kern_hb_up(&b, a->x, (size_t)a->n * 4, false);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_add_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_add_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_act_quant_sim_cuda_generic_host(const struct kern_act_quant_sim_args *a)
@@ -439,11 +391,11 @@ extern "C" enum status kern_act_quant_sim_cuda_generic_host(const struct kern_ac
 	enum status st = kern_act_quant_sim_check(a);
 	if (st || a->n_rows == 0 || a->n_cols == 0)
 		return st;
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_act_quant_sim_args d = *a;
-	d.x = (float *)mv_up(&b, a->x, mv_span(a->n_rows, a->ld, a->n_cols) * 4, true);
+	d.x = (float *)kern_hb_up(&b, a->x, mv_span(a->n_rows, a->ld, a->n_cols) * 4, true);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_act_quant_sim_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_act_quant_sim_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_moe_row_weight_cuda_generic_host(const struct kern_moe_row_weight_args *a)
@@ -453,12 +405,12 @@ extern "C" enum status kern_moe_row_weight_cuda_generic_host(const struct kern_m
 		return st;
 	int64_t n = *a->n_rows;
 	n = n < 0 ? 0 : (n > a->max_rows ? a->max_rows : n);
-	struct mv_bufs b = {};
+	struct kern_hbufs b = {};
 	struct kern_moe_row_weight_args d = *a;
-	d.slot_weight = (const float *)mv_up(&b, a->slot_weight, (size_t)mv_rows(a->row_slot, n) * 4, false);
-	d.row_slot = (const int32_t *)mv_up(&b, a->row_slot, (size_t)a->max_rows * 4, false);
-	d.n_rows = (const int64_t *)mv_up(&b, a->n_rows, sizeof(int64_t), false);
-	d.row_weight = (float *)mv_up(&b, a->row_weight, (size_t)a->max_rows * 4, true);
+	d.slot_weight = (const float *)kern_hb_up(&b, a->slot_weight, (size_t)mv_rows(a->row_slot, n) * 4, false);
+	d.row_slot = (const int32_t *)kern_hb_up(&b, a->row_slot, (size_t)a->max_rows * 4, false);
+	d.n_rows = (const int64_t *)kern_hb_up(&b, a->n_rows, sizeof(int64_t), false);
+	d.row_weight = (float *)kern_hb_up(&b, a->row_weight, (size_t)a->max_rows * 4, true);
 	d.stream = 0;
-	return mv_finish(&b, b.ce == cudaSuccess ? kern_moe_row_weight_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_moe_row_weight_cuda_generic(&d) : ST_CUDA);
 }

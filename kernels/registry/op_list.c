@@ -32,6 +32,7 @@
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/logprobs.h" /* evaluation */
 #include "kernels/fill/fill_random.h"     /* dummy-load */
+#include "kernels/moe_gemm/moe_decode.h"   /* moe-decode */
 /* ---- end includes ---- */
 
 static const struct kern_op *const all_ops[] = {
@@ -55,7 +56,6 @@ static const struct kern_op *const all_ops[] = {
 	&kern_op_indexer_topk,
 	&kern_op_indexer_scores,
 	&kern_op_route,
-	&kern_op_moe_group,
 	&kern_op_swiglu,
 	/* ---- gpu-ops ---- */
 	&kern_op_copy_rows,
@@ -70,6 +70,7 @@ static const struct kern_op *const all_ops[] = {
 	/* ---- end ---- */
 	&kern_op_token_logprobs, /* evaluation: prompt log-probabilities */
 	&kern_op_fill_random,    /* dummy-load: --load-format dummy */
+	&kern_op_moe_decode,     /* moe-decode: fused routed-expert decode */
 };
 
 const struct kern_op *const *kern_registry_ops(int *n_ops)

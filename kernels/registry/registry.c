@@ -1,13 +1,17 @@
 /*
  * kernels/registry/registry.c: variant guards, selection, disable lists,
  * weight preparation hand-off and plan records. Pure C; it never touches a
- * GPU itself (self-checks go through each variant's run_host).
+ * GPU itself (self-checks go through each variant's run_host). Also the
+ * profiling hook (registry.h): wrapped copies of selected variants whose
+ * run() is a trampoline into the installed hooks.
  */
 #include "kernels/registry/registry.h"
 
 #include <ctype.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,9 +164,105 @@ bool kern_variant_accepts(const struct kern_variant *v, const struct kern_proble
 	return true;
 }
 
-enum status kern_select(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,
-			const struct kern_disabled *disabled, int layer, const struct kern_variant **out,
-			struct err *e)
+/* ---- profiling hook (registry.h) ---- */
+
+struct prof_slot {
+	struct kern_variant v;          /* the copy selections return; run = its trampoline */
+	const struct kern_variant *base;
+	const struct kern_op *op;
+};
+
+static struct prof_slot prof_slots[KERN_PROFILE_MAX_VARIANTS];
+static int prof_n;
+static _Atomic(const struct kern_profile_hooks *) prof_hooks;
+static atomic_bool prof_active;
+static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef enum status (*prof_any_fn)(const void *a);
+
+static enum status prof_call(int i, const void *a)
+{
+	const struct prof_slot *s = &prof_slots[i];
+	/* every op's run type is enum status (*)(const struct kern_<op>_args *): the base's run is
+	 * called through the same shape the forward pass called the copy with */
+	prof_any_fn run = (prof_any_fn)s->base->run;
+	const struct kern_profile_hooks *h = atomic_load_explicit(&prof_hooks, memory_order_acquire);
+	if (!h || !atomic_load_explicit(&prof_active, memory_order_relaxed))
+		return run(a);
+	if (h->before)
+		h->before(h->user, s->op, s->base, a);
+	enum status st = run(a);
+	if (h->after)
+		h->after(h->user, s->op, s->base, a, st);
+	return st;
+}
+
+#define PROF_T(i)                                                                                  \
+	static enum status prof_t##i(const void *a)                                                \
+	{                                                                                          \
+		return prof_call(0##i, a); /* the name's digits are the slot in octal */           \
+	}
+#define PROF_T8(i) PROF_T(i##0) PROF_T(i##1) PROF_T(i##2) PROF_T(i##3) PROF_T(i##4) PROF_T(i##5) PROF_T(i##6) PROF_T(i##7)
+PROF_T8(0) PROF_T8(1) PROF_T8(2) PROF_T8(3) PROF_T8(4) PROF_T8(5) PROF_T8(6) PROF_T8(7)
+PROF_T8(10) PROF_T8(11) PROF_T8(12) PROF_T8(13) PROF_T8(14) PROF_T8(15) PROF_T8(16) PROF_T8(17)
+#define PROF_R8(i) prof_t##i##0, prof_t##i##1, prof_t##i##2, prof_t##i##3, prof_t##i##4, prof_t##i##5, prof_t##i##6, prof_t##i##7
+static const prof_any_fn prof_tramps[] = {
+	PROF_R8(0),  PROF_R8(1),  PROF_R8(2),  PROF_R8(3),  PROF_R8(4),  PROF_R8(5),  PROF_R8(6),  PROF_R8(7),
+	PROF_R8(10), PROF_R8(11), PROF_R8(12), PROF_R8(13), PROF_R8(14), PROF_R8(15), PROF_R8(16), PROF_R8(17),
+};
+_Static_assert(sizeof prof_tramps / sizeof prof_tramps[0] == KERN_PROFILE_MAX_VARIANTS, "one trampoline a slot");
+
+void kern_profile_install(const struct kern_profile_hooks *h)
+{
+	atomic_store_explicit(&prof_hooks, h, memory_order_release);
+}
+
+void kern_profile_set_active(bool on)
+{
+	atomic_store_explicit(&prof_active, on, memory_order_relaxed);
+}
+
+const struct kern_variant *kern_variant_base(const struct kern_variant *v)
+{
+	for (int i = 0; v && i < KERN_PROFILE_MAX_VARIANTS; i++)
+		if (v == &prof_slots[i].v)
+			return prof_slots[i].base;
+	return v;
+}
+
+/* The wrapped copy of v (made once), or v when nothing is installed, v has
+ * no run(), or the slots are used up. */
+static const struct kern_variant *prof_wrap(const struct kern_op *op, const struct kern_variant *v)
+{
+	if (!atomic_load_explicit(&prof_hooks, memory_order_acquire) || !v->run)
+		return v;
+	const struct kern_variant *out = v;
+	pthread_mutex_lock(&prof_lock);
+	int i = 0;
+	while (i < prof_n && prof_slots[i].base != v)
+		i++;
+	if (i == prof_n && prof_n < KERN_PROFILE_MAX_VARIANTS) {
+		prof_slots[i].v = *v;
+		prof_slots[i].v.run = KERN_FN(prof_tramps[i]);
+		prof_slots[i].base = v;
+		prof_slots[i].op = op;
+		prof_n++;
+	} else if (i == prof_n) {
+		static bool warned;
+		if (!warned)
+			log_msg(LOG_WARN, "kernels", "profile hook: more than %d variants, %s runs unwrapped",
+				KERN_PROFILE_MAX_VARIANTS, v->name);
+		warned = true;
+	}
+	if (i < prof_n)
+		out = &prof_slots[i].v;
+	pthread_mutex_unlock(&prof_lock);
+	return out;
+}
+
+static enum status select_base(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,
+			       const struct kern_disabled *disabled, int layer, const struct kern_variant **out,
+			       struct err *e)
 {
 	const struct kern_variant *best = NULL;
 	char reasons[ERR_MSG_BYTES];
@@ -191,12 +291,22 @@ enum status kern_select(const struct kern_op *op, const struct kern_problem *p, 
 	return ST_OK;
 }
 
+enum status kern_select(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,
+			const struct kern_disabled *disabled, int layer, const struct kern_variant **out,
+			struct err *e)
+{
+	enum status st = select_base(op, p, dev, disabled, layer, out, e);
+	if (!st)
+		*out = prof_wrap(op, *out);
+	return st;
+}
+
 size_t kern_select_report(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,
 			  const struct kern_disabled *disabled, char *buf, size_t n)
 {
 	const struct kern_variant *best = NULL;
 	struct err e = {0};
-	if (kern_select(op, p, dev, disabled, -1, &best, &e) != ST_OK)
+	if (select_base(op, p, dev, disabled, -1, &best, &e) != ST_OK)
 		best = NULL;
 	size_t need = 0;
 	if (n)
@@ -218,14 +328,18 @@ enum status kern_select_checked(const struct kern_op *op, const struct kern_prob
 				const struct kern_variant **out, struct err *e)
 {
 	for (;;) {
-		enum status st = kern_select(op, p, dev, disabled, layer, out, e);
+		enum status st = select_base(op, p, dev, disabled, layer, out, e);
 		if (st)
 			return st;
-		if (!op->selfcheck || *out == &op->variants[0])
+		if (!op->selfcheck || *out == &op->variants[0]) {
+			*out = prof_wrap(op, *out);
 			return ST_OK;
+		}
 		struct err ce = {0};
-		if (op->selfcheck(op, *out, p, dev, &ce) == ST_OK)
+		if (op->selfcheck(op, *out, p, dev, &ce) == ST_OK) {
+			*out = prof_wrap(op, *out);
 			return ST_OK;
+		}
 		log_msg(LOG_WARN, "kernels", "self-check: layer %d op %s: dropping %s: %s", layer, op->name,
 			(*out)->name, ce.msg);
 		st = kern_disabled_add(disabled, (*out)->name, e);

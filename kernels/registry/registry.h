@@ -198,6 +198,40 @@ size_t kern_plan_metrics(const struct kern_plan *plan, char *buf, size_t n);
 /* One log line per distinct per-layer plan: "layers 3-42: linear=linear_cpu_ref moe_gemm=...". */
 void kern_plan_log(const struct kern_plan *plan);
 
+/* ---- profiling hook (dsv4 bench decode: per-op timing, routing capture) ----
+ *
+ * kern_profile_install(h) makes every LATER kern_select / kern_select_checked
+ * return a registry-owned copy of the chosen variant (one per variant, so
+ * pointer equality between selections still holds) whose run() calls
+ * h->before, the variant's own run() and h->after, the latter two only while
+ * kern_profile_set_active(true). Without an install nothing changes: the
+ * selections are the const table entries and a run() costs what it did;
+ * installed but inactive, a call costs one extra indirect call. Plans built
+ * before the install are untouched, so install before creating the executor
+ * and keep h alive while it runs. A copy's run_host, guards and name are the
+ * original's; kern_variant_base() gives the table entry back (code that
+ * compares run pointers must compare the base's). At most
+ * KERN_PROFILE_MAX_VARIANTS distinct variants are wrapped; later ones run
+ * unwrapped (logged once). Not for serving: one process-wide hook. */
+#define KERN_PROFILE_MAX_VARIANTS 128
+
+struct kern_profile_hooks {
+	void *user;
+	/* args is the op's own argument struct (struct kern_linear_args * for
+	 * op "linear", ...); base is the table entry that runs. */
+	void (*before)(void *user, const struct kern_op *op, const struct kern_variant *base, const void *args);
+	void (*after)(void *user, const struct kern_op *op, const struct kern_variant *base, const void *args,
+		      enum status st);
+};
+
+/* Install (h non-NULL) or remove (NULL: later selections return table
+ * entries again; existing wrapped plans keep calling through h, which must
+ * then stay valid, or run unhooked when inactive). */
+void kern_profile_install(const struct kern_profile_hooks *h);
+void kern_profile_set_active(bool on);
+/* The table entry a selection stands for (v itself when it is one). */
+const struct kern_variant *kern_variant_base(const struct kern_variant *v);
+
 /* ---- the op list ---- */
 
 /* Every op table linked into the binary (for --list, name checks and tests). */

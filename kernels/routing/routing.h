@@ -45,37 +45,11 @@ struct kern_route_args {
  * [0, vocab) or a tid2eid entry outside [0, n_experts). */
 enum status kern_route_ref(const struct kern_route_args *a) DSV4_WUR;
 
-/* Grouping of the n_tokens·top_k (token, slot) pairs by expert, for a local
- * expert range [expert_begin, expert_begin + n_local) (expert parallelism:
- * other experts' pairs are dropped). Within an expert, pairs keep token order.
- *   offsets[e - expert_begin] .. offsets[e - expert_begin + 1] index the pairs of e;
- *   pair_token[p] = token row, pair_slot[p] = slot j (weight = weights[token·top_k + j]).
- * offsets has n_local + 1 entries; pair_token/pair_slot hold up to n_tokens·top_k.
- * Expert ids < 0 are skipped (a "no expert" slot). */
-struct kern_moe_group_args {
-	const int32_t *expert_ids; /* [n_tokens, top_k] */
-	int64_t n_tokens;
-	int top_k;
-	int expert_begin;          /* first local expert id */
-	int n_local;               /* number of local experts (> 0) */
-	int32_t *offsets;          /* out [n_local + 1] */
-	int32_t *pair_token;       /* out [n_tokens·top_k], first offsets[n_local] used */
-	int32_t *pair_slot;        /* out [n_tokens·top_k] */
-	void *stream;              /* cudaStream_t for CUDA variants; ignored by the CPU reference */
-};
-
-enum status kern_moe_group_ref(const struct kern_moe_group_args *a) DSV4_WUR;
-
 /* ---- registry ---- */
 
 /* Signature of run / run_host of every route variant. */
 typedef enum status (*kern_route_fn)(const struct kern_route_args *a);
 /* The registry table of op "route" (entry 0: the CPU reference). */
 extern const struct kern_op kern_op_route;
-
-/* Signature of run / run_host of every moe_group variant. */
-typedef enum status (*kern_moe_group_fn)(const struct kern_moe_group_args *a);
-/* The registry table of op "moe_group" (entry 0: the CPU reference). */
-extern const struct kern_op kern_op_moe_group;
 
 #endif

@@ -1,7 +1,7 @@
 /*
- * kernels/routing/routing_generic.cu: portable CUDA MoE routing and pair
- * grouping for every cc >= 8.0 (variants route_cuda_generic,
- * moe_group_cuda_generic; contracts in routing.h).
+ * kernels/routing/routing_generic.cu: portable CUDA MoE routing for every
+ * cc >= 8.0 (variant route_cuda_generic; contract in routing.h). The
+ * grouping of (token, slot) pairs by expert is op moe_dispatch's.
  *
  *   route_kernel      one 256-thread block per token: σ_e = sqrt(softplus(ℓ_e))
  *                     (+ bias) for all experts into shared memory, then top_k
@@ -10,13 +10,9 @@
  *                     unbiased σ summed in slot order by one thread. Hash
  *                     routing reads tid2eid. A token id outside [0, vocab) or
  *                     a table entry outside [0, E) cannot be reported from the
- *                     device: that token gets expert ids -1 (which moe_group
+ *                     device: that token gets expert ids -1 (which moe_dispatch
  *                     skips) and weights 0; the CPU reference returns
  *                     ST_INVALID for such input.
- *   moe_group_kernel  one block: thread e counts expert e's pairs, thread 0
- *                     scans the counts into offsets, thread e writes e's
- *                     pairs in pair order: a stable counting sort, identical
- *                     output to the reference, no atomics, no scratch.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -142,47 +138,5 @@ extern "C" enum status kern_route_cuda_generic(const struct kern_route_args *a)
 	route_kernel<<<(unsigned)a->n_tokens, ROUTE_NT, smem, (cudaStream_t)a->stream>>>(
 		a->logits, a->bias, a->tid2eid, a->token_ids, a->vocab, a->n_experts, a->top_k, a->route_scale,
 		a->expert_ids, a->weights);
-	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_INVALID;
-}
-
-#define GROUP_NT 1024
-
-__global__ void __launch_bounds__(GROUP_NT) moe_group_kernel(const int32_t *expert_ids, int64_t n_pairs, int top_k,
-							      int expert_begin, int n_local, int32_t *offsets,
-							      int32_t *pair_token, int32_t *pair_slot)
-{
-	/* counts into offsets[e + 1] */
-	for (int e = threadIdx.x; e < n_local; e += GROUP_NT) {
-		int32_t c = 0;
-		for (int64_t p = 0; p < n_pairs; p++)
-			c += expert_ids[p] >= 0 && expert_ids[p] - expert_begin == e;
-		offsets[e + 1] = c;
-	}
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		offsets[0] = 0;
-		for (int e = 0; e < n_local; e++)
-			offsets[e + 1] += offsets[e];
-	}
-	__syncthreads();
-	for (int e = threadIdx.x; e < n_local; e += GROUP_NT) {
-		int32_t at = offsets[e];
-		for (int64_t p = 0; p < n_pairs; p++)
-			if (expert_ids[p] >= 0 && expert_ids[p] - expert_begin == e) {
-				pair_token[at] = (int32_t)(p / top_k);
-				pair_slot[at] = (int32_t)(p % top_k);
-				at++;
-			}
-	}
-}
-
-extern "C" enum status kern_moe_group_cuda_generic(const struct kern_moe_group_args *a)
-{
-	if (!a || a->n_tokens < 0 || a->top_k <= 0 || a->n_local <= 0 || !a->offsets ||
-	    (a->n_tokens > 0 && (!a->expert_ids || !a->pair_token || !a->pair_slot)))
-		return ST_INVALID;
-	moe_group_kernel<<<1, GROUP_NT, 0, (cudaStream_t)a->stream>>>(a->expert_ids, a->n_tokens * a->top_k, a->top_k,
-								     a->expert_begin, a->n_local, a->offsets,
-								     a->pair_token, a->pair_slot);
 	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_INVALID;
 }

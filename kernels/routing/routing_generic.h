@@ -1,8 +1,7 @@
 /*
- * kernels/routing/routing_generic.h: the portable CUDA route and moe_group
- * (routing_generic.cu), cc >= 8.0, same args contracts as kern_route_ref /
- * kern_moe_group_ref on device buffers, run on a->stream. Present in CUDA
- * builds only.
+ * kernels/routing/routing_generic.h: the portable CUDA route
+ * (routing_generic.cu), cc >= 8.0, the args contract of kern_route_ref on
+ * device buffers, run on a->stream. Present in CUDA builds only.
  */
 #ifndef DSV4_KERNELS_ROUTING_ROUTING_GENERIC_H
 #define DSV4_KERNELS_ROUTING_ROUTING_GENERIC_H
@@ -10,6 +9,5 @@
 #include "kernels/routing/routing.h"
 
 enum status kern_route_cuda_generic(const struct kern_route_args *a);
-enum status kern_moe_group_cuda_generic(const struct kern_moe_group_args *a);
 
 #endif

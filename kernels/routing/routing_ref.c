@@ -69,35 +69,3 @@ enum status kern_route_ref(const struct kern_route_args *a)
 	}
 	return ST_OK;
 }
-
-enum status kern_moe_group_ref(const struct kern_moe_group_args *a)
-{
-	if (!a || a->n_tokens < 0 || a->top_k <= 0 || a->n_local <= 0 || !a->offsets ||
-	    (a->n_tokens > 0 && (!a->expert_ids || !a->pair_token || !a->pair_slot)))
-		return ST_INVALID;
-	int64_t n_pairs = a->n_tokens * a->top_k;
-	for (int i = 0; i <= a->n_local; i++)
-		a->offsets[i] = 0;
-	/* histogram, exclusive scan, stable scatter */
-	for (int64_t p = 0; p < n_pairs; p++) {
-		int e = a->expert_ids[p] - a->expert_begin;
-		if (a->expert_ids[p] >= 0 && e >= 0 && e < a->n_local)
-			a->offsets[e + 1]++;
-	}
-	for (int i = 0; i < a->n_local; i++)
-		a->offsets[i + 1] += a->offsets[i];
-	/* offsets[e] is now the start of e; use it as the scatter cursor, which
-	 * leaves offsets[e] = start of e+1, then shift back by one. No scratch. */
-	for (int64_t p = 0; p < n_pairs; p++) {
-		int e = a->expert_ids[p] - a->expert_begin;
-		if (a->expert_ids[p] < 0 || e < 0 || e >= a->n_local)
-			continue;
-		int32_t at = a->offsets[e]++;
-		a->pair_token[at] = (int32_t)(p / a->top_k);
-		a->pair_slot[at] = (int32_t)(p % a->top_k);
-	}
-	for (int i = a->n_local - 1; i > 0; i--)
-		a->offsets[i] = a->offsets[i - 1];
-	a->offsets[0] = 0;
-	return ST_OK;
-}

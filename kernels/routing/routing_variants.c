@@ -1,5 +1,5 @@
 /*
- * kernels/routing/routing_variants.c: the registry tables of ops "route", "moe_group".
+ * kernels/routing/routing_variants.c: the registry table of op "route".
  *
  * Variants (priority order, highest first):
  *   <op>_cpu_ref   the CPU reference (routing_ref.c), every shape; the oracle
@@ -44,34 +44,4 @@ const struct kern_op kern_op_route = {
 	.name = "route",
 	.variants = route_variants,
 	.n_variants = (int)(sizeof route_variants / sizeof route_variants[0]),
-};
-
-static const struct kern_variant moe_group_variants[] = {
-	{
-		.name = "moe_group_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_moe_group_ref),
-		.run_host = KERN_FN(kern_moe_group_ref),
-		.desc = "CPU reference: (token, expert) pairs grouped by expert",
-	},
-	/* ---- generic cuda ops ---- */
-	{
-		.name = "moe_group_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_group_cuda_generic),
-#endif
-		.desc = "portable CUDA stable grouping of (token, expert) pairs, one block",
-	},
-};
-
-const struct kern_op kern_op_moe_group = {
-	.name = "moe_group",
-	.variants = moe_group_variants,
-	.n_variants = (int)(sizeof moe_group_variants / sizeof moe_group_variants[0]),
 };

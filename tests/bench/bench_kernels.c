@@ -18,7 +18,13 @@
  *     six experts with T = 1 .. 64 rows each (what one decode step of T
  *     tokens at top-6 reads); moe_gemm_cuda_generic, moe_gemm_sm90_fp4 and
  *     moe_gemm_cuda_gemv (the decode GEMV; refused above 64 rows);
- *   hc_prenorm: [T, 16384] x [24, 16384]^T + sum of squares, T = 1 .. 1024.
+ *   hc_prenorm: [T, 16384] x [24, 16384]^T + sum of squares, T = 1 .. 1024;
+ *   decode linears (fp8gemv): every FP8 linear shape of DeepSeek-V4-Flash
+ *     (wq_a, wq_b, wkv, wo_a per group without act_quant, wo_b, indexer
+ *     wq_b, shared expert w1/w3 and w2, MTP e_proj/h_proj) at T = 1, 2, 4,
+ *     8, 16, 32, 64: linear_cuda_gemv (run even where its guard leaves the
+ *     plan to another variant: marked *), linear_cublaslt_sm90 and the
+ *     tensor-core tile variant where they accept the plan.
  *
  * Method: device buffers allocated once per case; 3 warm-up calls (they
  * also build the cuBLASLt plans); then `iters` timed calls, each preceded by
@@ -33,7 +39,8 @@
  * figures (4.8 TB/s, 1580 / 790 TFLOP/s dense FP8 / bf16) are printed for
  * reference; a ceiling that cannot be measured falls back to its nominal.
  *
- * Usage: bench_kernels [iters]   (default 20). Exits 77 without a GPU.
+ * Usage: bench_kernels [iters] [gemv]   (default 20; `gemv`: the ceilings and
+ * the decode-linear table only). Exits 77 without a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -200,6 +207,89 @@ static void bench_linear(const struct kern_device *dev, int iters)
 				kern_wmat_release(&wp);
 			}
 		}
+		kern_wmat_release(&w);
+	}
+}
+
+/* ---- decode linears (fp8gemv): the FP8 GEMV at every FP8 linear shape ---- */
+
+static void bench_linear_decode(const struct kern_device *dev, int iters)
+{
+	static const struct {
+		const char *name;
+		int64_t in, out;
+		int aq;
+	} shapes[] = {{"wq_a", 4096, 1024, 128},     {"wq_b", 1024, 32768, 128},    {"wkv", 4096, 512, 128},
+		      {"wo_a/group", 4096, 1024, 0}, {"wo_b", 8192, 4096, 128},     {"idx.wq_b", 1024, 8192, 128},
+		      {"sh.w1/w3", 4096, 2048, 128}, {"sh.w2", 2048, 4096, 128},    {"e/h_proj", 4096, 4096, 128}};
+	static const int64_t Ts[] = {1, 2, 4, 8, 16, 32, 64};
+	char vnames[3][KERN_NAME_BYTES] = {"linear_cuda_gemv", "linear_cublaslt_sm90", "linear_mma_bf16"};
+	const int cc = dev->cc_major * 10 + dev->cc_minor;
+	const char *img = cc == 90 && DSV4_HAVE_SM_90A     ? "sm90a"
+			  : cc == 100 && DSV4_HAVE_SM_100A ? "sm100a"
+			  : cc == 120 && DSV4_HAVE_SM_120A ? "sm120a"
+			  : cc == 121 && DSV4_HAVE_SM_121A ? "sm121a"
+							   : NULL;
+	if (img)
+		snprintf(vnames[2], sizeof vnames[2], "linear_mma_fp8_%s", img);
+	header("decode linears: every FP8 linear of DeepSeek-V4-Flash, T = 1 .. 64, bf16 x/y (* = run although its "
+	       "guard gives this plan size to another variant)",
+	       g_fp8_flops, "measured cuBLASLt fp8");
+	uint64_t rng = 4242;
+	for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+		struct kern_wmat w;
+		struct err e = {0};
+		const int64_t in = shapes[s].in, out = shapes[s].out;
+		if (kern_wmat_make_random(&w, KERN_WFMT_FP8_E8M0_B128, out, in, &rng, &e))
+			continue;
+		void *dx = dev_upload(NULL, (size_t)(64 * in) * 2), *dy = dev_upload(NULL, (size_t)(64 * out) * 2);
+		cudaMemset(dx, 0x3c, (size_t)(64 * in) * 2); /* bf16 ~1.0: finite activations */
+		for (int vi = 0; vi < 3; vi++) {
+			const struct kern_variant *v = NULL;
+			for (int i = 0; i < kern_op_linear.n_variants; i++)
+				if (!strcmp(kern_op_linear.variants[i].name, vnames[vi]))
+					v = &kern_op_linear.variants[i];
+			struct kern_wmat wp;
+			if (!v || !v->run || kern_prepare_weight(v, &w, &wp, &e))
+				continue;
+			const size_t wb = kern_wmat_data_bytes(&wp), sb = kern_wmat_scale_bytes(&wp);
+			struct kern_wmat dw = wp;
+			dw.owned = NULL;
+			dw.data = dev_upload(wp.data, wb);
+			dw.scale = dev_upload(wp.scale, sb);
+			const size_t wsb = vi == 1 ? kern_linear_cublaslt_workspace_bytes(64, in) : 0;
+			void *ws = wsb ? dev_upload(NULL, wsb) : NULL;
+			for (int ti = 0; ti < 7; ti++) {
+				const int64_t T = Ts[ti];
+				char shape[64], name[2 * KERN_NAME_BYTES];
+				snprintf(shape, sizeof shape, "%s %lldx%lld T=%lld%s", shapes[s].name, (long long)in,
+					 (long long)out, (long long)T, shapes[s].aq ? "" : " no-aq");
+				struct kern_linear_shape sh = {.in = in, .out = out, .max_tokens = T,
+							       .act_quant_block = shapes[s].aq, .x_dtype = KERN_DT_BF16,
+							       .y_dtype = KERN_DT_BF16};
+				struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
+				char why[KERN_REASON_BYTES];
+				const bool ok = kern_variant_accepts(v, &p, dev, NULL, why, sizeof why);
+				snprintf(name, sizeof name, "%.*s%s", KERN_NAME_BYTES - 1, vnames[vi], ok ? "" : "*");
+				if (!ok && vi != 0)
+					continue; /* the other variants only where they would be chosen */
+				struct lin_ctx c = {.fn = (kern_linear_fn)v->run,
+						    .a = {.n_tokens = T, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
+							  .y_dtype = KERN_DT_BF16, .w = &dw,
+							  .act_quant_block = shapes[s].aq, .workspace = ws,
+							  .workspace_bytes = wsb}};
+				enum status st;
+				double us = time_us(lin_run, &c, iters, &st);
+				row(name, shape, us, 2.0 * T * in * out, (double)(wb + sb) + 2.0 * T * (in + out),
+				    g_fp8_flops, st, NULL);
+			}
+			cudaFree((void *)dw.data);
+			cudaFree((void *)dw.scale);
+			cudaFree(ws);
+			kern_wmat_release(&wp);
+		}
+		cudaFree(dx);
+		cudaFree(dy);
 		kern_wmat_release(&w);
 	}
 }
@@ -537,6 +627,7 @@ static void bench_ceilings(int iters)
 int main(int argc, char **argv)
 {
 	int iters = argc > 1 ? atoi(argv[1]) : 20;
+	const bool only_gemv = argc > 2 && !strcmp(argv[2], "gemv");
 	if (iters < 1)
 		iters = 1;
 	if (kern_device_count() == 0) {
@@ -558,9 +649,12 @@ int main(int argc, char **argv)
 	printf("## kernel benchmark: %s (cc %d.%d, %d SMs), median of %d, L2 flushed\n", dev.name, dev.cc_major,
 	       dev.cc_minor, dev.sm_count, iters);
 	bench_ceilings(iters);
-	bench_linear(&dev, iters);
-	bench_moe(&dev, iters);
-	bench_hc(&dev, iters);
+	if (!only_gemv) {
+		bench_linear(&dev, iters);
+		bench_moe(&dev, iters);
+		bench_hc(&dev, iters);
+	}
+	bench_linear_decode(&dev, iters);
 	kern_linear_cublaslt_release();
 	cudaFree(flush_buf);
 	return 0;

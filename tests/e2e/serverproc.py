@@ -18,6 +18,35 @@ import time
 
 BIN = os.environ.get("DSV4_BIN", "build/server/dsv4")
 
+# Every OpenAI-shaped error body a Server.request() saw whose "code" is not a
+# string or null, or whose "type" / "param" is not what OpenAI sends (issue 18:
+# one error.code type everywhere); Check.finish() fails on any.
+ERROR_SHAPE_FAILS = []
+OPENAI_ERROR_TYPES = ("invalid_request_error", "server_error", "requests")
+
+
+def check_error_shape(status, body, where=""):
+    """Record a non-OpenAI error body (status >= 400). Anthropic-shaped bodies
+    ({"type": "error", ...}) are the Messages API's and are skipped."""
+    if status < 400:
+        return True
+    try:
+        d = json.loads(body)
+    except ValueError:
+        return True  # not JSON (e.g. a connection-level refusal): not an OpenAI error body
+    if not isinstance(d, dict) or "error" not in d or d.get("type") == "error":
+        return True
+    e = d["error"]
+    ok = (isinstance(e, dict) and isinstance(e.get("message"), str)
+          and (e.get("code") is None or isinstance(e.get("code"), str))
+          and (e.get("param") is None or isinstance(e.get("param"), str))
+          and e.get("type") in OPENAI_ERROR_TYPES
+          and (e.get("type") == "server_error") == (status >= 500))
+    if not ok:
+        ERROR_SHAPE_FAILS.append("%s %d %r" % (where, status, body[:300]))
+    return ok
+
+
 SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer",
                    "ThreadSanitizer")
 
@@ -37,6 +66,8 @@ class Check:
         return cond
 
     def finish(self):
+        if ERROR_SHAPE_FAILS:
+            self(False, "error bodies not in OpenAI's shape (code a string or null): %r" % ERROR_SHAPE_FAILS[:5])
         print("%d checks, %d failures" % (self.n, len(self.fails)), flush=True)
         return 1 if self.fails else 0
 
@@ -87,7 +118,10 @@ class Server:
             h.update(headers or {})
             c.request(method, path, body=data, headers=h)
             r = c.getresponse()
-            return r.status, r.read(), dict(r.getheaders())
+            out = r.status, r.read(), dict(r.getheaders())
+            if "json" in out[2].get("Content-Type", ""):
+                check_error_shape(out[0], out[1], "%s %s" % (method, path))
+            return out
         finally:
             c.close()
 

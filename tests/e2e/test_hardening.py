@@ -18,6 +18,10 @@ weights read, loopback only):
 10. Slowloris: connections trickling header bytes are shut once their request
    is older than --max-request-seconds (the idle timeout restarted with every
    byte, so they were held forever); /health answers throughout.
+3b. Slowloris at the limits: 64 slow connections from four addresses (one of
+   them the /health poller's) hold --max-connections-per-ip and
+   --max-connections; every /health poll is answered (a new connection evicts
+   the oldest unfinished request instead of being refused or queued).
 12. A body of more than 1.5 M JSON values (2 M nested empty arrays: hundreds
    of MB once parsed) is a 400 before parsing; a 2^20-id prompt still parses.
 9. A tool call whose arguments hold integers beyond 64 bits (and 1e400) can be
@@ -200,6 +204,60 @@ check(health_ok == health_n, "/health answered %d of %d polls during the slow co
 for h, _ in slow:
     h.close()
 stop_and_check(srv, check, "slowloris")
+
+# ---- 3b. slowloris at both connection limits: /health stays answerable ----
+# Connections that never finish their request fill the per-address share of
+# the /health poller's own address and the total; a new connection then
+# evicts the oldest slow one (it was refused, or waited in the backlog: the
+# 1,100-connection reproducer kept /health out for the whole hold).
+srv = Server("--max-connections-per-ip", "12", "--max-connections", "40", "--max-request-seconds", "600")
+
+
+def slow_conn(src):
+    h = socket.socket()
+    h.bind((src, 0))
+    h.settimeout(5)
+    h.connect(("127.0.0.1", srv.port))
+    h.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
+    return h
+
+
+srcs = ["127.0.0.1"] * 16 + ["127.0.0.%d" % (2 + i % 4) for i in range(48)]
+held = []
+for src in srcs:
+    try:
+        held.append([src, slow_conn(src)])
+    except OSError:
+        held.append([src, None])
+time.sleep(0.5)  # older than the eviction age
+health_ok = health_n = 0
+t0 = time.time()
+while time.time() - t0 < 6:
+    for rec in held:  # keep the pressure on: a byte each, closed ones reopened
+        try:
+            if rec[1] is None:
+                rec[1] = slow_conn(rec[0])
+            else:
+                rec[1].sendall(b"X-a: b\r\n")
+        except OSError:
+            if rec[1] is not None:
+                rec[1].close()
+            rec[1] = None
+    health_n += 1
+    try:
+        health_ok += srv.get("/health", timeout=10)[0] == 200
+    except OSError:
+        pass
+    time.sleep(0.2)
+check(health_ok == health_n and health_n >= 5,
+      "/health answered %d of %d polls while 64 slow connections held both limits" % (health_ok, health_n))
+log = srv.logtext()
+check("at the per-address connection limit" in log and "at the total connection limit" in log,
+      "evictions at both limits are logged")
+for _, h in held:
+    if h is not None:
+        h.close()
+stop_and_check(srv, check, "slowloris at the limits")
 
 # ---- 12. a bound on the JSON values of one body ----
 srv = Server()

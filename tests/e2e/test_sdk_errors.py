@@ -33,6 +33,8 @@ def expect(exc_type, what, fn, needle=None):
         check(False, f"{what}: no exception")
     except exc_type as ex:
         check(needle is None or needle in str(ex), f"{what}: message names '{needle}' ({ex})")
+        code = getattr(ex, "code", None)
+        check(code is None or isinstance(code, str), f"{what}: error.code is a string or null ({code!r})")
         return ex
     except Exception as ex:  # the wrong type
         check(False, f"{what}: {type(ex).__name__} instead of {exc_type.__name__}: {ex}")

@@ -322,6 +322,7 @@ def main():
             e = json.loads(text)["error"]
             check(isinstance(e["message"], str) and "type" in e and "param" in e and "code" in e,
                   "OpenAI error shape: %s" % text)
+            check(e["code"] is None or isinstance(e["code"], str), "error.code is a string or null: %s" % text)
             return e
         except (ValueError, KeyError):
             check(False, "error body is JSON: %r" % text[:200])

@@ -27,38 +27,7 @@
  * Selection on the device must pick the generic CUDA variant of each op.
  * Exits 77 without a GPU or without CUDA.
  */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "dsv4_config.h"
-#include "kernels/kernels.h"
-#include "tests/test.h"
-
-static const struct kern_variant *cuda_variant(const struct kern_op *op)
-{
-	for (int i = 0; i < op->n_variants; i++)
-		if (op->variants[i].backend == KERN_BACKEND_CUDA && strstr(op->variants[i].name, "_cuda_generic"))
-			return &op->variants[i];
-	return NULL;
-}
-
-static float *frand(uint64_t *rng, size_t n, float mag)
-{
-	float *p = malloc(n * sizeof *p + 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = kern_rand_f32(rng) * mag;
-	return p;
-}
-
-static float *fnan(size_t n)
-{
-	float *p = malloc(n * sizeof *p + 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = NAN;
-	return p;
-}
+#include "tests/kernels/gpu_test_util.h"
 
 static void cmp(const char *what, const float *ref, const float *got, size_t n, double atol, double rtol,
 		int64_t T, int ns, int D)
@@ -70,18 +39,18 @@ static void cmp(const char *what, const float *ref, const float *got, size_t n, 
 
 static void one_case(uint64_t *rng, int64_t T, int ns, int D, bool head, bool bf16)
 {
-	const struct kern_variant *vp = cuda_variant(&kern_op_hc_prenorm), *vs = cuda_variant(&kern_op_hc_split),
-				  *vc = cuda_variant(&kern_op_hc_pre_combine), *vo = cuda_variant(&kern_op_hc_post);
+	const struct kern_variant *vp = gt_cuda_generic(&kern_op_hc_prenorm), *vs = gt_cuda_generic(&kern_op_hc_split),
+				  *vc = gt_cuda_generic(&kern_op_hc_pre_combine), *vo = gt_cuda_generic(&kern_op_hc_post);
 	const int k = ns * D, n_out = head ? ns : (2 + ns) * ns;
 	const size_t Tz = (size_t)T;
 	/* Streams look like bf16 activations of magnitude ~1 (the prenorm input is bf16 values in f32). */
-	float *x = frand(rng, Tz * k, 2.0f);
+	float *x = gt_frand(rng, Tz * k, 2.0f);
 	for (size_t i = 0; i < Tz * k; i++)
 		x[i] = kern_bf16_to_f32(kern_f32_to_bf16(x[i]));
-	float *fn = frand(rng, (size_t)n_out * k, 0.05f);
+	float *fn = gt_frand(rng, (size_t)n_out * k, 0.05f);
 
 	/* prenorm */
-	float *mix_r = fnan(Tz * n_out), *mix_g = fnan(Tz * n_out), *sq_r = fnan(Tz), *sq_g = fnan(Tz);
+	float *mix_r = gt_fnan(Tz * n_out), *mix_g = gt_fnan(Tz * n_out), *sq_r = gt_fnan(Tz), *sq_g = gt_fnan(Tz);
 	struct kern_hc_prenorm_args pa = {.x = x, .fn = fn, .mix = mix_r, .sqr_sum = sq_r, .n_tokens = T, .k = k,
 					  .n_out = n_out};
 	T_CHECK(kern_hc_prenorm_ref(&pa) == ST_OK);
@@ -89,7 +58,7 @@ static void one_case(uint64_t *rng, int64_t T, int ns, int D, bool head, bool bf
 	pa.sqr_sum = sq_g;
 	T_CHECK(((kern_hc_prenorm_fn)vp->run_host)(&pa) == ST_OK);
 	cmp("hc_prenorm mix", mix_r, mix_g, Tz * n_out, 1e-6, 1e-5, T, ns, D);
-	float *sq_x = fnan(Tz); /* Σx² in fp64, rounded once */
+	float *sq_x = gt_fnan(Tz); /* Σx² in fp64, rounded once */
 	for (size_t t = 0; t < Tz; t++) {
 		double ss = 0.0;
 		for (int i = 0; i < k; i++)
@@ -103,9 +72,9 @@ static void one_case(uint64_t *rng, int64_t T, int ns, int D, bool head, bool bf
 
 	/* split, from the reference's mix (so only split is under test) */
 	float scale[3] = {0.5f + kern_rand_f32(rng) * 0.3f, 0.8f, 1.2f};
-	float *base = frand(rng, (size_t)n_out, 1.0f);
-	float *pre_r = fnan(Tz * ns), *pre_g = fnan(Tz * ns), *post_r = fnan(Tz * ns), *post_g = fnan(Tz * ns);
-	float *comb_r = fnan(Tz * ns * ns), *comb_g = fnan(Tz * ns * ns);
+	float *base = gt_frand(rng, (size_t)n_out, 1.0f);
+	float *pre_r = gt_fnan(Tz * ns), *pre_g = gt_fnan(Tz * ns), *post_r = gt_fnan(Tz * ns), *post_g = gt_fnan(Tz * ns);
+	float *comb_r = gt_fnan(Tz * ns * ns), *comb_g = gt_fnan(Tz * ns * ns);
 	struct kern_hc_split_args sa = {.mix = mix_r, .sqr_sum = sq_r, .n_tokens = T, .n_streams = ns, .k = k,
 					.norm_eps = 1e-6f, .scale = scale, .base = base, .sinkhorn_iters = 20,
 					.hc_eps = 1e-6f, .head = head, .pre = pre_r, .post = post_r, .comb = comb_r};
@@ -124,7 +93,7 @@ static void one_case(uint64_t *rng, int64_t T, int ns, int D, bool head, bool bf
 	}
 
 	/* pre_combine and post, from the reference's pre/post/comb */
-	float *u_r = fnan(Tz * D), *u_g = fnan(Tz * D);
+	float *u_r = gt_fnan(Tz * D), *u_g = gt_fnan(Tz * D);
 	struct kern_hc_pre_combine_args ca = {.x = x, .pre = pre_r, .u = u_r, .n_tokens = T, .n_streams = ns,
 					      .dim = D, .bf16_out = bf16};
 	T_CHECK(kern_hc_pre_combine_ref(&ca) == ST_OK);
@@ -132,8 +101,8 @@ static void one_case(uint64_t *rng, int64_t T, int ns, int D, bool head, bool bf
 	T_CHECK(((kern_hc_pre_combine_fn)vc->run_host)(&ca) == ST_OK);
 	cmp("hc_pre_combine", u_r, u_g, Tz * D, 1e-6, bf16 ? 8e-3 : 1e-6, T, ns, D);
 	if (!head) {
-		float *f = frand(rng, Tz * D, 1.0f);
-		float *xo_r = fnan(Tz * k), *xo_g = fnan(Tz * k);
+		float *f = gt_frand(rng, Tz * D, 1.0f);
+		float *xo_r = gt_fnan(Tz * k), *xo_g = gt_fnan(Tz * k);
 		struct kern_hc_post_args oa = {.f = f, .x = x, .post = post_r, .comb = comb_r, .x_out = xo_r,
 					       .n_tokens = T, .n_streams = ns, .dim = D, .bf16_out = bf16};
 		T_CHECK(kern_hc_post_ref(&oa) == ST_OK);
@@ -161,26 +130,21 @@ static void one_case(uint64_t *rng, int64_t T, int ns, int D, bool head, bool bf
 	free(u_g);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	if (!DSV4_HAVE_CUDA)
-		return test_skip("built without CUDA");
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
 	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK)
-		return test_skip(e.msg);
 	const struct kern_op *ops[] = {&kern_op_hc_prenorm, &kern_op_hc_split, &kern_op_hc_pre_combine,
 				       &kern_op_hc_post};
 	for (int i = 0; i < 4; i++)
-		T_CHECKF(cuda_variant(ops[i]) && cuda_variant(ops[i])->run_host, "op %s has no compiled CUDA variant",
+		T_CHECKF(gt_cuda_generic(ops[i]) && gt_cuda_generic(ops[i])->run_host, "op %s has no compiled CUDA variant",
 			 ops[i]->name);
 	if (test_n_failed)
 		return test_exit();
-	uint64_t rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
-	fprintf(stderr, "device %s (cc %d.%d), seed %llu\n", dev.name, dev.cc_major, dev.cc_minor,
-		(unsigned long long)rng);
+	uint64_t rng = gt_seed(argc, argv, &dev);
 	static const int64_t Ts[] = {0, 1, 3, 17, 100};
 	for (int i = 0; i < 5; i++) {
 		one_case(&rng, Ts[i], 4, 4096, false, i & 1);
@@ -193,7 +157,7 @@ int main(void)
 	for (int i = 0; i < 4; i++) {
 		const struct kern_variant *v = NULL;
 		T_CHECKF(kern_select(ops[i], &p, &dev, NULL, 0, &v, &e) == ST_OK, "%s", e.msg);
-		T_CHECKF(v == cuda_variant(ops[i]), "op %s chose %s", ops[i]->name, v ? v->name : "nothing");
+		T_CHECKF(v == gt_cuda_generic(ops[i]), "op %s chose %s", ops[i]->name, v ? v->name : "nothing");
 	}
 	return test_exit();
 }

@@ -28,46 +28,13 @@
  * 1e-2 for bf16 y (one bf16 rounding).
  * Exits 77 without CUDA or a GPU.
  */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "dsv4_config.h"
-#include "kernels/kernels.h"
+#include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/mma_ref.h"
-#include "tests/test.h"
-
-static void contains(const char *hay, const char *needle)
-{
-	T_STR_CONTAINS(hay, needle);
-}
-
-static const struct kern_variant *find(const char *name)
-{
-	for (int i = 0; i < kern_op_linear.n_variants; i++)
-		if (!strcmp(kern_op_linear.variants[i].name, name))
-			return &kern_op_linear.variants[i];
-	return NULL;
-}
-
-static int64_t rnd(uint64_t *rng, int64_t lo, int64_t hi)
-{
-	return lo + (int64_t)(kern_rand_u64(rng) % (uint64_t)(hi - lo + 1));
-}
 
 /* x [T, ldx] of dtype dt; magnitudes change per token and per 128 columns. */
 static void *make_x(uint64_t *rng, int64_t T, int64_t in, int64_t ldx, enum kern_dtype dt)
 {
-	void *x = malloc((size_t)(T * ldx) * 4 + 16);
-	float mag = 1.0f;
-	for (int64_t t = 0; t < T; t++)
-		for (int64_t k = 0; k < ldx; k++) {
-			if (k % 128 == 0)
-				mag = ldexpf(1.0f, (int)rnd(rng, -6, 6));
-			kern_store_f32(x, dt, t * ldx + k, k < in ? kern_rand_f32(rng) * mag : NAN);
-		}
-	return x;
+	return gt_x_rand(rng, T, in, ldx, dt, 6, 128);
 }
 
 struct lcase {
@@ -84,8 +51,7 @@ static int one_case(const struct kern_variant *const *vs, int nv, uint64_t *rng,
 	struct kern_wmat w = {0};
 	T_CHECK(kern_wmat_make_random(&w, c->fmt, c->out, c->in, rng, &e) == ST_OK);
 	void *x = make_x(rng, c->T, c->in, c->ldx, c->xdt);
-	float *yr = malloc((size_t)(c->T * c->out) * 4 + 4), *yf = malloc((size_t)(c->T * c->out) * 4 + 4);
-	void *yg = malloc((size_t)(c->T * c->ldy) * 4 + 4);
+	float *yr = gt_malloc((size_t)(c->T * c->out) * 4);
 	char label[128];
 	snprintf(label, sizeof label, "T %lld [%lld -> %lld] ldx %lld ldy %lld x %s y %s %s", (long long)c->T,
 		 (long long)c->in, (long long)c->out, (long long)c->ldx, (long long)c->ldy, c->xdt ? "bf16" : "f32",
@@ -107,31 +73,16 @@ static int one_case(const struct kern_variant *const *vs, int nv, uint64_t *rng,
 		const struct kern_variant *v = vs[vi];
 		struct kern_wmat wp = {0};
 		T_CHECK(kern_prepare_weight(v, &w, &wp, &e) == ST_OK);
-		for (int64_t i = 0; i < c->T * c->ldy; i++)
-			kern_store_f32(yg, c->ydt, i, NAN);
+		void *yg = gt_poisoned(c->ydt, c->T, c->ldy);
 		struct kern_linear_args a = {.n_tokens = c->T, .x = x, .x_dtype = c->xdt, .ldx = c->ldx, .y = yg,
 					     .y_dtype = c->ydt, .ldy = c->ldy, .w = &wp, .act_quant_block = 128};
-		enum status st = ((kern_linear_fn)v->run_host)(&a);
-		T_CHECKF(st == ST_OK, "%s (%s): %s", v->name, label, status_str(st));
-		bool pad_ok = true;
-		for (int64_t t = 0; t < c->T; t++) {
-			for (int64_t o = 0; o < c->out; o++)
-				yf[t * c->out + o] = kern_load_f32(yg, c->ydt, t * c->ldy + o);
-			for (int64_t o = c->out; o < c->ldy; o++)
-				pad_ok &= isnan(kern_load_f32(yg, c->ydt, t * c->ldy + o));
-		}
-		char why[KERN_REASON_BYTES] = "";
-		bool ok = st == ST_OK && kern_compare_f32(yr, yf, (size_t)(c->T * c->out), 1e-6,
-							  c->ydt == KERN_DT_BF16 ? 1e-2 : 2e-3, why, sizeof why);
-		T_CHECKF(st != ST_OK || ok, "%s %s: %s", v->name, label, why);
-		T_CHECKF(pad_ok, "%s %s: wrote past out into the row padding", v->name, label);
-		failed += !(ok && pad_ok);
+		failed += !gt_check_rows(v->name, label, ((kern_linear_fn)v->run_host)(&a), yr, yg, c->ydt, c->T, c->out,
+					 c->ldy, c->ydt == KERN_DT_BF16 ? 1e-2 : 2e-3);
+		free(yg);
 		kern_wmat_release(&wp);
 	}
 	free(x);
 	free(yr);
-	free(yf);
-	free(yg);
 	kern_wmat_release(&w);
 	return failed;
 }
@@ -163,44 +114,23 @@ static void check_fast_ref(uint64_t *rng)
 
 int main(int argc, char **argv)
 {
-	if (!DSV4_HAVE_CUDA)
-		return test_skip("built without CUDA");
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
 	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK)
-		return test_skip(e.msg);
-	uint64_t rng = argc > 1 ? strtoull(argv[1], NULL, 0)
-				: (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
+	uint64_t rng = gt_seed(argc, argv, &dev);
 	const int cc = dev.cc_major * 10 + dev.cc_minor;
-	fprintf(stderr, "device %s (cc %d.%d), seed %llu (pass it as argv[1] to repeat)\n", dev.name, dev.cc_major,
-		dev.cc_minor, (unsigned long long)rng);
 
 	/* The variants this device runs. */
 	struct kern_linear_shape sh = {.in = 4096, .out = 1024, .max_tokens = 4096, .act_quant_block = 128,
 				       .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 	struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
 	const struct kern_variant *vs[2];
-	int nv = 0;
 	char why[KERN_REASON_BYTES] = "";
-	const struct kern_variant *bf = find("linear_mma_bf16");
-	T_CHECK(bf != NULL);
-	if (!bf)
+	const int nv = gt_mma_variants(&kern_op_linear, "linear_mma", &p, &dev, vs);
+	if (!nv)
 		return test_exit();
-	T_CHECKF(kern_variant_accepts(bf, &p, &dev, NULL, why, sizeof why), "linear_mma_bf16 refused: %s", why);
-	vs[nv++] = bf;
-	const char *fp8_name = cc == 90 ? "linear_mma_fp8_sm90a" : cc == 100 ? "linear_mma_fp8_sm100a"
-			       : cc == 120 ? "linear_mma_fp8_sm120a" : cc == 121 ? "linear_mma_fp8_sm121a" : NULL;
-	const struct kern_variant *f8 = fp8_name ? find(fp8_name) : NULL;
-	if (f8 && kern_variant_accepts(f8, &p, &dev, NULL, why, sizeof why))
-		vs[nv++] = f8;
-	else
-		fprintf(stderr, "no e4m3 variant on this device/build (%s): bf16 only\n", f8 ? why : "no image for this cc");
-	/* Builds with the device's native image must offer the e4m3 kernel on it. */
-	if ((cc == 90 && DSV4_HAVE_SM_90A) || (cc == 100 && DSV4_HAVE_SM_100A) || (cc == 120 && DSV4_HAVE_SM_120A) ||
-	    (cc == 121 && DSV4_HAVE_SM_121A))
-		T_CHECKF(nv == 2, "%s refused on its own device: %s", fp8_name, why);
 
 	/* Guards. */
 	for (int i = 0; i < nv; i++) {
@@ -209,19 +139,19 @@ int main(int argc, char **argv)
 		gp.shape = &g;
 		g.act_quant_block = 0;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "act_quant_block 0");
+		gt_contains(why, "act_quant_block 0");
 		g = sh;
 		g.in = 4096 + 64;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "not a multiple of 128");
+		gt_contains(why, "not a multiple of 128");
 		g = sh;
 		g.max_tokens = 16;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "below one 64-token tile");
+		gt_contains(why, "below one 64-token tile");
 		gp.wfmt = KERN_WFMT_BF16;
 		g = sh;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "weight format bf16 not accepted");
+		gt_contains(why, "weight format bf16 not accepted");
 	}
 
 	check_fast_ref(&rng);
@@ -232,7 +162,7 @@ int main(int argc, char **argv)
 	static const int64_t outs[] = {8, 100, 128, 129, 300};
 	int failed = 0, ran = 0;
 	for (int i = 0; i < 48; i++) {
-		struct lcase c = {.T = Ts[i % 7], .in = ins[rnd(&rng, 0, 3)], .out = outs[rnd(&rng, 0, 4)],
+		struct lcase c = {.T = Ts[i % 7], .in = ins[gt_rnd(&rng, 0, 3)], .out = outs[gt_rnd(&rng, 0, 4)],
 				  .xdt = (enum kern_dtype)(i & 1), .ydt = (enum kern_dtype)((i >> 1) & 1),
 				  .fmt = (i >> 2) & 1 ? KERN_WFMT_FP8_F32_B128 : KERN_WFMT_FP8_E8M0_B128};
 		c.ldx = c.in + (i % 3 == 0 ? 0 : i % 3 == 1 ? 8 : 3);

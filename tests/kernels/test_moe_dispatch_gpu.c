@@ -5,26 +5,13 @@
  * within f32 tolerance, every output written (NaN-filled first). Exits 77
  * without a GPU.
  */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "tests/kernels/gpu_test_util.h"
 
-#include "dsv4_config.h"
-#include "kernels/kernels.h"
-#include "tests/test.h"
-
-static int64_t rnd(uint64_t *rng, int64_t lo, int64_t hi)
-{
-	return lo + (int64_t)(kern_rand_u64(rng) % (uint64_t)(hi - lo + 1));
-}
-
+/* The op's CUDA variant with a run_host, or NULL. */
 static const struct kern_variant *cuda_variant(const struct kern_op *op)
 {
-	for (int i = 0; i < op->n_variants; i++)
-		if (op->variants[i].backend == KERN_BACKEND_CUDA && op->variants[i].run_host)
-			return &op->variants[i];
-	return NULL;
+	const struct kern_variant *v = gt_cuda_generic(op);
+	return v && v->run_host ? v : NULL;
 }
 
 static void one_case(const struct kern_variant *vd, const struct kern_variant *vc, uint64_t *rng, int64_t T,
@@ -35,7 +22,7 @@ static void one_case(const struct kern_variant *vd, const struct kern_variant *v
 	int32_t *ids = malloc(sb), *off[2], *src[2], *rsl[2], *srow[2];
 	int64_t nr[2] = {-1, -1};
 	for (int64_t s = 0; s < S; s++)
-		ids[s] = kern_rand_u64(rng) % 13 == 0 ? -1 : (int32_t)rnd(rng, 0, Eg - 1);
+		ids[s] = kern_rand_u64(rng) % 13 == 0 ? -1 : (int32_t)gt_rnd(rng, 0, Eg - 1);
 	for (int i = 0; i < 2; i++) {
 		off[i] = malloc(sizeof(int32_t) * (size_t)(E + 1));
 		src[i] = calloc((size_t)S + 1, 4);
@@ -53,7 +40,7 @@ static void one_case(const struct kern_variant *vd, const struct kern_variant *v
 	T_CHECK(nr[0] < 0 || (!memcmp(src[0], src[1], sizeof(int32_t) * (size_t)nr[0]) &&
 			      !memcmp(rsl[0], rsl[1], sizeof(int32_t) * (size_t)nr[0])));
 	/* Combine on the dispatched rows. */
-	int64_t dim = rnd(rng, 1, 600);
+	int64_t dim = gt_rnd(rng, 1, 600);
 	int64_t R = nr[0] > 0 ? nr[0] : 1;
 	float *y = malloc(sizeof(float) * (size_t)(R * dim)), *sw = malloc(sizeof(float) * (size_t)(S + 1));
 	float *o0 = malloc(sizeof(float) * (size_t)(T * dim + 1)), *o1 = malloc(sizeof(float) * (size_t)(T * dim + 1));
@@ -70,8 +57,7 @@ static void one_case(const struct kern_variant *vd, const struct kern_variant *v
 	T_CHECK(kern_moe_combine_ref(&c) == ST_OK);
 	c.out = o1;
 	T_CHECK(((kern_moe_combine_fn)vc->run_host)(&c) == ST_OK);
-	char why[KERN_REASON_BYTES];
-	T_CHECKF(kern_compare_f32(o0, o1, (size_t)(T * dim), 1e-6, 1e-5, why, sizeof why), "combine: %s", why);
+	gt_cmp("combine", o0, o1, (size_t)(T * dim), 1e-6, 1e-5);
 	for (int i = 0; i < 2; i++) {
 		free(off[i]);
 		free(src[i]);
@@ -85,29 +71,25 @@ static void one_case(const struct kern_variant *vd, const struct kern_variant *v
 	free(o1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	if (!DSV4_HAVE_CUDA)
-		return test_skip("built without CUDA");
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
-	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK)
-		return test_skip(e.msg);
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
 	const struct kern_variant *vd = cuda_variant(&kern_op_moe_dispatch), *vc = cuda_variant(&kern_op_moe_combine);
 	struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1};
 	if (!vd || !vc || !kern_variant_accepts(vd, &p, &dev, NULL, NULL, 0) ||
 	    !kern_variant_accepts(vc, &p, &dev, NULL, NULL, 0))
 		return test_skip("no CUDA dispatch/combine variant loads on this device");
-	uint64_t rng = (uint64_t)time(NULL) * 0xBF58476D1CE4E5B9ull;
-	fprintf(stderr, "device %s, seed %llu\n", dev.name, (unsigned long long)rng);
+	uint64_t rng = gt_seed(argc, argv, &dev);
 	one_case(vd, vc, &rng, 1, 6, 256, 0, 256);
 	one_case(vd, vc, &rng, 3000, 6, 256, 0, 256);  /* a prefill chunk: many chunks of 256 slots */
 	one_case(vd, vc, &rng, 500, 6, 256, 128, 128); /* expert-parallel half */
 	for (int i = 0; i < 20; i++) {
-		int Eg = (int)rnd(&rng, 1, 300), base = (int)rnd(&rng, 0, Eg - 1);
-		one_case(vd, vc, &rng, rnd(&rng, 1, 700), (int)rnd(&rng, 1, 8), Eg, base, (int)rnd(&rng, 1, Eg - base));
+		int Eg = (int)gt_rnd(&rng, 1, 300), base = (int)gt_rnd(&rng, 0, Eg - 1);
+		one_case(vd, vc, &rng, gt_rnd(&rng, 1, 700), (int)gt_rnd(&rng, 1, 8), Eg, base,
+			 (int)gt_rnd(&rng, 1, Eg - base));
 	}
 	return test_exit();
 }

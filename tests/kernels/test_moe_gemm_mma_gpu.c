@@ -21,33 +21,8 @@
  * Tolerance as test_linear_mma_gpu.c: 2e-3 (f32 y), 1e-2 (bf16 y) of max |y_ref|.
  * Exits 77 without CUDA or a GPU.
  */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "dsv4_config.h"
-#include "kernels/kernels.h"
+#include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/mma_ref.h"
-#include "tests/test.h"
-
-static void contains(const char *hay, const char *needle)
-{
-	T_STR_CONTAINS(hay, needle);
-}
-
-static const struct kern_variant *find(const char *name)
-{
-	for (int i = 0; i < kern_op_moe_gemm.n_variants; i++)
-		if (!strcmp(kern_op_moe_gemm.variants[i].name, name))
-			return &kern_op_moe_gemm.variants[i];
-	return NULL;
-}
-
-static int64_t rnd(uint64_t *rng, int64_t lo, int64_t hi)
-{
-	return lo + (int64_t)(kern_rand_u64(rng) % (uint64_t)(hi - lo + 1));
-}
 
 struct runner {
 	const char *name;
@@ -77,11 +52,11 @@ static void make_offsets(uint64_t *rng, int64_t E, int64_t R, int32_t *off)
 	for (int64_t x = 2; x < E && left > 0; x++) {
 		if (kern_rand_u64(rng) % 3 == 0)
 			continue;
-		cnt[x] = rnd(rng, 0, left);
+		cnt[x] = gt_rnd(rng, 0, left);
 		left -= cnt[x];
 	}
 	/* What is left goes to a random non-fixed expert (or the first, for E <= 2). */
-	cnt[E > 2 ? rnd(rng, 2, E - 1) : 0] += left;
+	cnt[E > 2 ? gt_rnd(rng, 2, E - 1) : 0] += left;
 	off[0] = 0;
 	for (int64_t x = 0; x < E; x++)
 		off[x + 1] = off[x] + (int32_t)cnt[x];
@@ -99,16 +74,9 @@ static int one_case(const struct runner *rs, int nr, uint64_t *rng, const struct
 	const int64_t X = c->gather ? c->X : (c->R ? c->R : 1);
 	int32_t *src = c->gather ? malloc(sizeof(int32_t) * (size_t)(c->R + 1)) : NULL;
 	for (int64_t r = 0; c->gather && r < c->R; r++)
-		src[r] = (int32_t)rnd(rng, 0, X - 1);
-	void *xb = malloc((size_t)(X * c->in) * 4);
-	float mag = 1.0f;
-	for (int64_t i = 0; i < X * c->in; i++) {
-		if (i % 128 == 0)
-			mag = ldexpf(1.0f, (int)rnd(rng, -6, 6));
-		kern_store_f32(xb, c->xdt, i, kern_rand_f32(rng) * mag);
-	}
-	float *yr = malloc((size_t)(c->R * c->out) * 4 + 4), *yf = malloc((size_t)(c->R * c->out) * 4 + 4);
-	void *yg = malloc((size_t)(c->R * c->ldy) * 4 + 4);
+		src[r] = (int32_t)gt_rnd(rng, 0, X - 1);
+	void *xb = gt_x_rand(rng, X, c->in, c->in, c->xdt, 6, 128);
+	float *yr = gt_malloc((size_t)(c->R * c->out) * 4);
 	char label[160];
 	snprintf(label, sizeof label, "%s E%lld R%lld [%lld -> %lld] ldy %lld gather %d (X %lld) x %s y %s",
 		 kern_wfmt_name(c->fmt), (long long)c->E, (long long)c->R, (long long)c->in, (long long)c->out,
@@ -135,31 +103,16 @@ static int one_case(const struct runner *rs, int nr, uint64_t *rng, const struct
 	}
 	int failed = 0;
 	for (int ri = 0; ri < nr; ri++) {
-		for (int64_t i = 0; i < c->R * c->ldy; i++)
-			kern_store_f32(yg, c->ydt, i, NAN);
+		void *yg = gt_poisoned(c->ydt, c->R, c->ldy);
 		a.y = yg;
 		a.y_dtype = c->ydt;
 		a.ldy = c->ldy;
-		enum status st = rs[ri].fn(&a);
-		T_CHECKF(st == ST_OK, "%s (%s): %s", rs[ri].name, label, status_str(st));
-		bool pad_ok = true;
-		for (int64_t r = 0; r < c->R; r++) {
-			for (int64_t o = 0; o < c->out; o++)
-				yf[r * c->out + o] = kern_load_f32(yg, c->ydt, r * c->ldy + o);
-			for (int64_t o = c->out; o < c->ldy; o++)
-				pad_ok &= isnan(kern_load_f32(yg, c->ydt, r * c->ldy + o));
-		}
-		char why[KERN_REASON_BYTES] = "";
-		bool ok = st == ST_OK && kern_compare_f32(yr, yf, (size_t)(c->R * c->out), 1e-6,
-							  c->ydt == KERN_DT_BF16 ? 1e-2 : 2e-3, why, sizeof why);
-		T_CHECKF(st != ST_OK || ok, "%s %s: %s", rs[ri].name, label, why);
-		T_CHECKF(pad_ok, "%s %s: wrote into the row padding", rs[ri].name, label);
-		failed += !(ok && pad_ok);
+		failed += !gt_check_rows(rs[ri].name, label, rs[ri].fn(&a), yr, yg, c->ydt, c->R, c->out, c->ldy,
+					 c->ydt == KERN_DT_BF16 ? 1e-2 : 2e-3);
+		free(yg);
 	}
 	free(xb);
 	free(yr);
-	free(yf);
-	free(yg);
 	free(src);
 	free(off);
 	for (int64_t x = 0; x < c->E; x++)
@@ -179,7 +132,7 @@ static void check_fast_ref(uint64_t *rng)
 	int32_t off[6], src[150];
 	make_offsets(rng, E, R, off);
 	for (int r = 0; r < R; r++)
-		src[r] = (int32_t)rnd(rng, 0, X - 1);
+		src[r] = (int32_t)gt_rnd(rng, 0, X - 1);
 	float *xb = malloc((size_t)(X * in) * 4), *y1 = malloc((size_t)(R * out) * 4), *y2 = malloc((size_t)(R * out) * 4);
 	for (int64_t i = 0; i < X * in; i++)
 		xb[i] = kern_rand_f32(rng) * ldexpf(1.0f, (int)((i / 128) % 9) - 4);
@@ -206,42 +159,22 @@ static void check_fast_ref(uint64_t *rng)
 
 int main(int argc, char **argv)
 {
-	if (!DSV4_HAVE_CUDA)
-		return test_skip("built without CUDA");
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
 	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK)
-		return test_skip(e.msg);
-	uint64_t rng = argc > 1 ? strtoull(argv[1], NULL, 0)
-				: (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
+	uint64_t rng = gt_seed(argc, argv, &dev);
 	const int cc = dev.cc_major * 10 + dev.cc_minor;
-	fprintf(stderr, "device %s (cc %d.%d), seed %llu (pass it as argv[1] to repeat)\n", dev.name, dev.cc_major,
-		dev.cc_minor, (unsigned long long)rng);
 
 	struct kern_moe_gemm_shape sh = {.in = 4096, .out = 2048, .n_experts = 256, .max_rows = 6 * 4096,
 					 .act_quant_block = 128, .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 	struct kern_problem p = {.wfmt = KERN_WFMT_MXFP4, .tp_size = 1, .shape = &sh};
 	char why[KERN_REASON_BYTES] = "";
 	const struct kern_variant *vs[2];
-	int nv = 0;
-	const struct kern_variant *bf = find("moe_gemm_mma_bf16");
-	T_CHECK(bf != NULL);
-	if (!bf)
+	const int nv = gt_mma_variants(&kern_op_moe_gemm, "moe_gemm_mma", &p, &dev, vs);
+	if (!nv)
 		return test_exit();
-	T_CHECKF(kern_variant_accepts(bf, &p, &dev, NULL, why, sizeof why), "moe_gemm_mma_bf16 refused: %s", why);
-	vs[nv++] = bf;
-	const char *fp8_name = cc == 90 ? "moe_gemm_mma_fp8_sm90a" : cc == 100 ? "moe_gemm_mma_fp8_sm100a"
-			       : cc == 120 ? "moe_gemm_mma_fp8_sm120a" : cc == 121 ? "moe_gemm_mma_fp8_sm121a" : NULL;
-	const struct kern_variant *f8 = fp8_name ? find(fp8_name) : NULL;
-	if (f8 && kern_variant_accepts(f8, &p, &dev, NULL, why, sizeof why))
-		vs[nv++] = f8;
-	else
-		fprintf(stderr, "no e4m3 variant on this device/build (%s): bf16 only\n", f8 ? why : "no image for this cc");
-	if ((cc == 90 && DSV4_HAVE_SM_90A) || (cc == 100 && DSV4_HAVE_SM_100A) || (cc == 120 && DSV4_HAVE_SM_120A) ||
-	    (cc == 121 && DSV4_HAVE_SM_121A))
-		T_CHECKF(nv == 2, "%s refused on its own device: %s", fp8_name, why);
 
 	for (int i = 0; i < nv; i++) {
 		struct kern_moe_gemm_shape g = sh;
@@ -249,19 +182,19 @@ int main(int argc, char **argv)
 		gp.shape = &g;
 		g.act_quant_block = 0;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "act_quant_block 0");
+		gt_contains(why, "act_quant_block 0");
 		g = sh;
 		g.in = 4096 + 32;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "not a multiple of 128");
+		gt_contains(why, "not a multiple of 128");
 		g = sh;
 		g.max_rows = 48;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "below one 64-row tile");
+		gt_contains(why, "below one 64-row tile");
 		g = sh;
 		gp.wfmt = KERN_WFMT_FP8_E8M0_B128;
 		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		contains(why, "weight format fp8");
+		gt_contains(why, "weight format fp8");
 	}
 
 	check_fast_ref(&rng);
@@ -279,9 +212,9 @@ int main(int argc, char **argv)
 	static const int64_t outs[] = {8, 100, 128, 129, 300};
 	int failed = 0, ran = 0;
 	for (int i = 0; i < 48; i++) {
-		struct mcase c = {.fmt = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4, .E = rnd(&rng, 1, 12),
-				  .R = Rs[i % 6], .in = ins[rnd(&rng, 0, 3)], .out = outs[rnd(&rng, 0, 4)],
-				  .gather = (i >> 1) & 1, .X = rnd(&rng, 1, 70), .xdt = (enum kern_dtype)((i >> 2) & 1),
+		struct mcase c = {.fmt = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4, .E = gt_rnd(&rng, 1, 12),
+				  .R = Rs[i % 6], .in = ins[gt_rnd(&rng, 0, 3)], .out = outs[gt_rnd(&rng, 0, 4)],
+				  .gather = (i >> 1) & 1, .X = gt_rnd(&rng, 1, 70), .xdt = (enum kern_dtype)((i >> 2) & 1),
 				  .ydt = (enum kern_dtype)(kern_rand_u64(&rng) & 1)};
 		c.ldy = c.out + (i % 5 == 4 ? 3 : 0);
 		failed += one_case(only, nonly, &rng, &c);

@@ -21,84 +21,23 @@
 
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
-#include "tests/test.h"
+#include "tests/kernels/gpu_test_util.h"
 
 #if DSV4_HAVE_CUDA
 #include <cuda_runtime.h>
 
 static uint64_t rng;
-static cudaStream_t stream;
-
-static const struct kern_variant *cuda_variant(const struct kern_op *op)
-{
-	for (int i = 0; i < op->n_variants; i++)
-		if (op->variants[i].backend == KERN_BACKEND_CUDA && strstr(op->variants[i].name, "_cuda_generic"))
-			return &op->variants[i];
-	return NULL;
-}
-
-static void *xmalloc(size_t bytes)
-{
-	void *p = malloc(bytes + 16);
-	if (!p) {
-		fprintf(stderr, "out of memory\n");
-		exit(1);
-	}
-	return p;
-}
-
-static void *dup_d(const void *h, size_t bytes)
-{
-	void *d = NULL;
-	if (cudaMalloc(&d, bytes + 16) != cudaSuccess) {
-		fprintf(stderr, "cudaMalloc %zu failed\n", bytes);
-		exit(1);
-	}
-	if (h && bytes)
-		cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-	return d;
-}
-
-static void down(void *h, const void *d, size_t bytes)
-{
-	T_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
-	if (bytes)
-		cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
-}
 
 static int64_t rand_int(int64_t n)
 {
 	return (int64_t)(kern_rand_u64(&rng) % (uint64_t)n);
 }
 
-static float *frand(size_t n, float mag)
-{
-	float *p = xmalloc(n * 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = kern_rand_f32(&rng) * mag;
-	return p;
-}
-
-static float *fnan(size_t n)
-{
-	float *p = xmalloc(n * 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = NAN;
-	return p;
-}
-
-static float *fdup(const float *x, size_t n)
-{
-	float *p = xmalloc(n * 4);
-	memcpy(p, x, n * 4);
-	return p;
-}
-
 /* A permutation of 0..range-1 (distinct), about a quarter of the first n
  * entries -1 when holes. */
 static int32_t *perm_idx(int64_t n, int64_t range, bool holes)
 {
-	int32_t *p = xmalloc((size_t)(range > n ? range : n) * 4);
+	int32_t *p = gt_malloc((size_t)(range > n ? range : n) * 4);
 	for (int64_t i = 0; i < range; i++)
 		p[i] = (int32_t)i;
 	for (int64_t i = range - 1; i > 0; i--) {
@@ -116,7 +55,7 @@ static int32_t *perm_idx(int64_t n, int64_t range, bool holes)
 /* Random ids in [0, range) with repeats, about a quarter -1 when holes. */
 static int32_t *rand_idx(int64_t n, int64_t range, bool holes)
 {
-	int32_t *p = xmalloc((size_t)n * 4);
+	int32_t *p = gt_malloc((size_t)n * 4);
 	for (int64_t i = 0; i < n; i++)
 		p[i] = holes && rand_int(4) == 0 ? -1 : (int32_t)rand_int(range);
 	return p;
@@ -144,28 +83,28 @@ static void t_copy_rows(int64_t n, int64_t dim, int64_t n_src, int64_t n_dst, in
 {
 	int64_t ss = dim + pad_s, ds = dim + pad_d;
 	size_t nsrc = (size_t)(n_src * ss), ndst = (size_t)(n_dst * ds + dst_shift);
-	float *src = frand(nsrc, 4), *ref = fnan(ndst), *got = fnan(ndst);
+	float *src = gt_frand(&rng, nsrc, 4), *ref = gt_fnan(ndst), *got = gt_fnan(ndst);
 	int32_t *si = (mode & 1) ? rand_idx(n, n_src, true) : NULL; /* gathers may repeat a row */
 	int32_t *di = (mode & 2) ? perm_idx(n, n_dst, true) : NULL; /* scatters never do */
 	struct kern_copy_rows_args a = {.dst = ref + dst_shift, .dst_stride = pad_d ? ds : 0, .dst_idx = di,
 					.src = src, .src_stride = pad_s ? ss : 0, .src_idx = si, .n_rows = n, .dim = dim};
 	T_CHECK(kern_copy_rows_ref(&a) == ST_OK);
-	const struct kern_variant *v = cuda_variant(&kern_op_copy_rows);
+	const struct kern_variant *v = gt_cuda_generic(&kern_op_copy_rows);
 	struct kern_copy_rows_args d = a;
 	float *dd = NULL;
 	if (host) {
 		d.dst = got + dst_shift;
 		T_CHECK(((kern_copy_rows_fn)v->run_host)(&d) == ST_OK);
 	} else {
-		dd = dup_d(got, ndst * 4);
+		dd = gt_dup(got, ndst * 4);
 		d.dst = dd + dst_shift;
-		d.src = dup_d(src, nsrc * 4);
-		d.dst_idx = di ? dup_d(di, (size_t)n * 4) : NULL;
-		d.src_idx = si ? dup_d(si, (size_t)n * 4) : NULL;
-		d.stream = stream;
+		d.src = gt_dup(src, nsrc * 4);
+		d.dst_idx = di ? gt_dup(di, (size_t)n * 4) : NULL;
+		d.src_idx = si ? gt_dup(si, (size_t)n * 4) : NULL;
+		d.stream = gt_stream;
 		T_CHECK(((kern_copy_rows_fn)v->run)(&d) == ST_OK);
-		down(got, dd, ndst * 4);
-		cudaFree(dd), cudaFree((void *)d.src), cudaFree((void *)d.dst_idx), cudaFree((void *)d.src_idx);
+		gt_down(got, dd, ndst * 4);
+		gt_dfree_all();
 	}
 	char what[160];
 	snprintf(what, sizeof what, "copy_rows n%lld dim%lld ss%lld ds%lld mode%d shift%lld host%d", (long long)n,
@@ -178,30 +117,30 @@ static void t_copy_rows(int64_t n, int64_t dim, int64_t n_src, int64_t n_dst, in
 
 static void t_embed(int64_t vocab, int64_t begin, int64_t rows, int64_t n_tok, int64_t dim, int copies, bool host)
 {
-	uint16_t *table = xmalloc((size_t)(rows * dim) * 2);
+	uint16_t *table = gt_malloc((size_t)(rows * dim) * 2);
 	for (int64_t i = 0; i < rows * dim; i++)
 		table[i] = kern_f32_to_bf16(kern_rand_f32(&rng) * 3);
 	int32_t *ids = rand_idx(n_tok, vocab, false);
 	if (n_tok > 1)
 		ids[0] = -5; /* out of every shard */
 	size_t no = (size_t)(n_tok * copies * dim);
-	float *ref = fnan(no), *got = fnan(no);
+	float *ref = gt_fnan(no), *got = gt_fnan(no);
 	struct kern_embed_args a = {.table = table, .vocab_begin = begin, .vocab_rows = rows, .ids = ids,
 				    .n_tokens = n_tok, .dim = dim, .n_copies = copies, .out = ref};
 	T_CHECK(kern_embed_ref(&a) == ST_OK);
-	const struct kern_variant *v = cuda_variant(&kern_op_embed);
+	const struct kern_variant *v = gt_cuda_generic(&kern_op_embed);
 	struct kern_embed_args d = a;
 	if (host) {
 		d.out = got;
 		T_CHECK(((kern_embed_fn)v->run_host)(&d) == ST_OK);
 	} else {
-		d.table = dup_d(table, (size_t)(rows * dim) * 2);
-		d.ids = dup_d(ids, (size_t)n_tok * 4);
-		d.out = dup_d(got, no * 4);
-		d.stream = stream;
+		d.table = gt_dup(table, (size_t)(rows * dim) * 2);
+		d.ids = gt_dup(ids, (size_t)n_tok * 4);
+		d.out = gt_dup(got, no * 4);
+		d.stream = gt_stream;
 		T_CHECK(((kern_embed_fn)v->run)(&d) == ST_OK);
-		down(got, d.out, no * 4);
-		cudaFree((void *)d.table), cudaFree((void *)d.ids), cudaFree(d.out);
+		gt_down(got, d.out, no * 4);
+		gt_dfree_all();
 	}
 	char what[160];
 	snprintf(what, sizeof what, "embed vocab%lld begin%lld rows%lld tok%lld dim%lld copies%d host%d",
@@ -215,11 +154,11 @@ static void t_embed(int64_t vocab, int64_t begin, int64_t rows, int64_t n_tok, i
 static void t_blocks(int64_t n_blocks, int64_t stride, int64_t len, int64_t off, int64_t n, bool holes, bool host)
 {
 	size_t np = (size_t)(n_blocks * stride);
-	float *pool = frand(np, 2), *ref = fdup(pool, np), *got = fdup(pool, np);
+	float *pool = gt_frand(&rng, np, 2), *ref = gt_fcopy(pool, np), *got = gt_fcopy(pool, np);
 	/* dst from the first n of a permutation, src from the rest: disjoint */
 	int32_t *perm = perm_idx(0, n_blocks, false);
-	int32_t *dst = xmalloc((size_t)n * 4), *src = xmalloc((size_t)n * 4);
-	int32_t *fd = xmalloc((size_t)n * 4), *fs = xmalloc((size_t)n * 4);
+	int32_t *dst = gt_malloc((size_t)n * 4), *src = gt_malloc((size_t)n * 4);
+	int32_t *fd = gt_malloc((size_t)n * 4), *fs = gt_malloc((size_t)n * 4);
 	int64_t nf = 0;
 	for (int64_t i = 0; i < n; i++) {
 		dst[i] = perm[i];
@@ -233,7 +172,7 @@ static void t_blocks(int64_t n_blocks, int64_t stride, int64_t len, int64_t off,
 	struct kern_block_copy_args a = {.pool = ref, .region_stride = stride, .region_len = len, .region_offset = off,
 					 .dst_ids = fd, .src_ids = fs, .n = nf};
 	T_CHECK(kern_block_copy_ref(&a) == ST_OK);
-	const struct kern_variant *v = cuda_variant(&kern_op_block_copy);
+	const struct kern_variant *v = gt_cuda_generic(&kern_op_block_copy);
 	struct kern_block_copy_args d = a;
 	d.dst_ids = dst;
 	d.src_ids = src;
@@ -245,13 +184,13 @@ static void t_blocks(int64_t n_blocks, int64_t stride, int64_t len, int64_t off,
 		d.pool = got;
 		T_CHECK(((kern_block_copy_fn)v->run_host)(&d) == ST_OK);
 	} else {
-		d.pool = dup_d(got, np * 4);
-		d.dst_ids = dup_d(dst, (size_t)n * 4);
-		d.src_ids = dup_d(src, (size_t)n * 4);
-		d.stream = stream;
+		d.pool = gt_dup(got, np * 4);
+		d.dst_ids = gt_dup(dst, (size_t)n * 4);
+		d.src_ids = gt_dup(src, (size_t)n * 4);
+		d.stream = gt_stream;
 		T_CHECK(((kern_block_copy_fn)v->run)(&d) == ST_OK);
-		down(got, d.pool, np * 4);
-		cudaFree(d.pool), cudaFree((void *)d.dst_ids), cudaFree((void *)d.src_ids);
+		gt_down(got, d.pool, np * 4);
+		gt_dfree_all();
 	}
 	cmp_bits(what, ref, got, np);
 
@@ -263,7 +202,7 @@ static void t_blocks(int64_t n_blocks, int64_t stride, int64_t len, int64_t off,
 	struct kern_block_fill_args f = {.pool = ref, .region_stride = stride, .region_len = len, .region_offset = off,
 					 .ids = fd, .n = nfill, .value = value};
 	T_CHECK(kern_block_fill_ref(&f) == ST_OK);
-	const struct kern_variant *vf = cuda_variant(&kern_op_block_fill);
+	const struct kern_variant *vf = gt_cuda_generic(&kern_op_block_fill);
 	struct kern_block_fill_args g = f;
 	g.ids = dst;
 	g.n = n;
@@ -272,12 +211,12 @@ static void t_blocks(int64_t n_blocks, int64_t stride, int64_t len, int64_t off,
 		g.pool = got;
 		T_CHECK(((kern_block_fill_fn)vf->run_host)(&g) == ST_OK);
 	} else {
-		g.pool = dup_d(got, np * 4);
-		g.ids = dup_d(dst, (size_t)n * 4);
-		g.stream = stream;
+		g.pool = gt_dup(got, np * 4);
+		g.ids = gt_dup(dst, (size_t)n * 4);
+		g.stream = gt_stream;
 		T_CHECK(((kern_block_fill_fn)vf->run)(&g) == ST_OK);
-		down(got, g.pool, np * 4);
-		cudaFree(g.pool), cudaFree((void *)g.ids);
+		gt_down(got, g.pool, np * 4);
+		gt_dfree_all();
 	}
 	cmp_bits(what, ref, got, np);
 	free(pool), free(ref), free(got), free(perm), free(dst), free(src), free(fd), free(fs);
@@ -290,7 +229,7 @@ static float *wide_values(size_t n)
 	static const float special[] = {NAN, -NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 0.0f, -0.0f,
 					1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 0x1p-130f, 0x1p-140f, 0x1.fffffep127f,
 					0x1.ff8p127f};
-	float *x = xmalloc(n * 4);
+	float *x = gt_malloc(n * 4);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t u = (uint32_t)kern_rand_u64(&rng); /* every bit pattern, NaNs included */
 		memcpy(x + i, &u, 4);
@@ -304,20 +243,20 @@ static float *wide_values(size_t n)
 
 static void t_round_bf16(int64_t n, bool host)
 {
-	float *x = wide_values((size_t)n), *ref = fdup(x, (size_t)n), *got = fdup(x, (size_t)n);
+	float *x = wide_values((size_t)n), *ref = gt_fcopy(x, (size_t)n), *got = gt_fcopy(x, (size_t)n);
 	struct kern_round_bf16_args a = {.x = ref, .n = n};
 	T_CHECK(kern_round_bf16_ref(&a) == ST_OK);
-	const struct kern_variant *v = cuda_variant(&kern_op_round_bf16);
+	const struct kern_variant *v = gt_cuda_generic(&kern_op_round_bf16);
 	struct kern_round_bf16_args d = a;
 	if (host) {
 		d.x = got;
 		T_CHECK(((kern_round_bf16_fn)v->run_host)(&d) == ST_OK);
 	} else {
-		d.x = dup_d(x, (size_t)n * 4);
-		d.stream = stream;
+		d.x = gt_dup(x, (size_t)n * 4);
+		d.stream = gt_stream;
 		T_CHECK(((kern_round_bf16_fn)v->run)(&d) == ST_OK);
-		down(got, d.x, (size_t)n * 4);
-		cudaFree(d.x);
+		gt_down(got, d.x, (size_t)n * 4);
+		gt_dfree_all();
 	}
 	/* kd_bf16_round keeps the NaN payload exactly as the C version */
 	size_t bad = memcmp(ref, got, (size_t)n * 4) != 0;
@@ -327,26 +266,24 @@ static void t_round_bf16(int64_t n, bool host)
 
 static void t_add(int64_t n, bool same, bool host)
 {
-	float *y = frand((size_t)n + 1, 50), *x = same ? y : frand((size_t)n, 50);
+	float *y = gt_frand(&rng, (size_t)n + 1, 50), *x = same ? y : gt_frand(&rng, (size_t)n, 50);
 	y[n] = NAN; /* one past the end stays as it is */
-	float *ref = fdup(y, (size_t)n + 1), *got = fdup(y, (size_t)n + 1);
+	float *ref = gt_fcopy(y, (size_t)n + 1), *got = gt_fcopy(y, (size_t)n + 1);
 	struct kern_add_args a = {.y = ref, .x = same ? ref : x, .n = n};
 	T_CHECK(kern_add_ref(&a) == ST_OK);
-	const struct kern_variant *v = cuda_variant(&kern_op_add);
+	const struct kern_variant *v = gt_cuda_generic(&kern_op_add);
 	struct kern_add_args d = a;
 	if (host) {
 		d.y = got;
 		d.x = same ? got : x;
 		T_CHECK(((kern_add_fn)v->run_host)(&d) == ST_OK);
 	} else {
-		d.y = dup_d(got, ((size_t)n + 1) * 4);
-		d.x = same ? d.y : dup_d(x, (size_t)n * 4);
-		d.stream = stream;
+		d.y = gt_dup(got, ((size_t)n + 1) * 4);
+		d.x = same ? d.y : gt_dup(x, (size_t)n * 4);
+		d.stream = gt_stream;
 		T_CHECK(((kern_add_fn)v->run)(&d) == ST_OK);
-		down(got, d.y, ((size_t)n + 1) * 4);
-		if (!same)
-			cudaFree((void *)d.x);
-		cudaFree(d.y);
+		gt_down(got, d.y, ((size_t)n + 1) * 4);
+		gt_dfree_all();
 	}
 	char what[96];
 	snprintf(what, sizeof what, "add n%lld same%d host%d", (long long)n, same, host);
@@ -362,7 +299,7 @@ static void t_act_quant(int64_t rows, int64_t cols, int64_t pad, int block, int 
 {
 	int64_t ld = cols + pad;
 	size_t n = (size_t)(rows * ld);
-	float *x = xmalloc(n * 4);
+	float *x = gt_malloc(n * 4);
 	for (size_t i = 0; i < n; i++)
 		x[i] = kern_rand_f32(&rng) * ldexpf(1.0f, (int)rand_int(40) - 20);
 	for (int64_t r = 0; r < rows; r++)
@@ -375,21 +312,21 @@ static void t_act_quant(int64_t rows, int64_t cols, int64_t pad, int block, int 
 		for (int64_t k = 0; k < cols && k < block; k++) /* one all-zero block */
 			x[k] = 0.0f;
 	}
-	float *ref = fdup(x, n), *got = fdup(x, n);
+	float *ref = gt_fcopy(x, n), *got = gt_fcopy(x, n);
 	struct kern_act_quant_sim_args a = {.x = ref, .n_rows = rows, .n_cols = cols, .ld = ld, .block = block,
 					    .fp4 = fp4};
 	T_CHECK(kern_act_quant_sim_ref(&a) == ST_OK);
-	const struct kern_variant *v = cuda_variant(&kern_op_act_quant_sim);
+	const struct kern_variant *v = gt_cuda_generic(&kern_op_act_quant_sim);
 	struct kern_act_quant_sim_args d = a;
 	if (host) {
 		d.x = got;
 		T_CHECK(((kern_act_quant_sim_fn)v->run_host)(&d) == ST_OK);
 	} else {
-		d.x = dup_d(x, n * 4);
-		d.stream = stream;
+		d.x = gt_dup(x, n * 4);
+		d.stream = gt_stream;
 		T_CHECK(((kern_act_quant_sim_fn)v->run)(&d) == ST_OK);
-		down(got, d.x, n * 4);
-		cudaFree(d.x);
+		gt_down(got, d.x, n * 4);
+		gt_dfree_all();
 	}
 	char what[128];
 	snprintf(what, sizeof what, "act_quant_sim rows%lld cols%lld ld%lld block%d fp4 %d sp%d host%d", (long long)rows,
@@ -402,30 +339,29 @@ static void t_act_quant(int64_t rows, int64_t cols, int64_t pad, int block, int 
 
 static void t_row_weight(int64_t n_slots, int64_t max_rows, int64_t n, bool host)
 {
-	float *sw = frand((size_t)n_slots, 1), *ref = fnan((size_t)max_rows), *got = fnan((size_t)max_rows);
-	int32_t *slot = xmalloc((size_t)max_rows * 4);
+	float *sw = gt_frand(&rng, (size_t)n_slots, 1), *ref = gt_fnan((size_t)max_rows), *got = gt_fnan((size_t)max_rows);
+	int32_t *slot = gt_malloc((size_t)max_rows * 4);
 	for (int64_t r = 0; r < max_rows; r++)
 		slot[r] = r < n ? (int32_t)rand_int(n_slots) : (int32_t)0x7f7f7f7f; /* never read past n */
 	int64_t n_ref = n > max_rows ? max_rows : n;
 	struct kern_moe_row_weight_args a = {.slot_weight = sw, .row_slot = slot, .n_rows = &n_ref,
 					     .max_rows = max_rows, .row_weight = ref};
 	T_CHECK(kern_moe_row_weight_ref(&a) == ST_OK);
-	const struct kern_variant *v = cuda_variant(&kern_op_moe_row_weight);
+	const struct kern_variant *v = gt_cuda_generic(&kern_op_moe_row_weight);
 	struct kern_moe_row_weight_args d = a;
 	d.n_rows = &n; /* past max_rows: the CUDA variant clamps */
 	if (host) {
 		d.row_weight = got;
 		T_CHECK(((kern_moe_row_weight_fn)v->run_host)(&d) == ST_OK);
 	} else {
-		d.slot_weight = dup_d(sw, (size_t)n_slots * 4);
-		d.row_slot = dup_d(slot, (size_t)max_rows * 4);
-		d.n_rows = dup_d(&n, sizeof n);
-		d.row_weight = dup_d(got, (size_t)max_rows * 4);
-		d.stream = stream;
+		d.slot_weight = gt_dup(sw, (size_t)n_slots * 4);
+		d.row_slot = gt_dup(slot, (size_t)max_rows * 4);
+		d.n_rows = gt_dup(&n, sizeof n);
+		d.row_weight = gt_dup(got, (size_t)max_rows * 4);
+		d.stream = gt_stream;
 		T_CHECK(((kern_moe_row_weight_fn)v->run)(&d) == ST_OK);
-		down(got, d.row_weight, (size_t)max_rows * 4);
-		cudaFree((void *)d.slot_weight), cudaFree((void *)d.row_slot), cudaFree((void *)d.n_rows),
-			cudaFree(d.row_weight);
+		gt_down(got, d.row_weight, (size_t)max_rows * 4);
+		gt_dfree_all();
 	}
 	char what[96];
 	snprintf(what, sizeof what, "moe_row_weight slots%lld max%lld n%lld host%d", (long long)n_slots,
@@ -434,28 +370,22 @@ static void t_row_weight(int64_t n_slots, int64_t max_rows, int64_t n, bool host
 	free(sw), free(ref), free(got), free(slot);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
 	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK) {
-		fprintf(stderr, "detect: %s\n", e.msg);
-		return 1;
-	}
-	const char *seed = getenv("DSV4_TEST_SEED");
-	rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
-	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat), device %s cc %d.%d\n", (unsigned long long)rng, dev.name,
-		dev.cc_major, dev.cc_minor);
-	cudaStreamCreate(&stream);
+	rng = gt_seed(argc, argv, &dev);
+	gt_stream_create();
 
 	/* every movement op has a compiled CUDA variant, and selection picks it here */
 	const struct kern_op *ops[] = {&kern_op_copy_rows, &kern_op_embed, &kern_op_block_copy, &kern_op_block_fill,
 				       &kern_op_round_bf16, &kern_op_add, &kern_op_act_quant_sim,
 				       &kern_op_moe_row_weight};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-		const struct kern_variant *v = cuda_variant(ops[i]), *pick = NULL;
+		const struct kern_variant *v = gt_cuda_generic(ops[i]), *pick = NULL;
 		T_CHECKF(v && v->run && v->run_host, "op %s has no compiled CUDA variant", ops[i]->name);
 		if (!v || !v->run || !v->run_host)
 			return test_exit();
@@ -512,7 +442,7 @@ int main(void)
 	t_row_weight(60, 50, 70, false);                                /* count past max_rows: clamped */
 	t_row_weight(30, 40, 25, true);
 	T_CHECK(cudaDeviceSynchronize() == cudaSuccess);
-	cudaStreamDestroy(stream);
+	cudaStreamDestroy(gt_stream);
 	return test_exit();
 }
 #else

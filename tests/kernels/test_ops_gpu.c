@@ -1,6 +1,6 @@
 /*
  * tests/kernels/test_ops_gpu.c (suite gpu): the generic CUDA variant of every
- * model op (rmsnorm, swiglu, rope, route, moe_group, ring_write, attn_index,
+ * model op (rmsnorm, swiglu, rope, route, ring_write, attn_index,
  * sparse_attn, indexer_rotate / scores / topk, compressor; the *_cuda_generic
  * rows of the op tables) against its CPU reference on fresh random inputs,
  * over a few shapes each, including 0 rows, 1 row, odd sizes and strides.
@@ -19,8 +19,8 @@
  *     output; compressor: norm then rope) two ulps, rtol 1.6e-2; indexer
  *     bf16 scores sum H such products (each dot, ω and product rounded):
  *     rtol 3e-2 of max|score|;
- *   bit-reproducible paths (copies, Hadamard butterflies, index sets, the
- *     grouping, top-k from given scores): exact;
+ *   bit-reproducible paths (copies, Hadamard butterflies, index sets,
+ *     top-k from given scores): exact;
  *   FP8 / FP4 quantized compressor outputs: a bf16 flip before the qdq can
  *     move a value by one e4m3/e2m1 step, so at most 3% of the values may
  *     differ, each by at most one step (<= 0.35·max|ref|), the rest 1.6e-2;
@@ -38,7 +38,7 @@
 
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
-#include "tests/test.h"
+#include "tests/kernels/gpu_test_util.h"
 
 #if DSV4_HAVE_CUDA
 #include "kernels/act/act_generic.h"
@@ -48,96 +48,10 @@
 #include <cuda_runtime.h>
 
 static uint64_t rng;
-static cudaStream_t stream;
-static void *dev_ptrs[256];
-static int n_dev_ptrs;
-
-static const struct kern_variant *cuda_variant(const struct kern_op *op)
-{
-	for (int i = 0; i < op->n_variants; i++)
-		if (op->variants[i].backend == KERN_BACKEND_CUDA && strstr(op->variants[i].name, "_cuda_generic"))
-			return &op->variants[i];
-	return NULL;
-}
-
-/* ---- buffers ---- */
-
-static void *dalloc(size_t bytes)
-{
-	void *p = NULL;
-	if (cudaMalloc(&p, bytes ? bytes : 4) != cudaSuccess) {
-		fprintf(stderr, "cudaMalloc %zu failed\n", bytes);
-		exit(1);
-	}
-	if (n_dev_ptrs < 256)
-		dev_ptrs[n_dev_ptrs++] = p;
-	return p;
-}
-
-static void dfree_all(void)
-{
-	for (int i = 0; i < n_dev_ptrs; i++)
-		cudaFree(dev_ptrs[i]);
-	n_dev_ptrs = 0;
-}
-
-static void *dup_d(const void *h, size_t bytes)
-{
-	if (!h)
-		return NULL;
-	void *d = dalloc(bytes);
-	if (bytes)
-		cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-	return d;
-}
-
-static void down(void *h, const void *d, size_t bytes)
-{
-	cudaStreamSynchronize(stream);
-	if (bytes)
-		cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
-}
-
-static float *frand(size_t n, float mag)
-{
-	float *p = malloc(n * sizeof *p + 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = kern_rand_f32(&rng) * mag;
-	return p;
-}
-
-static float *fcopy(const float *x, size_t n)
-{
-	float *p = malloc(n * sizeof *p + 4);
-	memcpy(p, x, n * sizeof *p);
-	return p;
-}
-
-static float *fnan(size_t n)
-{
-	float *p = malloc(n * sizeof *p + 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = NAN;
-	return p;
-}
-
-static int32_t *ifill(size_t n, int32_t v)
-{
-	int32_t *p = malloc(n * sizeof *p + 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = v;
-	return p;
-}
 
 static int rand_int(int n)
 {
 	return (int)(kern_rand_u64(&rng) % (uint64_t)n);
-}
-
-static void cmp_f(const char *what, const float *ref, const float *got, size_t n, double atol, double rtol)
-{
-	char why[KERN_REASON_BYTES] = "";
-	T_CHECKF(kern_compare_f32(ref, got, n, atol, rtol, why, sizeof why), "%s: %s", what, why);
 }
 
 static void cmp_i(const char *what, const int32_t *ref, const int32_t *got, size_t n)
@@ -173,11 +87,11 @@ static void cmp_q(const char *what, const float *ref, const float *got, size_t n
 
 static void t_rmsnorm(int64_t R, int dim, int wmode, bool bin, bool bout, bool bst, int pad, bool inplace)
 {
-	kern_rmsnorm_fn run = (kern_rmsnorm_fn)cuda_variant(&kern_op_rmsnorm)->run;
+	kern_rmsnorm_fn run = (kern_rmsnorm_fn)gt_cuda_generic(&kern_op_rmsnorm)->run;
 	int64_t xs = dim + pad, ys = inplace ? xs : dim + 2 * pad;
 	size_t nx = (size_t)(R * xs), ny = (size_t)(R * ys);
-	float *x = frand(nx, 3.0f), *yr = inplace ? fcopy(x, nx) : fnan(ny), *yg = fnan(ny);
-	float *wf = frand(dim, 1.5f);
+	float *x = gt_frand(&rng, nx, 3.0f), *yr = inplace ? gt_fcopy(x, nx) : gt_fnan(ny), *yg = gt_fnan(ny);
+	float *wf = gt_frand(&rng, dim, 1.5f);
 	uint16_t *wb = malloc(dim * 2 + 2);
 	for (int i = 0; i < dim; i++)
 		wb[i] = kern_f32_to_bf16(wf[i]);
@@ -185,15 +99,15 @@ static void t_rmsnorm(int64_t R, int dim, int wmode, bool bin, bool bout, bool b
 				      .n_rows = R, .dim = dim, .x_stride = pad ? xs : 0, .y_stride = pad ? ys : 0,
 				      .eps = 1e-6f, .bf16_in = bin, .bf16_out = bout, .bf16_stats = bst};
 	T_CHECK(kern_rmsnorm_ref(&a) == ST_OK);
-	float *dx = dup_d(x, nx * 4), *dy = inplace ? dx : dup_d(yg, ny * 4);
+	float *dx = gt_dup(x, nx * 4), *dy = inplace ? dx : gt_dup(yg, ny * 4);
 	struct kern_rmsnorm_args d = a;
 	d.x = dx;
 	d.y = dy;
-	d.w_bf16 = dup_d(a.w_bf16, dim * 2);
-	d.w_f32 = dup_d(a.w_f32, dim * 4);
-	d.stream = stream;
+	d.w_bf16 = gt_dup(a.w_bf16, dim * 2);
+	d.w_f32 = gt_dup(a.w_f32, dim * 4);
+	d.stream = gt_stream;
 	T_CHECK(run(&d) == ST_OK);
-	down(yg, dy, ny * 4);
+	gt_down(yg, dy, ny * 4);
 	char what[128];
 	snprintf(what, sizeof what, "rmsnorm R%lld dim%d w%d in%d out%d st%d pad%d ip%d", (long long)R, dim, wmode, bin,
 		 bout, bst, pad, inplace);
@@ -203,82 +117,82 @@ static void t_rmsnorm(int64_t R, int dim, int wmode, bool bin, bool bout, bool b
 		for (int64_t r = 0; r < R; r++)
 			for (int i = dim; i < ys; i++)
 				yg[r * ys + i] = yr[r * ys + i] = 0;
-	cmp_f(what, yr, yg, ny, 1e-7, bst ? 1.6e-2 : (bout ? 8e-3 : 1e-5));
+	gt_cmp(what, yr, yg, ny, 1e-7, bst ? 1.6e-2 : (bout ? 8e-3 : 1e-5));
 	/* the host wrapper too */
-	if (cuda_variant(&kern_op_rmsnorm)->run_host && !inplace) {
-		float *yh = fnan(ny);
+	if (gt_cuda_generic(&kern_op_rmsnorm)->run_host && !inplace) {
+		float *yh = gt_fnan(ny);
 		struct kern_rmsnorm_args h = a;
 		h.y = yh;
-		T_CHECK(((kern_rmsnorm_fn)cuda_variant(&kern_op_rmsnorm)->run_host)(&h) == ST_OK);
+		T_CHECK(((kern_rmsnorm_fn)gt_cuda_generic(&kern_op_rmsnorm)->run_host)(&h) == ST_OK);
 		for (int64_t r = 0; pad && r < R; r++)
 			for (int i = dim; i < ys; i++)
 				yh[r * ys + i] = 0;
-		cmp_f(what, yr, yh, ny, 1e-7, bst ? 1.6e-2 : (bout ? 8e-3 : 1e-5));
+		gt_cmp(what, yr, yh, ny, 1e-7, bst ? 1.6e-2 : (bout ? 8e-3 : 1e-5));
 		free(yh);
 	}
 	free(x), free(yr), free(yg), free(wf), free(wb);
-	dfree_all();
+	gt_dfree_all();
 }
 
 /* ---- swiglu ---- */
 
 static void t_swiglu(int64_t R, int I, bool fused, bool rw, float lim, bool bout, bool inplace)
 {
-	kern_swiglu_fn run = (kern_swiglu_fn)cuda_variant(&kern_op_swiglu)->run;
+	kern_swiglu_fn run = (kern_swiglu_fn)gt_cuda_generic(&kern_op_swiglu)->run;
 	int64_t st = fused ? 2 * I : I;
 	size_t n = (size_t)(R * st) + (fused ? 0 : 0);
-	float *g = frand(n, 15.0f), *u = fused ? NULL : frand(n, 15.0f), *w = frand(R, 1.0f);
-	float *ref = inplace ? fcopy(g, n) : fnan((size_t)(R * I)), *got;
+	float *g = gt_frand(&rng, n, 15.0f), *u = fused ? NULL : gt_frand(&rng, n, 15.0f), *w = gt_frand(&rng, R, 1.0f);
+	float *ref = inplace ? gt_fcopy(g, n) : gt_fnan((size_t)(R * I)), *got;
 	size_t no = inplace ? n : (size_t)(R * I);
 	struct kern_swiglu_args a = {.gate = inplace ? ref : g, .up = fused ? (inplace ? ref : g) + I : u, .out = ref,
 				     .row_weight = rw ? w : NULL, .n_rows = R, .dim = I, .gate_stride = fused ? st : 0,
 				     .up_stride = fused ? st : 0, .out_stride = inplace ? st : 0, .limit = lim,
 				     .bf16_out = bout};
 	T_CHECK(kern_swiglu_ref(&a) == ST_OK);
-	float *dg = dup_d(g, n * 4), *du = fused ? dg + I : dup_d(u, n * 4);
-	float *dout = inplace ? dg : dup_d((got = fnan(no)), no * 4);
+	float *dg = gt_dup(g, n * 4), *du = fused ? dg + I : gt_dup(u, n * 4);
+	float *dout = inplace ? dg : gt_dup((got = gt_fnan(no)), no * 4);
 	struct kern_swiglu_args d = a;
 	d.gate = dg;
 	d.up = du;
 	d.out = dout;
-	d.row_weight = dup_d(a.row_weight, R * 4);
-	d.stream = stream;
+	d.row_weight = gt_dup(a.row_weight, R * 4);
+	d.stream = gt_stream;
 	T_CHECK(run(&d) == ST_OK);
 	if (inplace)
-		got = fnan(no);
-	down(got, dout, no * 4);
+		got = gt_fnan(no);
+	gt_down(got, dout, no * 4);
 	char what[128];
 	snprintf(what, sizeof what, "swiglu R%lld I%d fused%d rw%d lim%g bf%d ip%d", (long long)R, I, fused, rw, lim, bout,
 		 inplace);
-	cmp_f(what, ref, got, no, 1e-7, bout ? 8e-3 : 2e-6);
+	gt_cmp(what, ref, got, no, 1e-7, bout ? 8e-3 : 2e-6);
 	free(g), free(u), free(w), free(ref), free(got);
-	dfree_all();
+	gt_dfree_all();
 }
 
 /* silu is no registry op (the swiglu op covers the experts); its CUDA helper
  * kern_silu_cuda_generic is checked here too. */
 static void t_silu(int64_t n)
 {
-	float *x = frand((size_t)n, 20.0f), *xg = fcopy(x, (size_t)n);
+	float *x = gt_frand(&rng, (size_t)n, 20.0f), *xg = gt_fcopy(x, (size_t)n);
 	kern_silu_ref(x, n);
-	float *d = dup_d(xg, (size_t)n * 4);
-	T_CHECK(kern_silu_cuda_generic(d, n, stream) == ST_OK);
-	down(xg, d, (size_t)n * 4);
+	float *d = gt_dup(xg, (size_t)n * 4);
+	T_CHECK(kern_silu_cuda_generic(d, n, gt_stream) == ST_OK);
+	gt_down(xg, d, (size_t)n * 4);
 	char what[64];
 	snprintf(what, sizeof what, "silu n%lld", (long long)n);
-	cmp_f(what, x, xg, (size_t)n, 1e-7, 2e-6);
+	gt_cmp(what, x, xg, (size_t)n, 1e-7, 2e-6);
 	free(x), free(xg);
-	dfree_all();
+	gt_dfree_all();
 }
 
 /* ---- rope ---- */
 
 static void t_rope(int64_t R, int H, int hd, int rd, int pad, int mul, bool inv, bool bout, bool yarn)
 {
-	kern_rope_fn run = (kern_rope_fn)cuda_variant(&kern_op_rope)->run;
+	kern_rope_fn run = (kern_rope_fn)gt_cuda_generic(&kern_op_rope)->run;
 	int64_t rs = (int64_t)H * hd + pad;
 	size_t n = (size_t)(R * rs);
-	float *x = frand(n, 2.0f), *xg = fcopy(x, n);
+	float *x = gt_frand(&rng, n, 2.0f), *xg = gt_fcopy(x, n);
 	float *om = malloc(rd / 2 * 4 + 4);
 	struct kern_rope_yarn y = {.factor = 16, .original_max_pos = 65536, .beta_fast = 32, .beta_slow = 1};
 	T_CHECK(kern_rope_freqs_build(om, rd, yarn ? 160000 : 10000, yarn ? &y : NULL) == ST_OK);
@@ -290,26 +204,26 @@ static void t_rope(int64_t R, int H, int hd, int rd, int pad, int mul, bool inv,
 				   .bf16_out = bout};
 	T_CHECK(kern_rope_ref(&a) == ST_OK);
 	struct kern_rope_args d = a;
-	d.x = dup_d(xg, n * 4);
-	d.pos = dup_d(pos, R * 4);
-	d.omega = dup_d(om, rd / 2 * 4);
-	d.stream = stream;
+	d.x = gt_dup(xg, n * 4);
+	d.pos = gt_dup(pos, R * 4);
+	d.omega = gt_dup(om, rd / 2 * 4);
+	d.stream = gt_stream;
 	T_CHECK(run(&d) == ST_OK);
-	down(xg, d.x, n * 4);
+	gt_down(xg, d.x, n * 4);
 	char what[128];
 	snprintf(what, sizeof what, "rope R%lld H%d hd%d rd%d mul%d inv%d bf%d", (long long)R, H, hd, rd, mul, inv, bout);
-	cmp_f(what, x, xg, n, 1e-6, bout ? 8e-3 : 2e-6);
+	gt_cmp(what, x, xg, n, 1e-6, bout ? 8e-3 : 2e-6);
 	free(x), free(xg), free(om), free(pos);
-	dfree_all();
+	gt_dfree_all();
 }
 
-/* ---- route, moe_group ---- */
+/* ---- route ---- */
 
 static void t_route(int64_t T, int E, int K, bool bias, bool hash)
 {
-	kern_route_fn run = (kern_route_fn)cuda_variant(&kern_op_route)->run;
+	kern_route_fn run = (kern_route_fn)gt_cuda_generic(&kern_op_route)->run;
 	size_t nl = (size_t)(T * E), nk = (size_t)(T * K);
-	float *l = frand(nl, 4.0f), *b = frand(E, 0.3f);
+	float *l = gt_frand(&rng, nl, 4.0f), *b = gt_frand(&rng, E, 0.3f);
 	int64_t vocab = 50;
 	int32_t *tab = malloc(vocab * K * 4), *tok = malloc(T * 4 + 4);
 	for (int64_t v = 0; v < vocab; v++)
@@ -317,61 +231,29 @@ static void t_route(int64_t T, int E, int K, bool bias, bool hash)
 			tab[v * K + j] = (int32_t)((v * 7 + j * 13) % E);
 	for (int64_t t = 0; t < T; t++)
 		tok[t] = rand_int((int)vocab);
-	int32_t *ids_r = ifill(nk, 0x7f7f7f7f), *ids_g = ifill(nk, 0x7f7f7f7f);
-	float *w_r = fnan(nk), *w_g = fnan(nk);
+	int32_t *ids_r = gt_ifill(nk, 0x7f7f7f7f), *ids_g = gt_ifill(nk, 0x7f7f7f7f);
+	float *w_r = gt_fnan(nk), *w_g = gt_fnan(nk);
 	struct kern_route_args a = {.logits = l, .bias = bias ? b : NULL, .tid2eid = hash ? tab : NULL,
 				    .token_ids = hash ? tok : NULL, .vocab = vocab, .n_tokens = T, .n_experts = E,
 				    .top_k = K, .route_scale = 1.5f, .expert_ids = ids_r, .weights = w_r};
 	T_CHECK(kern_route_ref(&a) == ST_OK);
 	struct kern_route_args d = a;
-	d.logits = dup_d(l, nl * 4);
-	d.bias = dup_d(a.bias, E * 4);
-	d.tid2eid = dup_d(a.tid2eid, vocab * K * 4);
-	d.token_ids = dup_d(a.token_ids, T * 4);
-	d.expert_ids = dup_d(ids_g, nk * 4);
-	d.weights = dup_d(w_g, nk * 4);
-	d.stream = stream;
+	d.logits = gt_dup(l, nl * 4);
+	d.bias = gt_dup(a.bias, E * 4);
+	d.tid2eid = gt_dup(a.tid2eid, vocab * K * 4);
+	d.token_ids = gt_dup(a.token_ids, T * 4);
+	d.expert_ids = gt_dup(ids_g, nk * 4);
+	d.weights = gt_dup(w_g, nk * 4);
+	d.stream = gt_stream;
 	T_CHECK(run(&d) == ST_OK);
-	down(ids_g, d.expert_ids, nk * 4);
-	down(w_g, d.weights, nk * 4);
+	gt_down(ids_g, d.expert_ids, nk * 4);
+	gt_down(w_g, d.weights, nk * 4);
 	char what[128];
 	snprintf(what, sizeof what, "route T%lld E%d K%d bias%d hash%d", (long long)T, E, K, bias, hash);
 	cmp_i(what, ids_r, ids_g, nk);
-	cmp_f(what, w_r, w_g, nk, 1e-7, 2e-6);
+	gt_cmp(what, w_r, w_g, nk, 1e-7, 2e-6);
 	free(l), free(b), free(tab), free(tok), free(ids_r), free(ids_g), free(w_r), free(w_g);
-	dfree_all();
-}
-
-static void t_moe_group(int64_t T, int K, int E, int begin, int n_local)
-{
-	kern_moe_group_fn run = (kern_moe_group_fn)cuda_variant(&kern_op_moe_group)->run;
-	size_t np = (size_t)(T * K);
-	int32_t *ids = malloc(np * 4 + 4);
-	for (size_t p = 0; p < np; p++)
-		ids[p] = rand_int(10) == 0 ? -1 : rand_int(E);
-	int32_t *off_r = ifill(n_local + 1, 0x7f7f7f7f), *off_g = ifill(n_local + 1, 0x7f7f7f7f);
-	int32_t *pt_r = ifill(np, -7), *pt_g = ifill(np, -7), *ps_r = ifill(np, -7), *ps_g = ifill(np, -7);
-	struct kern_moe_group_args a = {.expert_ids = ids, .n_tokens = T, .top_k = K, .expert_begin = begin,
-					.n_local = n_local, .offsets = off_r, .pair_token = pt_r, .pair_slot = ps_r};
-	T_CHECK(kern_moe_group_ref(&a) == ST_OK);
-	struct kern_moe_group_args d = a;
-	d.expert_ids = dup_d(ids, np * 4);
-	d.offsets = dup_d(off_g, (n_local + 1) * 4);
-	d.pair_token = dup_d(pt_g, np * 4);
-	d.pair_slot = dup_d(ps_g, np * 4);
-	d.stream = stream;
-	T_CHECK(run(&d) == ST_OK);
-	down(off_g, d.offsets, (n_local + 1) * 4);
-	down(pt_g, d.pair_token, np * 4);
-	down(ps_g, d.pair_slot, np * 4);
-	char what[128];
-	snprintf(what, sizeof what, "moe_group T%lld K%d E%d begin%d local%d", (long long)T, K, E, begin, n_local);
-	cmp_i(what, off_r, off_g, n_local + 1);
-	size_t used = (size_t)off_r[n_local];
-	cmp_i(what, pt_r, pt_g, used);
-	cmp_i(what, ps_r, ps_g, used);
-	free(ids), free(off_r), free(off_g), free(pt_r), free(pt_g), free(ps_r), free(ps_g);
-	dfree_all();
+	gt_dfree_all();
 }
 
 /* ---- a flat batch of sequences ---- */
@@ -395,10 +277,10 @@ static struct batch mk_batch(int n, const int *len, const int *start)
 
 static void t_ring_write(const struct batch *b, int window, int dim, int pad)
 {
-	kern_ring_write_fn run = (kern_ring_write_fn)cuda_variant(&kern_op_ring_write)->run;
+	kern_ring_write_fn run = (kern_ring_write_fn)gt_cuda_generic(&kern_op_ring_write)->run;
 	int64_t ss = dim + pad, rs = dim + 2 * pad, n_ring = (int64_t)b->n_seqs * window + 3;
 	size_t ns = (size_t)(b->n_tokens * ss), nr = (size_t)(n_ring * rs);
-	float *src = frand(ns, 1.0f), *ring_r = frand(nr, 1.0f), *ring_g = fcopy(ring_r, nr);
+	float *src = gt_frand(&rng, ns, 1.0f), *ring_r = gt_frand(&rng, nr, 1.0f), *ring_g = gt_fcopy(ring_r, nr);
 	int64_t row0[8];
 	for (int s = 0; s < b->n_seqs; s++)
 		row0[s] = (int64_t)(b->n_seqs - 1 - s) * window + 1;
@@ -408,25 +290,25 @@ static void t_ring_write(const struct batch *b, int window, int dim, int pad)
 					 .window = window, .dim = dim};
 	T_CHECK(kern_ring_write_ref(&a) == ST_OK);
 	struct kern_ring_write_args d = a;
-	d.src = dup_d(src, ns * 4);
-	d.ring = dup_d(ring_g, nr * 4);
-	d.ring_row0 = dup_d(row0, b->n_seqs * 8);
-	d.q_off = dup_d(b->q_off, (b->n_seqs + 1) * 4);
-	d.start_pos = dup_d(b->start_pos, b->n_seqs * 4);
-	d.stream = stream;
+	d.src = gt_dup(src, ns * 4);
+	d.ring = gt_dup(ring_g, nr * 4);
+	d.ring_row0 = gt_dup(row0, b->n_seqs * 8);
+	d.q_off = gt_dup(b->q_off, (b->n_seqs + 1) * 4);
+	d.start_pos = gt_dup(b->start_pos, b->n_seqs * 4);
+	d.stream = gt_stream;
 	T_CHECK(run(&d) == ST_OK);
-	down(ring_g, d.ring, nr * 4);
+	gt_down(ring_g, d.ring, nr * 4);
 	char what[96];
 	snprintf(what, sizeof what, "ring_write T%lld window%d dim%d", (long long)b->n_tokens, window, dim);
-	cmp_f(what, ring_r, ring_g, nr, 0, 0);
+	gt_cmp(what, ring_r, ring_g, nr, 0, 0);
 	free(src), free(ring_r), free(ring_g);
-	dfree_all();
+	gt_dfree_all();
 }
 
 /* mode 0 SWA, 1 HCA, 2 CSA; paged: the compressed rows through a block table */
 static void t_attn_index(const struct batch *b, int window, int mode, bool paged)
 {
-	kern_attn_index_fn run = (kern_attn_index_fn)cuda_variant(&kern_op_attn_index)->run;
+	kern_attn_index_fn run = (kern_attn_index_fn)gt_cuda_generic(&kern_op_attn_index)->run;
 	int ratio = mode ? 4 : 0, tk_stride = 6, stride = 0;
 	int64_t T = b->n_tokens;
 	for (int s = 0; s < b->n_seqs; s++) {
@@ -451,8 +333,8 @@ static void t_attn_index(const struct batch *b, int window, int mode, bool paged
 				tk[i * tk_stride + j] = n_vis && rand_int(4) ? rand_int((int)n_vis) : -1;
 		}
 	size_t ni = (size_t)(T * stride);
-	int32_t *idx_r = ifill(ni, 0x7f7f7f7f), *idx_g = ifill(ni, 0x7f7f7f7f);
-	int32_t *len_r = ifill(T, 0x7f7f7f7f), *len_g = ifill(T, 0x7f7f7f7f);
+	int32_t *idx_r = gt_ifill(ni, 0x7f7f7f7f), *idx_g = gt_ifill(ni, 0x7f7f7f7f);
+	int32_t *len_r = gt_ifill(T, 0x7f7f7f7f), *len_g = gt_ifill(T, 0x7f7f7f7f);
 	struct kern_attn_index_args a = {.n_tokens = T, .n_seqs = b->n_seqs, .q_off = b->q_off,
 					 .start_pos = b->start_pos, .window = window, .cur_row0 = 7, .ring_row0 = ring0,
 					 .ratio = ratio, .cmp_row0 = mode ? cmp0 : NULL,
@@ -465,34 +347,34 @@ static void t_attn_index(const struct batch *b, int window, int mode, bool paged
 	}
 	T_CHECK(kern_attn_index_ref(&a) == ST_OK);
 	struct kern_attn_index_args d = a;
-	d.q_off = dup_d(b->q_off, (b->n_seqs + 1) * 4);
-	d.start_pos = dup_d(b->start_pos, b->n_seqs * 4);
-	d.ring_row0 = dup_d(ring0, b->n_seqs * 8);
-	d.cmp_row0 = dup_d(a.cmp_row0, b->n_seqs * 8);
-	d.cmp_paged.block_table = dup_d(a.cmp_paged.block_table, sizeof bt);
-	d.topk = dup_d(a.topk, (size_t)(T * tk_stride) * 4);
-	d.idx = dup_d(idx_g, ni * 4);
-	d.idx_len = dup_d(len_g, T * 4);
-	d.stream = stream;
+	d.q_off = gt_dup(b->q_off, (b->n_seqs + 1) * 4);
+	d.start_pos = gt_dup(b->start_pos, b->n_seqs * 4);
+	d.ring_row0 = gt_dup(ring0, b->n_seqs * 8);
+	d.cmp_row0 = gt_dup(a.cmp_row0, b->n_seqs * 8);
+	d.cmp_paged.block_table = gt_dup(a.cmp_paged.block_table, sizeof bt);
+	d.topk = gt_dup(a.topk, (size_t)(T * tk_stride) * 4);
+	d.idx = gt_dup(idx_g, ni * 4);
+	d.idx_len = gt_dup(len_g, T * 4);
+	d.stream = gt_stream;
 	T_CHECK(run(&d) == ST_OK);
-	down(idx_g, d.idx, ni * 4);
-	down(len_g, d.idx_len, T * 4);
+	gt_down(idx_g, d.idx, ni * 4);
+	gt_down(len_g, d.idx_len, T * 4);
 	char what[96];
 	snprintf(what, sizeof what, "attn_index T%lld window%d mode%d paged%d", (long long)T, window, mode, paged);
 	cmp_i(what, len_r, len_g, T);
 	cmp_i(what, idx_r, idx_g, ni);
 	free(tk), free(idx_r), free(idx_g), free(len_r), free(len_g);
-	dfree_all();
+	gt_dfree_all();
 }
 
 static void t_sparse_attn(int64_t T, int H, int d, int rd, int n_idx, bool sink, bool rope, bool bout, bool lens)
 {
-	kern_sparse_attn_fn run = (kern_sparse_attn_fn)cuda_variant(&kern_op_sparse_attn)->run;
+	kern_sparse_attn_fn run = (kern_sparse_attn_fn)gt_cuda_generic(&kern_op_sparse_attn)->run;
 	int64_t rows[3] = {37, 0, 300};
 	int64_t st = d + 4, total = rows[0] + rows[1] + rows[2];
 	size_t nq = (size_t)(T * H * d);
-	float *q = frand(nq, 1.0f), *kv0 = frand((size_t)(rows[0] * st), 1.0f), *kv2 = frand((size_t)(rows[2] * st), 1.0f);
-	float *snk = frand(H, 2.0f), *om = malloc(rd / 2 * 4 + 4);
+	float *q = gt_frand(&rng, nq, 1.0f), *kv0 = gt_frand(&rng, (size_t)(rows[0] * st), 1.0f), *kv2 = gt_frand(&rng, (size_t)(rows[2] * st), 1.0f);
+	float *snk = gt_frand(&rng, H, 2.0f), *om = malloc(rd / 2 * 4 + 4);
 	T_CHECK(kern_rope_freqs_build(om, rd, 10000, NULL) == ST_OK);
 	int32_t *idx = malloc((size_t)(T * n_idx) * 4 + 4), *len = malloc(T * 4 + 4), *pos = malloc(T * 4 + 4);
 	for (int64_t t = 0; t < T; t++) {
@@ -501,7 +383,7 @@ static void t_sparse_attn(int64_t T, int H, int d, int rd, int n_idx, bool sink,
 		for (int j = 0; j < n_idx; j++)
 			idx[t * n_idx + j] = rand_int(8) == 0 ? -1 : rand_int((int)total);
 	}
-	float *o_r = fnan(nq), *o_g = fnan(nq);
+	float *o_r = gt_fnan(nq), *o_g = gt_fnan(nq);
 	struct kern_sparse_attn_args a = {.q = q, .out = o_r, .kv = {kv0, NULL, kv2}, .kv_rows = {rows[0], rows[1], rows[2]},
 					  .kv_stride = st, .idx = idx, .idx_len = lens ? len : NULL, .idx_stride = n_idx,
 					  .sink = sink ? snk : NULL, .softmax_scale = 1.0f / sqrtf((float)d),
@@ -512,66 +394,66 @@ static void t_sparse_attn(int64_t T, int H, int d, int rd, int n_idx, bool sink,
 		q[i] *= 3.0f;
 	T_CHECK(kern_sparse_attn_ref(&a) == ST_OK);
 	struct kern_sparse_attn_args g = a;
-	g.q = dup_d(q, nq * 4);
-	g.out = dup_d(o_g, nq * 4);
-	g.kv[0] = dup_d(kv0, (size_t)(rows[0] * st) * 4);
-	g.kv[2] = dup_d(kv2, (size_t)(rows[2] * st) * 4);
-	g.idx = dup_d(idx, (size_t)(T * n_idx) * 4);
-	g.idx_len = dup_d(a.idx_len, T * 4);
-	g.sink = dup_d(a.sink, H * 4);
-	g.pos = dup_d(pos, T * 4);
-	g.omega = dup_d(a.omega, rd / 2 * 4);
-	g.stream = stream;
+	g.q = gt_dup(q, nq * 4);
+	g.out = gt_dup(o_g, nq * 4);
+	g.kv[0] = gt_dup(kv0, (size_t)(rows[0] * st) * 4);
+	g.kv[2] = gt_dup(kv2, (size_t)(rows[2] * st) * 4);
+	g.idx = gt_dup(idx, (size_t)(T * n_idx) * 4);
+	g.idx_len = gt_dup(a.idx_len, T * 4);
+	g.sink = gt_dup(a.sink, H * 4);
+	g.pos = gt_dup(pos, T * 4);
+	g.omega = gt_dup(a.omega, rd / 2 * 4);
+	g.stream = gt_stream;
 	T_CHECK(run(&g) == ST_OK);
-	down(o_g, g.out, nq * 4);
+	gt_down(o_g, g.out, nq * 4);
 	char what[128];
 	snprintf(what, sizeof what, "sparse_attn T%lld H%d d%d idx%d sink%d rope%d bf%d lens%d", (long long)T, H, d, n_idx,
 		 sink, rope, bout, lens);
-	cmp_f(what, o_r, o_g, nq, 1e-6, bout ? 8e-3 : 1e-5);
+	gt_cmp(what, o_r, o_g, nq, 1e-6, bout ? 8e-3 : 1e-5);
 	free(q), free(kv0), free(kv2), free(snk), free(om), free(idx), free(len), free(pos), free(o_r), free(o_g);
-	dfree_all();
+	gt_dfree_all();
 }
 
 /* ---- indexer ---- */
 
 static void t_indexer_rotate(int64_t R, int dim, int blk)
 {
-	kern_indexer_rotate_fn run = (kern_indexer_rotate_fn)cuda_variant(&kern_op_indexer_rotate)->run;
+	kern_indexer_rotate_fn run = (kern_indexer_rotate_fn)gt_cuda_generic(&kern_op_indexer_rotate)->run;
 	size_t n = (size_t)(R * dim);
-	float *x = frand(n, 2.0f), *xg = fcopy(x, n);
+	float *x = gt_frand(&rng, n, 2.0f), *xg = gt_fcopy(x, n);
 	struct kern_indexer_rotate_args a = {.x = x, .n_rows = R, .dim = dim, .fp4_block = blk};
 	T_CHECK(kern_indexer_rotate_quant_ref(&a) == ST_OK);
 	struct kern_indexer_rotate_args d = a;
-	d.x = dup_d(xg, n * 4);
-	d.stream = stream;
+	d.x = gt_dup(xg, n * 4);
+	d.stream = gt_stream;
 	T_CHECK(run(&d) == ST_OK);
-	down(xg, d.x, n * 4);
+	gt_down(xg, d.x, n * 4);
 	char what[96];
 	snprintf(what, sizeof what, "indexer_rotate R%lld dim%d blk%d", (long long)R, dim, blk);
-	cmp_f(what, x, xg, n, 0, 0); /* the same butterflies and roundings: bit-identical */
+	gt_cmp(what, x, xg, n, 0, 0); /* the same butterflies and roundings: bit-identical */
 	free(x), free(xg);
-	dfree_all();
+	gt_dfree_all();
 }
 
 static void t_indexer(const struct batch *b, int H, int D, int top_k, bool bf16, int work_mode)
 {
-	kern_indexer_topk_fn run_t = (kern_indexer_topk_fn)cuda_variant(&kern_op_indexer_topk)->run;
-	kern_indexer_topk_fn run_s = (kern_indexer_topk_fn)cuda_variant(&kern_op_indexer_scores)->run;
+	kern_indexer_topk_fn run_t = (kern_indexer_topk_fn)gt_cuda_generic(&kern_op_indexer_topk)->run;
+	kern_indexer_topk_fn run_s = (kern_indexer_topk_fn)gt_cuda_generic(&kern_op_indexer_scores)->run;
 	int64_t T = b->n_tokens, max_vis = 0;
 	for (int s = 0; s < b->n_seqs; s++) {
 		int64_t v = (b->start_pos[s] + (b->q_off[s + 1] - b->q_off[s])) / 4;
 		max_vis = v > max_vis ? v : max_vis;
 	}
 	int64_t n_keys = (int64_t)b->n_seqs * (max_vis + 2), S = max_vis + 1;
-	float *q = frand((size_t)(T * H * D), 1.0f), *hw = frand((size_t)(T * H), 1.0f);
-	float *keys = frand((size_t)(n_keys * D), 1.0f);
+	float *q = gt_frand(&rng, (size_t)(T * H * D), 1.0f), *hw = gt_frand(&rng, (size_t)(T * H), 1.0f);
+	float *keys = gt_frand(&rng, (size_t)(n_keys * D), 1.0f);
 	int64_t row0[8];
 	for (int s = 0; s < b->n_seqs; s++)
 		row0[s] = (int64_t)(b->n_seqs - 1 - s) * (max_vis + 2) + 1;
 	size_t nk = (size_t)(T * top_k), nsc = (size_t)(T * S);
-	int32_t *tk_r = ifill(nk, 0x7f7f7f7f), *tk_g = ifill(nk, 0x7f7f7f7f), *len_r = ifill(T, 0x7f7f7f7f),
-		*len_g = ifill(T, 0x7f7f7f7f);
-	float *ts_r = fnan(nk), *ts_g = fnan(nk), *sc_r = fnan(nsc), *sc_g = fnan(nsc);
+	int32_t *tk_r = gt_ifill(nk, 0x7f7f7f7f), *tk_g = gt_ifill(nk, 0x7f7f7f7f), *len_r = gt_ifill(T, 0x7f7f7f7f),
+		*len_g = gt_ifill(T, 0x7f7f7f7f);
+	float *ts_r = gt_fnan(nk), *ts_g = gt_fnan(nk), *sc_r = gt_fnan(nsc), *sc_g = gt_fnan(nsc);
 	struct kern_indexer_topk_args a = {.q = q, .head_w = hw, .weight_scale = 1.0f / sqrtf((float)(D * H)),
 					   .bf16_scores = bf16, .keys = keys, .n_key_rows = n_keys, .n_tokens = T,
 					   .n_seqs = b->n_seqs, .q_off = b->q_off, .start_pos = b->start_pos,
@@ -581,33 +463,33 @@ static void t_indexer(const struct batch *b, int H, int D, int top_k, bool bf16,
 	T_CHECK(kern_indexer_scores_ref(&a) == ST_OK);
 	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
 	struct kern_indexer_topk_args d = a;
-	d.q = dup_d(q, (size_t)(T * H * D) * 4);
-	d.head_w = dup_d(hw, (size_t)(T * H) * 4);
-	d.keys = dup_d(keys, (size_t)(n_keys * D) * 4);
-	d.q_off = dup_d(b->q_off, (b->n_seqs + 1) * 4);
-	d.start_pos = dup_d(b->start_pos, b->n_seqs * 4);
-	d.key_row0 = dup_d(row0, b->n_seqs * 8);
-	d.topk = dup_d(tk_g, nk * 4);
-	d.scores = dup_d(ts_g, nk * 4);
-	d.topk_len = dup_d(len_g, T * 4);
-	d.score_out = dup_d(sc_g, nsc * 4);
+	d.q = gt_dup(q, (size_t)(T * H * D) * 4);
+	d.head_w = gt_dup(hw, (size_t)(T * H) * 4);
+	d.keys = gt_dup(keys, (size_t)(n_keys * D) * 4);
+	d.q_off = gt_dup(b->q_off, (b->n_seqs + 1) * 4);
+	d.start_pos = gt_dup(b->start_pos, b->n_seqs * 4);
+	d.key_row0 = gt_dup(row0, b->n_seqs * 8);
+	d.topk = gt_dup(tk_g, nk * 4);
+	d.scores = gt_dup(ts_g, nk * 4);
+	d.topk_len = gt_dup(len_g, T * 4);
+	d.score_out = gt_dup(sc_g, nsc * 4);
 	if (work_mode == 1) {
 		d.work_len = T * max_vis;
-		d.work = dalloc((size_t)d.work_len * 4);
+		d.work = gt_dalloc((size_t)d.work_len * 4);
 	}
-	d.stream = stream;
+	d.stream = gt_stream;
 	T_CHECK(run_s(&d) == ST_OK);
 	T_CHECK(run_t(&d) == ST_OK);
-	down(sc_g, d.score_out, nsc * 4);
-	down(tk_g, d.topk, nk * 4);
-	down(ts_g, d.scores, nk * 4);
-	down(len_g, d.topk_len, T * 4);
+	gt_down(sc_g, d.score_out, nsc * 4);
+	gt_down(tk_g, d.topk, nk * 4);
+	gt_down(ts_g, d.scores, nk * 4);
+	gt_down(len_g, d.topk_len, T * 4);
 	char what[128];
 	snprintf(what, sizeof what, "indexer T%lld H%d D%d k%d bf%d work%d vis%lld", (long long)T, H, D, top_k, bf16,
 		 work_mode, (long long)max_vis);
-	cmp_f(what, sc_r, sc_g, nsc, 1e-7, bf16 ? 3e-2 : 1e-5);
+	gt_cmp(what, sc_r, sc_g, nsc, 1e-7, bf16 ? 3e-2 : 1e-5);
 	cmp_i(what, len_r, len_g, T);
-	cmp_f(what, ts_r, ts_g, nk, 1e-7, bf16 ? 3e-2 : 1e-5);
+	gt_cmp(what, ts_r, ts_g, nk, 1e-7, bf16 ? 3e-2 : 1e-5);
 	if (!bf16) {
 		cmp_i(what, tk_r, tk_g, nk);
 	} else {
@@ -628,60 +510,60 @@ static void t_indexer(const struct batch *b, int H, int D, int top_k, bool bf16,
 		T_CHECKF(bad == 0, "%s: %zu chosen entries differ in reference score", what, bad);
 	}
 	/* top-k from the given scores (the split form): exact */
-	int32_t *tk_s = ifill(nk, 0x7f7f7f7f);
+	int32_t *tk_s = gt_ifill(nk, 0x7f7f7f7f);
 	struct kern_indexer_topk_args gs = d;
-	gs.scores_in = dup_d(sc_r, nsc * 4);
+	gs.scores_in = gt_dup(sc_r, nsc * 4);
 	gs.scores = NULL;
 	gs.topk_len = NULL;
-	gs.topk = dup_d(tk_s, nk * 4);
+	gs.topk = gt_dup(tk_s, nk * 4);
 	T_CHECK(run_t(&gs) == ST_OK);
-	down(tk_s, gs.topk, nk * 4);
+	gt_down(tk_s, gs.topk, nk * 4);
 	struct kern_indexer_topk_args rs = a;
 	rs.scores_in = sc_r;
 	rs.scores = NULL;
 	rs.topk_len = NULL;
-	int32_t *tk_rs = ifill(nk, 0x7f7f7f7f);
+	int32_t *tk_rs = gt_ifill(nk, 0x7f7f7f7f);
 	rs.topk = tk_rs;
 	T_CHECK(kern_indexer_topk_ref(&rs) == ST_OK);
 	cmp_i(what, tk_rs, tk_s, nk);
 	free(q), free(hw), free(keys), free(tk_r), free(tk_g), free(len_r), free(len_g), free(ts_r), free(ts_g),
 		free(sc_r), free(sc_g), free(tk_s), free(tk_rs);
-	dfree_all();
+	gt_dfree_all();
 }
 
 /* ---- compressor: two calls (the second continues the state) ---- */
 
 static void t_compressor(bool overlap, int ratio, int dim, int rd, enum kern_cmp_post post, bool paged)
 {
-	kern_compressor_fn run = (kern_compressor_fn)cuda_variant(&kern_op_compressor)->run;
+	kern_compressor_fn run = (kern_compressor_fn)gt_cuda_generic(&kern_op_compressor)->run;
 	const int n_seqs = 3, c = overlap ? 2 : 1, cd = c * dim;
 	int len1[3] = {13, 0, 9}, len2[3] = {1, 6, 2 * ratio + 1}, start[3] = {0, 3, 5};
 	int64_t sfl = (int64_t)c * ratio * cd, n_slots = 5, n_out = 192;
 	float *kvs = malloc(n_slots * sfl * 4), *scs = malloc(n_slots * sfl * 4);
 	for (int64_t k = 0; k < n_slots; k++)
 		kern_compressor_state_init(kvs + k * sfl, scs + k * sfl, ratio, overlap, dim);
-	float *kvs_g = fcopy(kvs, n_slots * sfl), *scs_g = fcopy(scs, n_slots * sfl);
-	float *ape = frand((size_t)ratio * cd, 0.5f), *nwf = frand(dim, 1.5f), *om = malloc(rd / 2 * 4 + 4);
+	float *kvs_g = gt_fcopy(kvs, n_slots * sfl), *scs_g = gt_fcopy(scs, n_slots * sfl);
+	float *ape = gt_frand(&rng, (size_t)ratio * cd, 0.5f), *nwf = gt_frand(&rng, dim, 1.5f), *om = malloc(rd / 2 * 4 + 4);
 	uint16_t *nw = malloc(dim * 2 + 2);
 	for (int i = 0; i < dim; i++)
 		nw[i] = kern_f32_to_bf16(1.0f + nwf[i]);
 	struct kern_rope_yarn y = {.factor = 16, .original_max_pos = 65536, .beta_fast = 32, .beta_slow = 1};
 	T_CHECK(kern_rope_freqs_build(om, rd, 160000, &y) == ST_OK);
-	float *out_r = fnan((size_t)(n_out * dim)), *out_g = fnan((size_t)(n_out * dim));
-	float *pl_r = fnan((size_t)(n_out * dim)), *pl_g = fnan((size_t)(n_out * dim));
+	float *out_r = gt_fnan((size_t)(n_out * dim)), *out_g = gt_fnan((size_t)(n_out * dim));
+	float *pl_r = gt_fnan((size_t)(n_out * dim)), *pl_g = gt_fnan((size_t)(n_out * dim));
 	int32_t slot[3] = {4, 0, 2}, bt[3 * 16];
 	int64_t row0[3] = {40, 0, 20};
 	for (int i = 0; i < 3 * 16; i++)
 		bt[i] = (i * 5) % 48; /* a permutation: no two sequences share a block; rows < 192 */
-	float *d_kvs = dup_d(kvs_g, n_slots * sfl * 4), *d_scs = dup_d(scs_g, n_slots * sfl * 4);
-	float *d_out = dup_d(out_g, (size_t)(n_out * dim) * 4), *d_pl = dup_d(pl_g, (size_t)(n_out * dim) * 4);
+	float *d_kvs = gt_dup(kvs_g, n_slots * sfl * 4), *d_scs = gt_dup(scs_g, n_slots * sfl * 4);
+	float *d_out = gt_dup(out_g, (size_t)(n_out * dim) * 4), *d_pl = gt_dup(pl_g, (size_t)(n_out * dim) * 4);
 	for (int call = 0; call < 2; call++) {
 		const int *len = call ? len2 : len1;
 		int st[3];
 		for (int s = 0; s < 3; s++)
 			st[s] = call ? start[s] + len1[s] : start[s];
 		struct batch b = mk_batch(n_seqs, len, st);
-		float *kp = frand((size_t)(b.n_tokens * cd), 1.0f), *gp = frand((size_t)(b.n_tokens * cd), 2.0f);
+		float *kp = gt_frand(&rng, (size_t)(b.n_tokens * cd), 1.0f), *gp = gt_frand(&rng, (size_t)(b.n_tokens * cd), 2.0f);
 		struct kern_compressor_args a = {.kv_proj = kp, .gate_proj = gp, .ape = ape, .n_tokens = b.n_tokens,
 						 .n_seqs = n_seqs, .q_off = b.q_off, .start_pos = b.start_pos,
 						 .kv_state = kvs, .score_state = scs, .state_slot = slot,
@@ -696,28 +578,28 @@ static void t_compressor(bool overlap, int ratio, int dim, int rd, enum kern_cmp
 		}
 		T_CHECK(kern_compressor_ref(&a) == ST_OK);
 		struct kern_compressor_args d = a;
-		d.kv_proj = dup_d(kp, (size_t)(b.n_tokens * cd) * 4);
-		d.gate_proj = dup_d(gp, (size_t)(b.n_tokens * cd) * 4);
-		d.ape = dup_d(ape, (size_t)ratio * cd * 4);
-		d.q_off = dup_d(b.q_off, (n_seqs + 1) * 4);
-		d.start_pos = dup_d(b.start_pos, n_seqs * 4);
+		d.kv_proj = gt_dup(kp, (size_t)(b.n_tokens * cd) * 4);
+		d.gate_proj = gt_dup(gp, (size_t)(b.n_tokens * cd) * 4);
+		d.ape = gt_dup(ape, (size_t)ratio * cd * 4);
+		d.q_off = gt_dup(b.q_off, (n_seqs + 1) * 4);
+		d.start_pos = gt_dup(b.start_pos, n_seqs * 4);
 		d.kv_state = d_kvs;
 		d.score_state = d_scs;
-		d.state_slot = dup_d(slot, sizeof slot);
-		d.norm_w = dup_d(nw, dim * 2);
-		d.omega = dup_d(om, rd / 2 * 4);
+		d.state_slot = gt_dup(slot, sizeof slot);
+		d.norm_w = gt_dup(nw, dim * 2);
+		d.omega = gt_dup(om, rd / 2 * 4);
 		d.out = d_out;
-		d.out_row0 = dup_d(row0, sizeof row0);
-		d.out_paged.block_table = dup_d(a.out_paged.block_table, sizeof bt);
+		d.out_row0 = gt_dup(row0, sizeof row0);
+		d.out_paged.block_table = gt_dup(a.out_paged.block_table, sizeof bt);
 		d.pooled = d_pl;
-		d.stream = stream;
+		d.stream = gt_stream;
 		T_CHECK(run(&d) == ST_OK);
 		free(kp), free(gp);
 	}
-	down(kvs_g, d_kvs, n_slots * sfl * 4);
-	down(scs_g, d_scs, n_slots * sfl * 4);
-	down(out_g, d_out, (size_t)(n_out * dim) * 4);
-	down(pl_g, d_pl, (size_t)(n_out * dim) * 4);
+	gt_down(kvs_g, d_kvs, n_slots * sfl * 4);
+	gt_down(scs_g, d_scs, n_slots * sfl * 4);
+	gt_down(out_g, d_out, (size_t)(n_out * dim) * 4);
+	gt_down(pl_g, d_pl, (size_t)(n_out * dim) * 4);
 	char what[128];
 	snprintf(what, sizeof what, "compressor overlap%d m%d d%d post%d paged%d", overlap, ratio, dim, (int)post, paged);
 	/* -inf score slots compare as equal non-finite values; kern_compare_f32 wants finite refs there */
@@ -728,39 +610,33 @@ static void t_compressor(bool overlap, int ratio, int dim, int rd, enum kern_cmp
 	for (size_t i = 0; i < (size_t)(n_out * dim); i++)
 		if (isnan(out_r[i]) && isnan(out_g[i]))
 			out_r[i] = out_g[i] = pl_r[i] = pl_g[i] = 0; /* rows no entry went to */
-	cmp_f(what, pl_r, pl_g, (size_t)(n_out * dim), 1e-7, 1e-5);
+	gt_cmp(what, pl_r, pl_g, (size_t)(n_out * dim), 1e-7, 1e-5);
 	if (post == KERN_CMP_POST_NONE)
-		cmp_f(what, out_r, out_g, (size_t)(n_out * dim), 1e-7, 1.6e-2);
+		gt_cmp(what, out_r, out_g, (size_t)(n_out * dim), 1e-7, 1.6e-2);
 	else
 		cmp_q(what, out_r, out_g, (size_t)(n_out * dim), 1.6e-2, 0.03, 0.35);
 	free(kvs), free(scs), free(kvs_g), free(scs_g), free(ape), free(nwf), free(om), free(nw), free(out_r),
 		free(out_g), free(pl_r), free(pl_g);
-	dfree_all();
+	gt_dfree_all();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
 	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK) {
-		fprintf(stderr, "detect: %s\n", e.msg);
-		return 1;
-	}
-	const char *seed = getenv("DSV4_TEST_SEED");
-	rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
-	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat), device %s cc %d.%d\n", (unsigned long long)rng, dev.name,
-		dev.cc_major, dev.cc_minor);
-	cudaStreamCreate(&stream);
+	rng = gt_seed(argc, argv, &dev);
+	gt_stream_create();
 
 	/* every op's generic CUDA variant is compiled and is what selection picks here */
 	const struct kern_op *ops[] = {&kern_op_rmsnorm, &kern_op_swiglu, &kern_op_rope, &kern_op_route,
-				       &kern_op_moe_group, &kern_op_ring_write, &kern_op_attn_index,
+				       &kern_op_ring_write, &kern_op_attn_index,
 				       &kern_op_sparse_attn, &kern_op_indexer_rotate, &kern_op_indexer_scores,
 				       &kern_op_indexer_topk, &kern_op_compressor};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-		const struct kern_variant *v = cuda_variant(ops[i]), *pick = NULL;
+		const struct kern_variant *v = gt_cuda_generic(ops[i]), *pick = NULL;
 		T_CHECKF(v && v->run, "op %s has no compiled CUDA variant", ops[i]->name);
 		if (!v || !v->run)
 			return test_exit();
@@ -798,11 +674,6 @@ int main(void)
 	t_route(20, 8, 8, false, false);
 	t_route(9, 300, 1, true, false);
 	t_route(25, 256, 6, false, true);
-	t_moe_group(0, 6, 16, 0, 16);
-	t_moe_group(1, 6, 16, 0, 16);
-	t_moe_group(50, 6, 16, 4, 8);
-	t_moe_group(300, 8, 256, 0, 256);
-	t_moe_group(7, 2, 2000, 100, 1500);
 	{
 		int len[3] = {0, 5, 200}, st[3] = {3, 0, 100};
 		struct batch b = mk_batch(3, len, st);
@@ -856,7 +727,7 @@ int main(void)
 
 	cudaError_t ce = cudaDeviceSynchronize();
 	T_CHECKF(ce == cudaSuccess, "device: %s", cudaGetErrorString(ce));
-	cudaStreamDestroy(stream);
+	cudaStreamDestroy(gt_stream);
 	return test_exit();
 }
 #else

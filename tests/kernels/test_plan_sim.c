@@ -9,6 +9,10 @@
  *     weight-free model ops that have generic CUDA variants.
  *   CPU-only build (no CUDA image compiled): every load fails with one line
  *     naming the layer, the op and the refusal reasons.
+ * Decode plans (fp8gemv: max_step_tokens 16 on 12.0 and 12.1): every layer
+ * of the model runs its FP8 linears through linear_cuda_gemv (the tiny
+ * model's sites with in % 128 != 0 keep the generic kernel), and no
+ * tensor-core tile variant (a 64-token plan's) appears.
  * The tiny checkpoints are generated once into $DSV4_BUILD_ROOT/tiny-models
  * (shared with the forward tests, under the same lock); skips (77) when they
  * cannot be made.
@@ -40,7 +44,7 @@ static const struct kern_variant *variant_named(const char *op, const char *name
 }
 #endif
 
-static void one(const char *dir, const char *variant, int major, int minor)
+static void one(const char *dir, const char *variant, int major, int minor, int64_t max_step_tokens)
 {
 	char path[1200];
 	snprintf(path, sizeof path, "%s/tiny-%s", dir, variant);
@@ -56,7 +60,7 @@ static void one(const char *dir, const char *variant, int major, int minor)
 	T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
 	struct model_weights w;
 	memset(&w, 0, sizeof w);
-	struct model_weights_options wo = {.ck = ck, .dev = &dev, .disabled = &dis, .max_step_tokens = 512,
+	struct model_weights_options wo = {.ck = ck, .dev = &dev, .disabled = &dis, .max_step_tokens = max_step_tokens,
 					   .quant_sim = true, .load_mtp = true, .rank = 0, .world_size = 1};
 	enum status st = model_weights_load(&w, &wo, &e);
 #if DSV4_HAVE_CUDA
@@ -84,7 +88,26 @@ static void one(const char *dir, const char *variant, int major, int minor)
 				seen = !strcmp(w.plan.entries[i].op, need[k]);
 			T_CHECKF(seen, "%s cc %d.%d: no %s row in the plan", variant, major, minor, need[k]);
 		}
-		fprintf(stderr, "%s cc %d.%d: %d rows, all CUDA\n", variant, major, minor, w.plan.n);
+		if (max_step_tokens < 64) { /* a decode plan: the FP8 GEMV in every layer, no tile variant */
+			int n_layers = 0, with_gemv = 0, tiles = 0;
+			for (int i = 0; i < w.plan.n; i++)
+				if (w.plan.entries[i].layer + 1 > n_layers)
+					n_layers = w.plan.entries[i].layer + 1;
+			for (int l = 0; l < n_layers; l++) {
+				bool seen = false;
+				for (int i = 0; i < w.plan.n && !seen; i++)
+					seen = w.plan.entries[i].layer == l &&
+					       !strcmp(w.plan.entries[i].variant, "linear_cuda_gemv");
+				with_gemv += seen;
+			}
+			for (int i = 0; i < w.plan.n; i++)
+				tiles += !strncmp(w.plan.entries[i].variant, "linear_mma", 10);
+			T_CHECKF(n_layers > 0 && with_gemv == n_layers && tiles == 0,
+				 "%s cc %d.%d decode plan: linear_cuda_gemv in %d of %d layers, %d tile rows", variant,
+				 major, minor, with_gemv, n_layers, tiles);
+		}
+		fprintf(stderr, "%s cc %d.%d, %lld-token steps: %d rows, all CUDA\n", variant, major, minor,
+			(long long)max_step_tokens, w.plan.n);
 		model_weights_free(&w);
 	}
 #else
@@ -109,6 +132,9 @@ int main(void)
 	const int cc[][2] = {{8, 0}, {9, 0}, {10, 0}, {12, 0}, {12, 1}};
 	for (int v = 0; v < 2; v++)
 		for (int i = 0; i < 5; i++)
-			one(dir, v ? "nvfp4" : "fp8", cc[i][0], cc[i][1]);
+			one(dir, v ? "nvfp4" : "fp8", cc[i][0], cc[i][1], 512);
+	for (int v = 0; v < 2; v++) /* decode plans on the Blackwell consumer parts (fp8gemv) */
+		for (int i = 3; i < 5; i++)
+			one(dir, v ? "nvfp4" : "fp8", cc[i][0], cc[i][1], 16);
 	return test_exit();
 }

@@ -1,7 +1,7 @@
 /*
  * tests/kernels/test_routing.c: sqrt(softplus) routing with bias-corrected
- * top-k and hash routing (dsv4.md §3.9) against a sort-based oracle in double,
- * and the by-expert grouping against a counting oracle.
+ * top-k and hash routing (dsv4.md §3.9) against a sort-based oracle in double.
+ * (The grouping by expert is moe_dispatch's: tests/kernels/test_moe_dispatch.c.)
  */
 #include "kernels/routing/routing.h"
 #include "tests/kernels/mops_util.h"
@@ -99,37 +99,6 @@ static void test_hash(void)
 	T_CHECK(kern_route_ref(&a) == ST_INVALID);
 }
 
-static void test_group(int64_t T, int K, int E, int begin, int n_local)
-{
-	int32_t *ids = xcalloc((size_t)(T * K) + 1, sizeof *ids);
-	int32_t *off = xcalloc((size_t)n_local + 1, sizeof *off);
-	int32_t *pt = xcalloc((size_t)(T * K) + 1, sizeof *pt), *ps = xcalloc((size_t)(T * K) + 1, sizeof *ps);
-	for (int64_t i = 0; i < T * K; i++)
-		ids[i] = mt_int(-1, E - 1);
-	struct kern_moe_group_args a = {.expert_ids = ids, .n_tokens = T, .top_k = K, .expert_begin = begin,
-					.n_local = n_local, .offsets = off, .pair_token = pt, .pair_slot = ps};
-	T_CHECK(kern_moe_group_ref(&a) == ST_OK);
-	int bad = 0;
-	int64_t total = 0;
-	for (int e = 0; e < n_local; e++) {
-		int64_t cnt = 0;
-		for (int64_t i = 0; i < T * K; i++)
-			cnt += ids[i] == begin + e;
-		bad += off[e + 1] - off[e] != cnt;
-		total += cnt;
-		for (int32_t p = off[e]; p < off[e + 1]; p++) {
-			bad += ids[pt[p] * K + ps[p]] != begin + e;
-			if (p > off[e])
-				bad += pt[p] < pt[p - 1] || (pt[p] == pt[p - 1] && ps[p] <= ps[p - 1]);
-		}
-	}
-	T_CHECKF(bad == 0 && off[0] == 0 && off[n_local] == total, "group T %lld: bad %d", (long long)T, bad);
-	free(ids);
-	free(off);
-	free(pt);
-	free(ps);
-}
-
 int main(void)
 {
 	mt_seed_from_env("test_routing");
@@ -139,9 +108,5 @@ int main(void)
 	test_learned(11, 16, 4, true, true);
 	test_learned(0, 256, 6, true, false);
 	test_hash();
-	test_group(33, 6, 256, 0, 256);
-	test_group(50, 2, 8, 4, 4); /* expert parallel: experts 4..7 only */
-	test_group(1, 6, 16, 0, 1);
-	test_group(0, 6, 16, 0, 16);
 	return test_exit();
 }

@@ -24,13 +24,12 @@
 
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
-#include "tests/test.h"
+#include "tests/kernels/gpu_test_util.h"
 
 #if DSV4_HAVE_CUDA
 #include <cuda_runtime.h>
 
 static uint64_t rng;
-static cudaStream_t stream;
 
 static kern_sample_batch_fn cuda_run, cuda_run_host;
 
@@ -157,7 +156,7 @@ static void run_batch(uint32_t V, int c0, uint32_t n_rows, bool ties, bool host,
 		a.logits = dl;
 		a.work = dw;
 		a.work_bytes = ws;
-		a.stream = stream;
+		a.stream = gt_stream;
 		st = cuda_run(&a);
 		cudaFree(dl);
 		cudaFree(dw);
@@ -240,7 +239,7 @@ static void t_invalid(void)
 	struct kern_sample_out o;
 	uint64_t ctr = 3;
 	struct kern_sample_batch_args a = {.logits = dl, .ld = V, .vocab = V, .n_rows = 1, .params = &base,
-					   .counter = &ctr, .out = &o, .work = dw, .work_bytes = ws - 1, .stream = stream};
+					   .counter = &ctr, .out = &o, .work = dw, .work_bytes = ws - 1, .stream = gt_stream};
 	T_CHECK(cuda_run(&a) == ST_NOMEM);
 	a.work_bytes = ws;
 	T_CHECK(cuda_run(&a) == ST_OK && o.token_id >= 0 && o.token_id < (int32_t)V);
@@ -272,26 +271,17 @@ static void t_flat(void)
 	free(two);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
 	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK) {
-		fprintf(stderr, "detect: %s\n", e.msg);
-		return 1;
-	}
-	const char *seed = getenv("DSV4_TEST_SEED");
-	rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
-	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat), device %s cc %d.%d\n", (unsigned long long)rng, dev.name,
-		dev.cc_major, dev.cc_minor);
-	cudaStreamCreate(&stream);
+	rng = gt_seed(argc, argv, &dev);
+	gt_stream_create();
 
-	const struct kern_variant *v = NULL, *pick = NULL;
-	for (int i = 0; i < kern_op_sample.n_variants; i++)
-		if (!strcmp(kern_op_sample.variants[i].name, "sample_cuda_generic"))
-			v = &kern_op_sample.variants[i];
+	const struct kern_variant *v = gt_find(&kern_op_sample, "sample_cuda_generic"), *pick = NULL;
 	T_CHECK(v && v->run && v->run_host);
 	if (!v || !v->run || !v->run_host)
 		return test_exit();
@@ -322,7 +312,7 @@ int main(void)
 	T_CHECK(t.greedy > 0 && t.greedy_bad == 0);
 	T_CHECK(t.sampled > 0 && (double)t.sampled_bad <= 0.001 * (double)t.sampled);
 	T_CHECK(t.lp_bad == 0 && t.top_bad == 0);
-	cudaStreamDestroy(stream);
+	cudaStreamDestroy(gt_stream);
 	return test_exit();
 }
 #else

@@ -1,15 +1,16 @@
 /*
  * tests/kernels/test_select_sim.c (suite unit): selection of the
- * cuda-kernels-2 variants on simulated devices, no GPU needed.
+ * arch-specific variants on simulated devices, no GPU needed.
  *
- * The arch-specific FP4/FP8 variants for sm_100a, sm_120a and sm_121a are
- * registered with their real guards but no run() (a later issue implements
- * them). On kern_device_simulate(10,0), (12,0) and (12,1) each must be
- * refused for the right reason -- its own capability: "not compiled into
- * this binary"; another capability: "cc X outside [...]"; a device whose
- * probe did not load the image: "image ... not loadable" -- and, in a CUDA
- * build, the generic variant must be chosen instead. On a simulated 9.0 the
- * sm_90 variants (cuBLASLt FP8 linear, sm_90a FP4 expert GEMM) must win.
+ * The registry's capability guards, on a test-only table of sm_100a,
+ * sm_120a and sm_121a rows with the guards such a kernel would have and no
+ * run() (no kernel of ours exists for them): on kern_device_simulate(10,0),
+ * (12,0) and (12,1) each must be refused for the right reason -- its own
+ * capability: "not compiled into this binary"; another capability: "cc X
+ * outside [...]"; a device whose probe did not load the image: "image ...
+ * not loadable". Then the real tables: on those devices the portable
+ * tensor-core or generic variants are chosen (CUDA builds), on a simulated
+ * 9.0 the sm_90 variants (cuBLASLt FP8 linear, sm_90a FP4 expert GEMM) win.
  * The simulated device's `loadable` set is forced to what a real device of
  * that capability could load, so the verdicts do not depend on which images
  * this build contains; "chosen" checks need run() and so a CUDA build.
@@ -70,14 +71,23 @@ static void sim(struct kern_device *d, int major, int minor)
 	d->loadable = kern_target_native_for_cc(major, minor) | KERN_TARGET_SM80;
 }
 
-/* Variant `name` of op is refused for p on dev with a reason containing `want`. */
-static void expect_refused(const struct kern_op *op, const char *name, const struct kern_problem *p,
-			   const struct kern_device *dev, const char *want)
+/* Test-only arch-specific rows (see the top): registry guards, no run(). */
+#define SIM_FMTS (KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4))
+static const struct kern_variant sim_sm100a = {.name = "sim_sm100a", .backend = KERN_BACKEND_CUDA, .cc_min = 100,
+					       .cc_max = 100, .target = KERN_TARGET_SM100A,
+					       .features = KERN_FEAT_TCGEN05, .wfmt_accept = SIM_FMTS, .priority = 30};
+static const struct kern_variant sim_sm120a = {.name = "sim_sm120a", .backend = KERN_BACKEND_CUDA, .cc_min = 120,
+					       .cc_max = 120, .target = KERN_TARGET_SM120A,
+					       .features = KERN_FEAT_FP4_MMA_SYNC, .wfmt_accept = SIM_FMTS, .priority = 30};
+static const struct kern_variant sim_sm121a = {.name = "sim_sm121a", .backend = KERN_BACKEND_CUDA, .cc_min = 121,
+					       .cc_max = 121, .target = KERN_TARGET_SM121A,
+					       .features = KERN_FEAT_FP4_MMA_SYNC, .wfmt_accept = SIM_FMTS, .priority = 30};
+
+/* Variant v is refused for p on dev with a reason containing `want`. */
+static void expect_refused_v(const struct kern_variant *v, const struct kern_problem *p,
+			     const struct kern_device *dev, const char *want)
 {
-	const struct kern_variant *v = find(op, name);
-	T_CHECKF(v != NULL, "variant %s missing from op %s", name, op->name);
-	if (!v)
-		return;
+	const char *name = v->name;
 	/* Format and shape guards come after the "compiled" check: in a build
 	 * without this variant's code the refusal is that one. */
 	if (!v->run && !strstr(want, "cc ") && !strstr(want, "image "))
@@ -86,6 +96,16 @@ static void expect_refused(const struct kern_op *op, const char *name, const str
 	bool ok = kern_variant_accepts(v, p, dev, NULL, why, sizeof why);
 	T_CHECKF(!ok, "%s accepted on %s", name, dev->name);
 	T_CHECKF(strstr(why, want) != NULL, "%s on %s: reason '%s', expected '%s'", name, dev->name, why, want);
+}
+
+/* Variant `name` of op is refused for p on dev with a reason containing `want`. */
+static void expect_refused(const struct kern_op *op, const char *name, const struct kern_problem *p,
+			   const struct kern_device *dev, const char *want)
+{
+	const struct kern_variant *v = find(op, name);
+	T_CHECKF(v != NULL, "variant %s missing from op %s", name, op->name);
+	if (v)
+		expect_refused_v(v, p, dev, want);
 }
 
 /* The portable tensor-core variant a prefill plan gets on dev: "<base>_fp8_<image>"
@@ -139,12 +159,12 @@ int main(void)
 	struct kern_linear_shape lsh = {.in = 4096, .out = 1024, .max_tokens = 256, .act_quant_block = 128,
 					.x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 	struct kern_problem lp = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &lsh};
-	expect_refused(&kern_op_linear, "linear_sm100a_fp8", &lp, &d100, "not compiled into this binary");
-	expect_refused(&kern_op_linear, "linear_sm100a_fp8", &lp, &d120, "cc 12.0 outside [10.0, 10.0]");
-	expect_refused(&kern_op_linear, "linear_sm120a_fp8", &lp, &d120, "not compiled into this binary");
-	expect_refused(&kern_op_linear, "linear_sm120a_fp8", &lp, &d121, "cc 12.1 outside [12.0, 12.0]");
-	expect_refused(&kern_op_linear, "linear_sm121a_fp8", &lp, &d121, "not compiled into this binary");
-	expect_refused(&kern_op_linear, "linear_sm121a_fp8", &lp, &d100, "cc 10.0 outside [12.1, 12.1]");
+	expect_refused_v(&sim_sm100a, &lp, &d100, "not compiled into this binary");
+	expect_refused_v(&sim_sm100a, &lp, &d120, "cc 12.0 outside [10.0, 10.0]");
+	expect_refused_v(&sim_sm120a, &lp, &d120, "not compiled into this binary");
+	expect_refused_v(&sim_sm120a, &lp, &d121, "cc 12.1 outside [12.0, 12.0]");
+	expect_refused_v(&sim_sm121a, &lp, &d121, "not compiled into this binary");
+	expect_refused_v(&sim_sm121a, &lp, &d100, "cc 10.0 outside [12.1, 12.1]");
 	for (int i = 0; i < 3; i++) {
 		const struct kern_device *d = i == 0 ? &d100 : i == 1 ? &d120 : &d121;
 		char want[64];
@@ -153,16 +173,35 @@ int main(void)
 		/* Prefill plan: the portable tensor-core linear (e4m3 with this device's image, else bf16). */
 		expect_chosen(&kern_op_linear, mma_name("linear_mma", d), &lp, d, false);
 	}
-	/* A decode plan (max_tokens < 64) keeps the generic kernel. */
+	/* A decode plan (max_tokens < 64) gets the portable FP8 GEMV (fp8gemv), on every GPU
+	 * of cc >= 8.0; on cc 9.0 up to 16 tokens, cuBLASLt above. */
 	struct kern_linear_shape dsh = lsh;
 	dsh.max_tokens = 16;
 	struct kern_problem dlp = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &dsh};
 	expect_refused(&kern_op_linear, "linear_mma_bf16", &dlp, &d120, "below one 64-token tile");
-	expect_chosen(&kern_op_linear, "linear_cuda_generic", &dlp, &d120, false);
+	expect_refused(&kern_op_linear, "linear_cuda_gemv", &lp, &d120, "above the GEMV's 63");
+	{
+		struct kern_device d80g;
+		sim(&d80g, 8, 0);
+		const struct kern_device *dd[] = {&d80g, &d90, &d100, &d120, &d121};
+		for (int i = 0; i < 5; i++)
+			expect_chosen(&kern_op_linear, "linear_cuda_gemv", &dlp, dd[i], false);
+		struct kern_linear_shape d63 = dsh;
+		d63.max_tokens = 63;
+		struct kern_problem p63 = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &d63};
+		expect_chosen(&kern_op_linear, "linear_cuda_gemv", &p63, &d121, false);
+		expect_refused(&kern_op_linear, "linear_cuda_gemv", &p63, &d90, "cuBLASLt is faster there");
+		expect_chosen(&kern_op_linear, "linear_cublaslt_sm90", &p63, &d90, false);
+		struct kern_linear_shape d_odd = dsh;
+		d_odd.in = 4096 + 64;
+		struct kern_problem p_odd = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &d_odd};
+		expect_refused(&kern_op_linear, "linear_cuda_gemv", &p_odd, &d121, "not a multiple of 128");
+		expect_chosen(&kern_op_linear, "linear_cuda_generic", &p_odd, &d121, false);
+	}
 	/* A GB10 whose probe failed to load the sm_121a image: refused by the probe. */
 	struct kern_device d121_noimg = d121;
 	d121_noimg.loadable &= ~KERN_TARGET_SM121A;
-	expect_refused(&kern_op_linear, "linear_sm121a_fp8", &lp, &d121_noimg, "image sm_121a not loadable");
+	expect_refused_v(&sim_sm121a, &lp, &d121_noimg, "image sm_121a not loadable");
 	/* Hopper: cuBLASLt wins; its shape guard refuses what its scale layout cannot take. */
 	expect_chosen(&kern_op_linear, "linear_cublaslt_sm90", &lp, &d90, false);
 	struct kern_linear_shape odd = lsh;
@@ -183,13 +222,13 @@ int main(void)
 						  .act_quant_block = 128, .x_dtype = KERN_DT_BF16,
 						  .y_dtype = KERN_DT_BF16};
 		struct kern_problem mp = {.wfmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4, .tp_size = 1, .shape = &msh};
-		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm100a_fp4", &mp, &d100, "not compiled into this binary");
-		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm100a_fp4", &mp, &d121, "cc 12.1 outside [10.0, 10.0]");
-		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm120a_fp4", &mp, &d120, "not compiled into this binary");
-		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm120a_fp4", &mp, &d121, "cc 12.1 outside [12.0, 12.0]");
-		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm121a_fp4", &mp, &d121, "not compiled into this binary");
-		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm121a_fp4", &mp, &d120, "cc 12.0 outside [12.1, 12.1]");
-		expect_refused(&kern_op_moe_gemm, "moe_gemm_sm121a_fp4", &mp, &d121_noimg, "image sm_121a not loadable");
+		expect_refused_v(&sim_sm100a, &mp, &d100, "not compiled into this binary");
+		expect_refused_v(&sim_sm100a, &mp, &d121, "cc 12.1 outside [10.0, 10.0]");
+		expect_refused_v(&sim_sm120a, &mp, &d120, "not compiled into this binary");
+		expect_refused_v(&sim_sm120a, &mp, &d121, "cc 12.1 outside [12.0, 12.0]");
+		expect_refused_v(&sim_sm121a, &mp, &d121, "not compiled into this binary");
+		expect_refused_v(&sim_sm121a, &mp, &d120, "cc 12.0 outside [12.1, 12.1]");
+		expect_refused_v(&sim_sm121a, &mp, &d121_noimg, "image sm_121a not loadable");
 		for (int i = 0; i < 3; i++) {
 			const struct kern_device *d = i == 0 ? &d100 : i == 1 ? &d120 : &d121;
 			char want[64];

@@ -11,7 +11,11 @@ the same main weights as the June-layout ones. Checked here:
   dspark_target_layer_ids out of range, DSpark tensors under a June config;
 - configs as transformers' DeepseekV4Config writes them (save_pretrained of a fresh config and a
   from_pretrained/save_pretrained round trip of the tiny and the real configs) are accepted by
-  `dsv4 kernels` and `dsv4 inspect`, with the same generation (skipped when transformers is absent).
+  `dsv4 kernels` and `dsv4 inspect`, with the same generation (transformers is pinned in
+  scripts/requirements.txt: its absence is a failure);
+- without speculative decoding (no --speculative-config) `dsv4 serve` never reads the draft stages'
+  weights (the shard holding only mtp.* tensors stays unmapped but for its header: /proc/PID/smaps)
+  yet validates them (a draft stage missing a tensor stops serve at load).
 
 Environment (set by meson): DSV4_BIN, DSV4_SOURCE_ROOT.
 """
@@ -214,11 +218,60 @@ def serve_ids(model_dir, prompt):
         srv.cleanup()
 
 
+def draft_not_read(tmp, base):
+    """serve without speculative decoding: mtp.* validated at load, their bytes never touched."""
+    import re
+    from serverproc import Server
+    with open(os.path.join(base, "model.safetensors.index.json")) as f:
+        wm = json.load(f)["weight_map"]
+    draft_shards = {v for k, v in wm.items() if k.startswith("mtp.")}
+    main_shards = {v for k, v in wm.items() if not k.startswith("mtp.")}
+    if not check(draft_shards and not draft_shards & main_shards,
+                 f"tiny 0731: the draft stages have shards of their own ({draft_shards} / {main_shards})"):
+        return
+    draft_bytes = sum(os.path.getsize(os.path.join(base, s)) for s in draft_shards)
+    srv = Server(executor="model", model=base, name="tiny-0731")
+    try:
+        st, body, _ = srv.request("POST", "/v1/completions",
+                                  {"model": "tiny-0731", "prompt": [0, 5, 6, 7], "max_tokens": 4, "temperature": 0})
+        check(st == 200, f"draft not read: completion status {st} {body[:300]!r}")
+        rss = {}
+        cur = None
+        with open(f"/proc/{srv.p.pid}/smaps") as f:
+            for ln in f:
+                m = re.match(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(\S.*)?$", ln)
+                if m:
+                    cur = os.path.basename(m.group(1) or "")
+                elif ln.startswith("Rss:") and cur:
+                    rss[cur] = rss.get(cur, 0) + int(ln.split()[1]) * 1024
+        main_rss = sum(rss.get(s, 0) for s in main_shards)
+        draft_rss = sum(rss.get(s, 0) for s in draft_shards)
+        # the header and the kernel's fault-around (64 KiB) at most; the main weights are resident
+        check(draft_rss <= 256 * 1024, f"draft not read: {draft_rss} of {draft_bytes} draft shard bytes resident")
+        check(main_rss > draft_bytes, f"draft not read: the smaps probe sees the main weights ({main_rss} bytes)")
+    finally:
+        rc = srv.stop()
+        check(rc == 0, f"draft not read: serve exit {rc}")
+        check(not srv.sanitizer_report(), "draft not read: sanitizer report")
+        srv.cleanup()
+    # ... and validated: a draft stage missing a tensor stops serve at load, naming it
+    d = copy_ckpt(base, os.path.join(tmp, "serve-missing"))
+    t = f"mtp.{random.randrange(3)}.ffn.shared_experts.w2.weight"
+    rename_tensor(d, t, t + "_x")
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:halt_on_error=1")
+    p = subprocess.run([BIN, "serve", "--model", d, "--port", "0", "--executor", "model"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    check(p.returncode == 1 and t in p.stderr and "missing" in p.stderr,
+          f"serve with {t} missing: exit {p.returncode}, expected 1 naming it: {p.stderr[-800:]}")
+
+
 def transformers_configs(tmp, base_0731, june_fp8, ids_0731):
     try:
         from transformers import DeepseekV4Config
     except ImportError:
-        print("transformers not installed: its configs are not checked")
+        # pinned in scripts/requirements.txt: a venv without it is a broken setup, not a skip
+        check(False, "transformers (scripts/requirements.txt) is not importable: its configs are not checked")
         return
     # a fresh config, no weights: what save_pretrained writes (no architectures, layer_types, ...)
     d = os.path.join(tmp, "hf-fresh")
@@ -289,6 +342,13 @@ def main():
         for variant in ("fp8", "nvfp4"):
             ja, jb = serve_ids(dirs[variant][0], text), serve_ids(dirs[variant][1], text)
             check(ja is not None and ja == jb, f"serve {variant}: June {ja!r} vs 0731 {jb!r}")
+        rc, out, err = run("inspect", dirs["fp8"][0])
+        if check(rc == 0, f"inspect June fp8: rc {rc}: {err[-1000:]}"):
+            check("draft: mtp (NextN), 1 layer" in out and "MTP          6(mtp.0)" in out,
+                  f"June layout: the NextN draft layer\n{out[:1500]}")
+        rc, out, err = run("inspect", dirs["nvfp4"][1])
+        check(rc == 0 and "DSpark       6(mtp.0) 7(mtp.1) 8(mtp.2)" in out, f"0731: the DSpark layer row\n{out[:1500]}")
+        draft_not_read(tmp, dirs["fp8"][1])
         os.mkdir(os.path.join(tmp, "broken"))
         refusals(os.path.join(tmp, "broken"), dirs["nvfp4"][1])
         transformers_configs(tmp, dirs["fp8"][1], dirs["fp8"][0], ids_0731)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/strbuf.h"
 #include "model/detok.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_internal.h"
@@ -247,6 +248,43 @@ static void detok_check(const int32_t *ids, size_t n, unsigned flags, struct mod
 	free(full);
 }
 
+/* The scheduler's path: pieces from model_detok_piece, one token at a time,
+ * through a detokenizer without a tokenizer (model_detok_feed_bytes), equal
+ * decode() with the same flags; no delta ends inside a character. */
+static void detok_bytes_check(const int32_t *ids, size_t n, unsigned flags)
+{
+	struct err e = {0};
+	struct model_detok *d;
+	const struct model_detok_options o = {.tok = NULL, .flags = flags & MODEL_TOK_DECODE_RAW};
+	T_CHECK(model_detok_create(&d, &o, &e) == ST_OK);
+	char *full;
+	size_t full_len;
+	T_CHECK(model_tokenizer_decode(tok, ids, n, flags, &full, &full_len, &e) == ST_OK);
+	struct strbuf cat;
+	strbuf_init(&cat);
+	bool whole = true;
+	for (size_t i = 0; i < n; i++) {
+		char piece[256];
+		uint32_t pl = model_detok_piece((void *)tok, ids[i], !(flags & MODEL_TOK_DECODE_SKIP_SPECIAL), piece,
+					       sizeof piece);
+		const char *delta;
+		size_t dl;
+		T_CHECK(model_detok_feed_bytes(d, piece, pl, &delta, &dl, &e) == ST_OK);
+		if (!(flags & MODEL_TOK_DECODE_RAW) && model_utf8_valid_prefix((const uint8_t *)delta, dl) != dl)
+			whole = false;
+		strbuf_append(&cat, delta, dl);
+	}
+	const char *delta;
+	size_t dl;
+	T_CHECK(model_detok_flush(d, &delta, &dl, &e) == ST_OK);
+	strbuf_append(&cat, delta, dl);
+	T_CHECKF(whole && cat.len == full_len && !memcmp(cat.data ? cat.data : "", full, full_len),
+		 "detok bytes path (%zu bytes) != decode (%zu bytes), flags %u", cat.len, full_len, flags);
+	strbuf_free(&cat);
+	free(full);
+	model_detok_destroy(d);
+}
+
 static void test_detok(void)
 {
 	/* Ids whose piece is one byte >= 0x80 or an incomplete character: the
@@ -305,6 +343,7 @@ static void test_detok(void)
 				}
 			}
 			detok_check(seq, n, flag_sets[f], d);
+			detok_bytes_check(seq, n, flag_sets[f]);
 		}
 		model_detok_destroy(d);
 	}

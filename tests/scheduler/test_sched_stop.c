@@ -5,6 +5,9 @@
  * first piece that completes an occurrence of any stop string, the released
  * bytes are exactly the text before the earliest-starting occurrence complete
  * by then, and before the end no release stops inside a UTF-8 character.
+ * Stop strings are whole UTF-8 (the scheduler refuses others, as every API
+ * gives them as JSON strings); they start and end anywhere in the text's
+ * characters' sequence.
  */
 #include <string.h>
 #include <time.h>
@@ -40,12 +43,14 @@ int main(void)
 	static const char *const atoms[] = {"a", "b", "c", "ab", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", " "};
 	for (int trial = 0; trial < 3000; trial++) {
 		char text[400];
-		uint32_t n = 0;
+		uint32_t n = 0, bnd[400], n_bnd = 0; /* character boundaries */
 		while (n < 300) {
 			const char *a = atoms[rnd(8)];
+			bnd[n_bnd++] = n;
 			memcpy(text + n, a, strlen(a));
 			n += (uint32_t)strlen(a);
 		}
+		bnd[n_bnd] = n;
 		/* stop strings: substrings of the text (so they usually match) or random atoms */
 		struct sched_stop_set set = {0};
 		char *strs[3];
@@ -54,9 +59,13 @@ int main(void)
 		set.strs = strs;
 		set.lens = lens;
 		for (uint32_t i = 0; i < set.n; i++) {
-			uint32_t L = 1 + rnd(8), at = rnd(n - L);
+			uint32_t b0 = rnd(n_bnd - 8), b1 = b0 + 1;
+			while (b1 < n_bnd && bnd[b1 + 1] - bnd[b0] <= 8 && rnd(2))
+				b1++;
+			bool from_text = rnd(4) != 0;
+			uint32_t L = from_text ? bnd[b1] - bnd[b0] : 1 + rnd(8), at = bnd[b0];
 			strs[i] = malloc(L + 1);
-			if (rnd(4)) {
+			if (from_text) {
 				memcpy(strs[i], text + at, L);
 			} else {
 				for (uint32_t k = 0; k < L; k++)

@@ -189,7 +189,7 @@ int main(void)
 
 	r = get("/v1/models", NULL);
 	T_CHECK(status_of(r) == 401);
-	T_STR_CONTAINS(r, "\"type\":\"authentication_error\"");
+	T_STR_CONTAINS(r, "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_api_key\"");
 	free(r);
 	r = get("/v1/models", "Authorization: Bearer wrong\r\n");
 	T_CHECK(status_of(r) == 401);

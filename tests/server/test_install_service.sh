@@ -37,5 +37,8 @@ check 'grep -q "^DSV4_MODEL=/keep/me" "$d/root/etc/dsv4/dsv4.env"' "an existing 
 check '[ "$(cat "$k")" = "$key1" ]' "an existing API key is kept"
 "$d/src/scripts/install-service" --bogus >/dev/null 2>&1
 check '[ $? -eq 2 ]' "unknown option exits 2"
+"$d/src/scripts/install-service" --help >"$d/help" 2>&1
+check '[ $? -eq 0 ] && grep -q "^  scripts/install-service \[--model DIR\]" "$d/help" && ! grep -q "set -\|^#" "$d/help"' \
+	"--help prints only the usage, exit 0"
 [ $fail -eq 0 ] && echo "install-service: ok"
 exit $fail

@@ -38,11 +38,19 @@ def tiny_dir():
     return d
 
 
-def run(*args, env=None):
+def run(*args, env=None, verbose=True):
+    """verbose (the default here): every layer's line and every row, which most checks read."""
     e = dict(os.environ)
     e.pop("DSV4_DISABLED_KERNELS", None)
     e.update(env or {})
-    return subprocess.run([BIN, "kernels", *args], capture_output=True, text=True, timeout=120, env=e)
+    extra = ["--verbose"] if verbose and args else []
+    return subprocess.run([BIN, "kernels", *args, *extra], capture_output=True, text=True, timeout=120, env=e)
+
+
+def is_row(l):
+    """A plan row "  LAYER OP KERNEL" (not a --verbose verdict line)."""
+    w = l.split()
+    return l.startswith("  ") and len(w) == 3 and w[0].lstrip("-").isdigit()
 
 
 d = tiny_dir()
@@ -53,7 +61,7 @@ for v in ("fp8", "nvfp4"):
     p = run(m)
     check(p.returncode == 0, f"{v}: plan on the CPU exits 0 ({p.stderr.strip()[:300]})")
     check("device: cpu" in p.stdout, f"{v}: names the device")
-    rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+    rows = [l.split() for l in p.stdout.splitlines() if is_row(l)]
     check(len(rows) > 50, f"{v}: per-(layer, op) rows printed ({len(rows)})")
     check(all(r[-1].endswith("cpu_ref") for r in rows), f"{v}: every CPU row is a reference variant")
     want = "moe_gemm[nvfp4]" if v == "nvfp4" else "moe_gemm[mxfp4]"
@@ -63,7 +71,7 @@ for v in ("fp8", "nvfp4"):
         p = run(m, "--simulate-cc", cc)
         if have_cuda:
             # every op has a generic CUDA variant: the load must succeed
-            rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+            rows = [l.split() for l in p.stdout.splitlines() if is_row(l)]
             check(p.returncode == 0 and "plan complete" in p.stdout,
                   f"{v} cc {cc}: complete plan ({p.returncode}: {p.stderr.strip()[:300]})")
             check(rows and not any(r[-1].endswith("cpu_ref") for r in rows),
@@ -88,11 +96,11 @@ for name, fmt in (("deepseek-v4-flash", "mxfp4"), ("deepseek-v4-flash-nvfp4", "n
           f"{name}: the real layer schedule")
     check(f"moe_gemm[{fmt}]=" in p.stdout and "moe_gemm[mxfp4]=" in p.stdout.split("layer 43 (")[-1],
           f"{name}: routed experts {fmt}, MTP experts mxfp4")
-    for cc in ("12.1",) if name.endswith("nvfp4") else ("8.0", "9.0", "10.0", "12.1"):
+    for cc in ("8.0", "8.9", "9.0", "10.0", "10.3", "12.0", "12.1"):
         p = run(m, "--simulate-cc", cc)
         if have_cuda:
             # every op has a generic CUDA variant: the plan must complete
-            rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+            rows = [l.split() for l in p.stdout.splitlines() if is_row(l)]
             check(p.returncode == 0 and "plan complete: 43 layers + MTP" in p.stdout,
                   f"{name} cc {cc}: complete plan ({p.returncode}: {p.stderr.strip()[:300]})")
             check(len(rows) > 44 * 15 and not any(r[-1].endswith("cpu_ref") for r in rows),
@@ -116,13 +124,54 @@ for name, fmt in (("deepseek-v4-flash-0731", "mxfp4"), ("deepseek-v4-flash-0731-
     for cc in ("8.0", "8.9", "9.0", "10.0", "10.3", "12.0", "12.1"):
         p = run(m, "--simulate-cc", cc)
         if have_cuda:
-            rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ")]
+            rows = [l.split() for l in p.stdout.splitlines() if is_row(l)]
             check(p.returncode == 0 and "plan complete: 43 layers + 3 DSpark stages" in p.stdout,
                   f"{name} cc {cc}: complete plan ({p.returncode}: {p.stderr.strip()[:300]})")
             check({r[0] for r in rows} == {str(i) for i in range(-1, 46)} and
                   not any(r[-1].endswith("cpu_ref") for r in rows), f"{name} cc {cc}: CUDA rows for every layer")
         else:
             check(p.returncode == 1 and "no variant fits" in p.stderr, f"{name} cc {cc}: exit 1 ({p.returncode})")
+
+# The default output fits one screen: one line per distinct layer plan naming the layers it
+# covers, no rows; refusals say "not compiled" only for a binary without the image.
+m = os.path.join(SRC, "tests", "model", "data", "deepseek-v4-flash")
+p = run(m, verbose=False)
+lines = p.stdout.splitlines()
+check(p.returncode == 0 and len(lines) < 24 and not any(l.startswith("  ") for l in lines),
+      f"default plan fits a screen, no rows ({len(lines)} lines)")
+check("layers 4,6,\u2026,42 (CSA):" in p.stdout and "layers 3,5,\u2026,41 (HCA):" in p.stdout
+      and "layer 43 (sliding, MTP):" in p.stdout and "plan complete: 43 layers + MTP" in p.stdout,
+      "grouped layer lines name the layers they cover")
+p = run(m, "--simulate-cc", "9.0", verbose=False)
+if have_cuda:
+    check("built without CUDA" not in p.stderr, "a CUDA build never says it was built without CUDA")
+else:
+    check(p.returncode == 1 and "not compiled" in p.stderr and "built without CUDA" in p.stderr,
+          f"CPU-only build: the refusal says not compiled ({p.stderr.strip()[-200:]})")
+    p = run(m, "--simulate-cc", "9.0")
+    check("not implemented" not in p.stderr, "every op has a CUDA variant: nothing is 'not implemented'")
+p = run("tiny", verbose=False, env={"DSV4_TINY_MODEL": os.path.join(d, "tiny-bf16")})
+check(p.returncode == 0 and "plan complete" in p.stdout, f"'dsv4 kernels tiny' plans the tiny checkpoint ({p.stderr[-200:]})")
+# Decode plans (--max-num-batched-tokens < 64; fp8gemv): on the GB10 and RTX Blackwell parts (12.1, 12.0)
+# every FP8 linear of the real configs, MTP and DSpark stages included, runs the portable decode GEMV.
+for name in ("deepseek-v4-flash", "deepseek-v4-flash-nvfp4", "deepseek-v4-flash-0731", "deepseek-v4-flash-0731-nvfp4"):
+    m = os.path.join(SRC, "tests", "model", "data", name)
+    for cc in ("12.0", "12.1"):
+        for T in ("1", "32"):
+            p = run(m, "--simulate-cc", cc, "--max-num-batched-tokens", T)
+            if have_cuda:
+                lin = [l.split() for l in p.stdout.splitlines() if l.startswith("  ") and l.split()[1] == "linear"]
+                gemv_layers = {r[0] for r in lin if r[2] == "linear_cuda_gemv"}
+                layers = {r[0] for r in lin if r[0] != "-1"}
+                other = {r[2] for r in lin if r[2] not in ("linear_cuda_gemv", "linear_cuda_generic_bf16")}
+                check(p.returncode == 0 and layers and gemv_layers == layers and not other,
+                      f"{name} cc {cc} T {T}: every FP8 linear on linear_cuda_gemv "
+                      f"({p.returncode}, {len(gemv_layers)}/{len(layers)} layers, others {sorted(other)})")
+            else:
+                check(p.returncode == 1 and "no variant fits" in p.stderr, f"{name} cc {cc} T {T}: exit 1")
+m = os.path.join(SRC, "tests", "model", "data", "deepseek-v4-flash")
+p = run(m, "--max-num-batched-tokens", "0")
+check(p.returncode == 2 and "--max-num-batched-tokens" in p.stderr, "--max-num-batched-tokens 0: exit 2, named")
 
 m = os.path.join(d, "tiny-fp8")
 p = run(m, "--simulate-cc", "9")

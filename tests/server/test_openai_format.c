@@ -59,9 +59,12 @@ static void test_chat_chunks(void)
 			     "\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n");
 	oai_sse_done(&b);
 	expect(&b, "data: [DONE]\n\n");
-	oai_sse_error(&b, 500, "server_error", "boom \"x\"");
+	oai_sse_error(&b, 500, NULL, "boom \"x\"");
 	expect(&b, "data: {\"error\":{\"message\":\"boom \\\"x\\\"\",\"type\":\"server_error\",\"param\":null,"
-		   "\"code\":500}}\n\n");
+		   "\"code\":null}}\n\n");
+	oai_sse_error(&b, 400, "invalid_value", "x");
+	expect(&b, "data: {\"error\":{\"message\":\"x\",\"type\":\"invalid_request_error\",\"param\":null,"
+		   "\"code\":\"invalid_value\"}}\n\n");
 	T_CHECK(!strbuf_failed(&b));
 	strbuf_free(&b);
 }

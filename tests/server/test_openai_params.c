@@ -69,13 +69,14 @@ static void test_every_parameter(void)
 		"\"min_p\":0.1,\"seed\":-5,\"presence_penalty\":1.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.2,"
 		"\"logit_bias\":{\"5\":-100,\"999\":2.5},\"stop\":[\"a\",\"bc\"],\"stop_token_ids\":[1,2],"
 		"\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":4,\"priority\":0,\"cache_salt\":\"t1\","
-		"\"min_tokens\":5,\"include_stop_str_in_output\":true,\"skip_special_tokens\":true,\"parallel_tool_calls\":true,"
+		"\"min_tokens\":5,\"include_stop_str_in_output\":true,\"skip_special_tokens\":false,\"parallel_tool_calls\":true,"
 		"\"response_format\":{\"type\":\"text\"},\"user\":\"u\",\"metadata\":{},\"store\":false,"
 		"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
 		"\"tool_choice\":\"auto\",\"reasoning_effort\":\"max\",\"include_reasoning\":false");
 	T_CHECKF(parse(OAI_CHAT, body, &r, &why), "%s", why.message);
 	T_CHECK(r.model && !strcmp(r.model, "m") && r.stream && r.include_usage && r.n == 3);
 	T_CHECK(r.max_tokens == 9); /* max_completion_tokens wins */
+	T_CHECK(!r.skip_special_tokens);
 	T_CHECK(r.sampling.temperature == 0.5f && r.sampling.top_p == 0.25f && r.sampling.top_k == 40);
 	T_CLOSE(r.sampling.min_p, 0.1, 1e-6, 0);
 	T_CHECK(r.has_seed && r.sampling.seed == (uint64_t)(int64_t)-5);
@@ -223,7 +224,8 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"min_tokens\":3,\"max_tokens\":2"), "min_tokens");
 	expect_refused(OAI_CHAT, chat("\"min_tokens\":-1"), "min_tokens");
 	expect_refused(OAI_CHAT, chat("\"include_stop_str_in_output\":1"), "include_stop_str_in_output");
-	expect_refused(OAI_CHAT, chat("\"skip_special_tokens\":false"), "skip_special_tokens");
+	expect_refused(OAI_CHAT, chat("\"skip_special_tokens\":0"), "skip_special_tokens");
+	expect_refused(OAI_CHAT, chat("\"spaces_between_special_tokens\":\"yes\""), "spaces_between_special_tokens");
 	expect_refused(OAI_CHAT, chat("\"modalities\":[\"text\",\"audio\"]"), "modalities");
 	expect_refused(OAI_CHAT, chat("\"stream_options\":{\"include_usage\":true}"), "stream_options");
 	expect_refused(OAI_CHAT, chat("\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":true}"),

@@ -1,5 +1,5 @@
 /*
- * tests/kernels/test_linear_gpu2.c (suite gpu): the cuBLASLt FP8 linear
+ * tests/kernels/test_linear_cublaslt_gpu.c (suite gpu): the cuBLASLt FP8 linear
  * (linear_cublaslt_sm90) against the CPU reference on the real device.
  *
  * What it checks, and why each part can fail:
@@ -34,34 +34,8 @@
  * blocks adding up. bf16 outputs add one bf16 rounding (2^-9): 1e-2.
  * Exits 77 without a GPU or without CUDA.
  */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "dsv4_config.h"
-#include "kernels/kernels.h"
 #include "kernels/linear/linear_cublaslt.h"
-#include "tests/test.h"
-
-/* T_STR_CONTAINS on a char array trips -Waddress; take a pointer. */
-static void contains(const char *hay, const char *needle)
-{
-	T_STR_CONTAINS(hay, needle);
-}
-
-static const struct kern_variant *find(const char *name)
-{
-	for (int i = 0; i < kern_op_linear.n_variants; i++)
-		if (!strcmp(kern_op_linear.variants[i].name, name))
-			return &kern_op_linear.variants[i];
-	return NULL;
-}
-
-static int64_t rnd(uint64_t *rng, int64_t lo, int64_t hi)
-{
-	return lo + (int64_t)(kern_rand_u64(rng) % (uint64_t)(hi - lo + 1));
-}
+#include "tests/kernels/gpu_test_util.h"
 
 /* ldy_pad 16 keeps y rows 16-byte aligned (cuBLASLt writes y directly);
  * ldy_pad 1 does not (the variant stages the output in token chunks). */
@@ -74,18 +48,9 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 	T_CHECK(kern_prepare_weight(v, &w, &wp, &e) == ST_OK);
 	T_CHECK(wp.fmt == KERN_WFMT_FP8_F32_R128);
 	const int64_t ldy = out + ldy_pad;
-	void *x = malloc((size_t)(T * in) * 4 + 4);
-	float *yr = malloc((size_t)(T * out) * 4 + 4);
-	void *yg = malloc((size_t)(T * ldy) * 4 + 4);
-	float *yf = malloc((size_t)(T * out) * 4 + 4);
-	for (int64_t t = 0; t < T; t++)
-		for (int64_t b = 0; b < in / 128; b++) {
-			const float mag = ldexpf(1.0f, (int)rnd(rng, -6, 6));
-			for (int64_t k = b * 128; k < b * 128 + 128; k++)
-				kern_store_f32(x, xdt, t * in + k, kern_rand_f32(rng) * mag);
-		}
-	for (int64_t i = 0; i < T * ldy; i++)
-		kern_store_f32(yg, ydt, i, NAN);
+	void *x = gt_x_rand(rng, T, in, in, xdt, 6, 128);
+	float *yr = gt_malloc((size_t)(T * out) * 4);
+	void *yg = gt_poisoned(ydt, T, ldy);
 	struct kern_linear_args a = {.n_tokens = T, .x = x, .x_dtype = xdt, .y = yr, .y_dtype = KERN_DT_F32,
 				     .w = &w, .act_quant_block = 128};
 	T_CHECK(kern_linear_ref(&a) == ST_OK);
@@ -93,30 +58,17 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 	a.y = yg;
 	a.y_dtype = ydt;
 	a.ldy = ldy;
-	enum status st = ((kern_linear_fn)v->run_host)(&a);
-	T_CHECKF(st == ST_OK, "%s T%lld in%lld out%lld: %s", v->name, (long long)T, (long long)in, (long long)out,
-		 status_str(st));
-	int pad_written = 0;
-	for (int64_t t = 0; t < T; t++) {
-		for (int64_t o = 0; o < out; o++)
-			yf[t * out + o] = kern_load_f32(yg, ydt, t * ldy + o);
-		for (int64_t o = out; o < ldy; o++)
-			pad_written += !isnan(kern_load_f32(yg, ydt, t * ldy + o));
-	}
-	char why[KERN_REASON_BYTES];
-	bool ok = st == ST_OK && kern_compare_f32(yr, yf, (size_t)(T * out), 1e-6, ydt == KERN_DT_BF16 ? 1e-2 : 2e-3,
-						  why, sizeof why);
-	T_CHECKF(st != ST_OK || ok, "%s %s T%lld in%lld out%lld ldy%lld x%s y%s: %s%s", v->name, kern_wfmt_name(fmt),
-		 (long long)T, (long long)in, (long long)out, (long long)ldy, xdt ? "bf16" : "f32", ydt ? "bf16" : "f32",
-		 why,
+	char label[320];
+	snprintf(label, sizeof label, "%s T%lld in%lld out%lld ldy%lld x%s y%s%s", kern_wfmt_name(fmt), (long long)T,
+		 (long long)in, (long long)out, (long long)ldy, xdt ? "bf16" : "f32", ydt ? "bf16" : "f32",
 		 T > 1 && in > 128 ? " (if only T > 1 cases fail: suspect the B VEC128 activation-scale layout; "
 				     "if T = 1 fails too, the weight's; see linear_cublaslt.cu)"
 				   : "");
-	T_CHECKF(pad_written == 0, "%s wrote %d elements past out into the row padding", v->name, pad_written);
+	bool ok = gt_check_rows(v->name, label, ((kern_linear_fn)v->run_host)(&a), yr, yg, ydt, T, out, ldy,
+				ydt == KERN_DT_BF16 ? 1e-2 : 2e-3);
 	free(x);
 	free(yr);
 	free(yg);
-	free(yf);
 	kern_wmat_release(&wp);
 	kern_wmat_release(&w);
 	return ok;
@@ -130,26 +82,20 @@ static void expect_refusal(const struct kern_variant *v, const struct kern_devic
 	char why[KERN_REASON_BYTES] = "";
 	T_CHECKF(!kern_variant_accepts(v, &p, dev, NULL, why, sizeof why), "accepted [%lld, %lld] aq %d",
 		 (long long)out, (long long)in, aq);
-	contains(why, want);
+	gt_contains(why, want);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	if (!DSV4_HAVE_CUDA)
-		return test_skip("built without CUDA");
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
-	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK)
-		return test_skip(e.msg);
-	const struct kern_variant *v = find("linear_cublaslt_sm90");
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
+	const struct kern_variant *v = gt_find(&kern_op_linear, "linear_cublaslt_sm90");
 	T_CHECK(v != NULL);
 	if (!v)
 		return test_exit();
-	uint64_t rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
-	fprintf(stderr, "device %s (cc %d.%d), seed %llu\n", dev.name, dev.cc_major, dev.cc_minor,
-		(unsigned long long)rng);
+	uint64_t rng = gt_seed(argc, argv, &dev);
 
 	struct kern_linear_shape dsh = {.in = 4096, .out = 1024, .max_tokens = 1024, .act_quant_block = 128,
 					.x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
@@ -157,7 +103,7 @@ int main(void)
 	if (dev.cc_major * 10 + dev.cc_minor != 90) {
 		char why[KERN_REASON_BYTES] = "";
 		T_CHECK(!kern_variant_accepts(v, &dp, &dev, NULL, why, sizeof why));
-		contains(why, "outside [9.0, 9.0]");
+		gt_contains(why, "outside [9.0, 9.0]");
 		fprintf(stderr, "not a cc 9.0 device: only the refusal was checked\n");
 		return test_exit();
 	}
@@ -182,7 +128,7 @@ int main(void)
 	static const int64_t outs[] = {16, 144, 1040, 4096};
 	int ran = 0, failed = 0;
 	for (int i = 0; i < 54; i++) {
-		int64_t T = Ts[i % 9], in = ins[(i / 9) % 4], out = outs[rnd(&rng, 0, 3)];
+		int64_t T = Ts[i % 9], in = ins[(i / 9) % 4], out = outs[gt_rnd(&rng, 0, 3)];
 		enum kern_wfmt f = (i & 1) ? KERN_WFMT_FP8_F32_B128 : KERN_WFMT_FP8_E8M0_B128;
 		enum kern_dtype xdt = (enum kern_dtype)(kern_rand_u64(&rng) & 1), ydt = (enum kern_dtype)((i >> 1) & 1);
 		struct kern_linear_shape sh = {.in = in, .out = out, .max_tokens = T, .act_quant_block = 128,
@@ -208,12 +154,10 @@ int main(void)
 		struct kern_linear_shape sh = {.in = model[i][0], .out = model[i][1], .max_tokens = 1024,
 					       .act_quant_block = 128, .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 		struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
-		struct kern_disabled dis;
-		T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
-		const struct kern_variant *got = NULL;
-		T_CHECKF(kern_select_checked(&kern_op_linear, &p, &dev, &dis, i, &got, &e) == ST_OK, "%s", e.msg);
-		T_CHECKF(got == v && dis.n == 0, "[%lld -> %lld]: chose %s (%d dropped by self-check)",
-			 (long long)model[i][0], (long long)model[i][1], got ? got->name : "nothing", dis.n);
+		int dropped = 0;
+		const struct kern_variant *got = gt_select_checked(&kern_op_linear, &p, &dev, i, &dropped);
+		T_CHECKF(got == v && dropped == 0, "[%lld -> %lld]: chose %s (%d dropped by self-check)",
+			 (long long)model[i][0], (long long)model[i][1], got ? got->name : "nothing", dropped);
 	}
 #if DSV4_HAVE_CUDA
 	kern_linear_cublaslt_release();

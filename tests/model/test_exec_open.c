@@ -1,0 +1,162 @@
+/*
+ * tests/model/test_exec_open.c: the executor entry point (model/exec_open.h).
+ *
+ * 1. model_exec_parallel_world: the world size of every flag combination,
+ *    and a refusal naming the flag for each wrong one.
+ * 2. The tiny fp8 checkpoint opened at fp32 with one rank and with two rank
+ *    threads: a random prompt decoded greedily for a few tokens through the
+ *    executor the scheduler would drive gives the same tokens and logprobs
+ *    (within fp32 summation order) on both; the plan is there, the device
+ *    is the one asked for.
+ * 3. Serving defaults on the CPU: context min(model, 16384), at least 64
+ *    blocks; explicit sizes are kept; a worker rank is refused here.
+ * With DSV4_TEST_DEVICE=cuda (gpu suite) the executors open on the GPU.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/exec_open.h"
+#include "tests/model/fwd_harness.h"
+#include "tests/test.h"
+
+#define N_PROMPT 23
+#define N_GEN 6
+
+static const char *want_device(void)
+{
+	const char *d = getenv("DSV4_TEST_DEVICE");
+	return d && !strcmp(d, "cuda") ? "cuda" : "cpu";
+}
+
+static void check_world(void)
+{
+	struct err e = {0};
+	struct model_exec_parallel p = {0};
+	T_CHECK(model_exec_parallel_world(&p, &e) == 1);
+	p.tensor_parallel_size = 4;
+	T_CHECK(model_exec_parallel_world(&p, &e) == 4);
+	p.tensor_parallel_size = 3;
+	T_CHECK(model_exec_parallel_world(&p, &e) == 0);
+	T_STR_CONTAINS(e.msg, "--tensor-parallel-size");
+	p = (struct model_exec_parallel){.nnodes = 2, .secret_file = "/nonexistent"};
+	T_CHECK(model_exec_parallel_world(&p, &e) == 2);
+	p.tensor_parallel_size = 4;
+	T_CHECK(model_exec_parallel_world(&p, &e) == 0);
+	T_STR_CONTAINS(e.msg, "--nnodes");
+	p = (struct model_exec_parallel){.nnodes = 2};
+	T_CHECK(model_exec_parallel_world(&p, &e) == 0);
+	T_STR_CONTAINS(e.msg, "--tp-secret-file");
+	p = (struct model_exec_parallel){.nnodes = 2, .node_rank = 1, .secret_file = "/x"};
+	T_CHECK(model_exec_parallel_world(&p, &e) == 0);
+	T_STR_CONTAINS(e.msg, "--master-addr");
+	p = (struct model_exec_parallel){.node_rank = 1};
+	T_CHECK(model_exec_parallel_world(&p, &e) == 0);
+	T_STR_CONTAINS(e.msg, "--node-rank");
+}
+
+/* Greedy decode of prompt through x's scheduler-facing executor. */
+static enum status decode(struct model_exec_open *x, const int32_t *prompt, int32_t *out, float *lp, struct err *e)
+{
+	struct exec *ex = model_exec_open_exec(x);
+	uint32_t B = ex->info.block_tokens;
+	int32_t all[N_PROMPT + N_GEN], pos[N_PROMPT + N_GEN];
+	uint32_t blocks[8];
+	for (uint32_t k = 0; k < 8; k++)
+		blocks[k] = k;
+	memcpy(all, prompt, sizeof(int32_t) * N_PROMPT);
+	struct kern_sampling_params sp = {.temperature = 0, .top_p = 1, .repetition_penalty = 1, .logprobs = true};
+	uint32_t done = 0, len = N_PROMPT;
+	for (int n = 0; n < N_GEN; n++) {
+		uint32_t q = len - done;
+		for (uint32_t k = 0; k < q; k++)
+			pos[k] = (int32_t)(done + k);
+		struct exec_seq es = {.seq_id = 7, .n_cached_tokens = done, .n_context_tokens = len,
+				      .n_blocks = (len + B - 1) / B, .sample = true, .sampling = &sp,
+				      .prompt_ids = prompt, .n_prompt = N_PROMPT, .output_ids = all + N_PROMPT,
+				      .n_output = (uint32_t)n};
+		uint32_t qs[2] = {0, q};
+		struct exec_step step = {.n_tokens = q, .token_ids = all + done, .positions = pos, .n_seqs = 1,
+					 .seqs = &es, .query_start = qs, .block_ids = blocks, .n_block_ids = es.n_blocks,
+					 .n_sample = 1};
+		struct exec_sample smp;
+		enum status st = ex->ops->step(ex->ctx, &step, &smp, e);
+		if (st)
+			return st;
+		out[n] = smp.out.token_id;
+		lp[n] = smp.out.logprob;
+		all[len++] = smp.out.token_id;
+		done = len - 1;
+	}
+	return ST_OK;
+}
+
+int main(void)
+{
+	check_world();
+	fh_rng_state = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+	printf("seed %llu\n", (unsigned long long)fh_rng_state);
+	struct model_checkpoint *ck = fh_open("fp8");
+	if (!ck)
+		return test_skip("no tiny checkpoint");
+	const struct model_config *cfg = model_checkpoint_config(ck);
+	int32_t prompt[N_PROMPT];
+	for (int i = 0; i < N_PROMPT; i++)
+		prompt[i] = (int32_t)fh_rand((uint32_t)cfg->vocab_size);
+
+	int32_t tok[2][N_GEN];
+	float lp[2][N_GEN];
+	for (int w = 0; w < 2; w++) {
+		struct model_exec_open_options o = {.ck = ck, .device = want_device(), .block_tokens = 0,
+						    .n_blocks = 8, .max_step_tokens = 64, .max_step_seqs = 2,
+						    .precision = MODEL_PREC_FP32,
+						    .parallel = {.tensor_parallel_size = w ? 2 : 1}};
+		struct model_exec_open *x = NULL;
+		struct err e = {0};
+		T_CHECKF(model_exec_open(&x, &o, &e) == ST_OK, "world %d: %s", w + 1, e.msg);
+		if (!x)
+			return test_exit();
+		T_CHECK(model_exec_open_world(x) == w + 1);
+		T_CHECK(model_exec_open_plan(x) && model_exec_open_plan(x)->n > 0);
+		T_CHECK(model_exec_open_cpu(x) != NULL);
+		T_CHECK((model_exec_open_device(x)->cc_major > 0) == !strcmp(want_device(), "cuda"));
+		T_CHECK(model_exec_open_exec(x)->info.n_blocks == 8);
+		model_exec_open_heartbeat(x);
+		T_CHECKF(decode(x, prompt, tok[w], lp[w], &e) == ST_OK, "world %d decode: %s", w + 1, e.msg);
+		T_CHECK(!model_exec_open_failed(x));
+		model_exec_open_destroy(x);
+	}
+	for (int n = 0; n < N_GEN; n++) {
+		T_CHECKF(tok[0][n] == tok[1][n], "token %d: TP=1 %d, TP=2 %d", n, tok[0][n], tok[1][n]);
+		T_CHECKF(fabsf(lp[0][n] - lp[1][n]) < 1e-3f, "token %d: logprob %g vs %g", n, lp[0][n], lp[1][n]);
+		T_CHECK(lp[0][n] <= 0 && isfinite(lp[0][n]));
+	}
+
+	/* serving defaults on the CPU */
+	if (!strcmp(want_device(), "cpu")) {
+		struct model_exec_open_options o = {.ck = ck, .device = "cpu", .serving = true,
+						    .max_step_tokens = 64, .max_step_seqs = 2};
+		struct model_exec_open *x = NULL;
+		struct err e = {0};
+		T_CHECKF(model_exec_open(&x, &o, &e) == ST_OK, "serving: %s", e.msg);
+		if (x) {
+			const struct exec_info *in = &model_exec_open_exec(x)->info;
+			uint64_t want = cfg->max_position_embeddings < 16384 ? (uint64_t)cfg->max_position_embeddings
+									     : 16384;
+			T_CHECKF(in->max_model_len == want, "max_model_len %u, want %llu", in->max_model_len,
+				 (unsigned long long)want);
+			T_CHECK(in->n_blocks >= 64);
+			model_exec_open_destroy(x);
+		}
+	}
+	/* a worker process's rank is not opened here */
+	{
+		struct model_exec_open_options o = {.ck = ck, .device = "cpu",
+						    .parallel = {.nnodes = 2, .node_rank = 1, .master_addr = "127.0.0.1",
+								 .secret_file = "/nonexistent"}};
+		struct model_exec_open *x = NULL;
+		struct err e = {0};
+		T_CHECK(model_exec_open(&x, &o, &e) == ST_INVALID && !x);
+	}
+	model_checkpoint_destroy(ck);
+	return test_exit();
+}
