@@ -68,9 +68,10 @@ static void on_ev(void *u, struct sched_event *ev)
 }
 
 /* token id -> "<id>" */
-static uint32_t detok(void *ctx, int32_t id, char *buf, uint32_t cap)
+static uint32_t detok(void *ctx, int32_t id, bool keep_special, char *buf, uint32_t cap)
 {
 	(void)ctx;
+	(void)keep_special;
 	int n = snprintf(buf, cap, "<%d>", id);
 	return n < 0 ? 0 : (uint32_t)n < cap ? (uint32_t)n : cap;
 }
@@ -273,8 +274,8 @@ int main(void)
 			q->stop_id = free_out[r][9 + r]; /* an earlier occurrence stops first: the same rule for both */
 		} else if (r % 3 == 1) {
 			char a[24], b[24];
-			detok(NULL, free_out[r][14 + r], a, sizeof a);
-			detok(NULL, free_out[r][15 + r], b, sizeof b);
+			detok(NULL, free_out[r][14 + r], false, a, sizeof a);
+			detok(NULL, free_out[r][15 + r], false, b, sizeof b);
 			snprintf(q->stop_str, sizeof q->stop_str, "%s%.3s", a + 1, b);
 		} else {
 			q->max_tokens = 11 + (uint32_t)r * 2;
