@@ -20,7 +20,7 @@
  *            run's output.
  * The spec-decode counters add up (accepted per position sums to accepted
  * tokens; accepted <= draft tokens) and are nonzero where drafts were true.
- * Sampling: 40 seeded requests (temperature 1) with and without
+ * Sampling: 24 seeded requests (temperature 1) with and without
  * speculation: every token equal, the two-sample chi-square of the third
  * output token's distribution has p >= 0.01 (the plain run is seeded, so
  * equal tokens from another executor are also the reproduction). Block invariants hold after every step; at the end
@@ -35,7 +35,7 @@
 #include "tests/test.h"
 
 #define NR 8
-#define MT 40
+#define MT 28
 #define BT 32
 
 struct col {
@@ -320,7 +320,7 @@ int main(void)
 	}
 
 	/* sampling: many seeded requests, temperature 1 */
-	enum { NS = 40 };
+	enum { NS = 24 };
 	static struct req sreq[NS];
 	static struct col sa[NS], sb[NS];
 	int32_t sp[20];
