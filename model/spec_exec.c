@@ -126,6 +126,8 @@ static enum status spx_step(void *ctx, const struct exec_step *step, struct exec
 	enum status st = drafts ? spx_verify(sx, step, out, e) : sx->inner->ops->step(sx->inner->ctx, step, out, e);
 	if (st)
 		return st;
+	for (uint32_t k0 = 0; !drafts && k0 < step->n_sample; k0++)
+		out[k0].n_extra = 0; /* the wrapped executor's samples: one token each */
 	/* the drafter: every sequence's kept positions and the token after each */
 	uint32_t nd = 0, nn = 0, k = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
