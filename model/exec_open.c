@@ -419,9 +419,9 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 	struct spec_config sc;
 	if ((st = spec_config_parse(opt->speculative_config, &sc, e)) ||
 	    (st = spec_config_check(&sc, model_checkpoint_config(opt->ck), e)) ||
-	    (sc.method && (world > 1 || x->dev.cc_major > 0) &&
-	     (st = err_set(e, ST_UNSUPPORTED, "--speculative-config: speculative decoding runs on one rank on the "
-					     "CPU for now (docs/speculation.md)")))) {
+	    (sc.method && world > 1 &&
+	     (st = err_set(e, ST_UNSUPPORTED, "--speculative-config: speculative decoding runs on one rank for now "
+					     "(docs/speculation.md)")))) {
 		model_exec_open_destroy(x);
 		return st;
 	}
