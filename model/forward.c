@@ -111,6 +111,7 @@ struct model_fwd {
 	float *pooled;        /* FP32 mode: the compressors' pre-norm entries (largest row pool) */
 	float *x_final;
 	struct fwd_spec *spec; /* speculative decoding: verify rollback (section at the end), or NULL */
+	int32_t *mtp_bidx;     /* MTP: [max_tokens * hc_mult] row t of each stream row (t * n + j), in mem */
 };
 
 struct fwd_spec;
@@ -399,6 +400,7 @@ void model_fwd_destroy(struct model_fwd *f)
 	for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
 		kern_mem_free(&f->mem, ps[i]);
 	fwd_spec_free(f);
+	kern_mem_free(&f->mem, f->mtp_bidx);
 	if (f->meta_d != f->meta_h)
 		kern_mem_free(&f->mem, f->meta_d);
 	kern_mem_host_free(&f->mem, f->meta_h);
@@ -1250,35 +1252,54 @@ enum status model_fwd_logits(struct model_fwd *f, const float *streams, const ui
 	return head(f, &f->w->layers[0], &f->w->hc_head, f->w->norm, streams, rows, n_rows, logits, e);
 }
 
-/* ---- MTP (June release, speculative decoding; host memory only) ---- */
+/* ---- MTP (June release, speculative decoding) ---- */
 
 /* The MTP block over step (model/forward.h); its output streams end in f->x. */
 static enum status mtp_block(struct model_fwd *f, const struct exec_step *step, const float *streams, struct err *e)
 {
 	if (!f->w->n_mtp)
 		return err_set(e, ST_UNSUPPORTED, "the MTP layer is not loaded");
-	if (f->mem.device)
-		return err_set(e, ST_UNSUPPORTED, "the MTP layer runs on the CPU executor only");
 	int l = f->w->n_layers;
 	const struct model_layer *ly = &f->w->layers[l];
 	enum status st = batch_prepare(f, step, e);
 	if (st)
 		return st;
 	int64_t T = f->T, D = f->D, n = f->n;
+	if (!f->mtp_bidx) {
+		/* the broadcast below: stream row t * n + j reads row t */
+		size_t nb = (size_t)(f->opt.max_tokens * n);
+		int32_t *h = malloc(nb * sizeof *h);
+		if (!h)
+			return err_set(e, ST_NOMEM, "MTP broadcast index");
+		for (size_t i = 0; i < nb; i++)
+			h[i] = (int32_t)(i / (size_t)n);
+		if (!(st = mem_alloc(f, &f->mtp_bidx, nb * sizeof *h, e)) &&
+		    (st = kern_mem_upload(&f->mem, f->mtp_bidx, h, nb * sizeof *h, e))) {
+			kern_mem_free(&f->mem, f->mtp_bidx);
+			f->mtp_bidx = NULL;
+		}
+		if (!st)
+			st = kern_mem_sync(&f->mem, e); /* h is freed right after */
+		free(h);
+		if (st)
+			return st;
+	}
 	/* streams may be f->x (the main pass's result): copy them out of the way first */
-	memcpy(f->m2, streams, (size_t)(T * n * D) * sizeof(float));
-	if ((st = embed(f, f->fo, 1, e)))
+	if ((st = kern_mem_copy(&f->mem, f->m2, streams, (size_t)(T * n * D) * sizeof(float), e)) ||
+	    (st = embed(f, f->fo, 1, e)) ||
+	    (st = kern_mem_copy(&f->mem, f->u, f->fo, (size_t)(T * D) * sizeof(float), e)))
 		return st;
-	memcpy(f->u, f->fo, (size_t)(T * D) * sizeof(float));
 	if ((st = norm(f, ly, f->u, f->u, T, (int)D, ly->enorm, true, l, e)) ||
 	    (st = lin(f, &ly->e_proj, f->u, 0, T, f->fo, 0, true, l, e)) ||
 	    (st = norm(f, ly, f->m2, f->m1, T * n, (int)D, ly->hnorm, true, l, e)) ||
 	    (st = lin(f, &ly->h_proj, f->m1, 0, T * n, f->m2, 0, true, l, e)))
 		return st;
-	for (int64_t t = 0; t < T; t++)
-		for (int64_t j = 0; j < n; j++)
-			for (int64_t i = 0; i < D; i++)
-				f->x[(t * n + j) * D + i] = f->fo[t * D + i] + f->m2[(t * n + j) * D + i];
+	/* X0 = e_proj(e) broadcast over the streams + h_proj(x) per stream */
+	if ((st = copy_rows(f, f->x, D, NULL, f->fo, D, f->mtp_bidx, T * n, D, e)))
+		return st;
+	struct kern_add_args aa = {.y = f->x, .x = f->m2, .n = T * n * D, .stream = f->mem.stream};
+	int layer = l;
+	OK(f->g->add(&aa));
 	if ((st = round_bf16(f, f->x, T * n * D, e)) || (st = block(f, l, e)))
 		return st;
 	return ST_OK;
@@ -1300,6 +1321,11 @@ enum status model_fwd_mtp_rows(struct model_fwd *f, const struct exec_step *step
 const float *model_fwd_mtp_streams(const struct model_fwd *f)
 {
 	return f->x;
+}
+
+const struct kern_mem *model_fwd_mem(const struct model_fwd *f)
+{
+	return &f->mem;
 }
 
 enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, const float *streams, float *logits,

@@ -39,6 +39,7 @@ struct engine {
 	void (*user_heartbeat)(void *ctx); /* engine_options.heartbeat */
 	void *user_heartbeat_ctx;
 	_Atomic double last_beat_s;        /* for /health's stall check */
+	uint32_t spec_k;                   /* speculative decoding: the executor's drafts per step */
 };
 
 static void engine__heartbeat(void *ctx)
@@ -68,6 +69,12 @@ static void engine_stats(void *ctx, struct metrics_engine_stats *out)
 	out->n_preemptions = st.n_preemptions;
 	out->prompt_tokens = st.prompt_tokens;
 	out->generation_tokens = st.generation_tokens;
+	out->spec_k = en->spec_k; /* speculative decoding */
+	out->spec_drafts = st.spec_num_drafts;
+	out->spec_draft_tokens = st.spec_num_draft_tokens;
+	out->spec_accepted_tokens = st.spec_num_accepted_tokens;
+	for (int i = 0; i < 8 && i < EXEC_SPEC_MAX_DRAFT; i++)
+		out->spec_accepted_per_pos[i] = st.spec_accepted_per_pos[i];
 }
 
 enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e)
@@ -96,6 +103,7 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	en->user_heartbeat = opt->heartbeat;
 	en->user_heartbeat_ctx = opt->heartbeat_ctx;
 	atomic_store(&en->last_beat_s, time_mono_s());
+	en->spec_k = opt->exec->info.max_draft_tokens;
 	if ((st = sched_loop_create(&en->loop, &so, opt->exec, e))) {
 		engine_destroy(en);
 		return st;

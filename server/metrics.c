@@ -318,6 +318,21 @@ void metrics_render(struct metrics *m, struct strbuf *b)
 	sample(m, b, "dsv4:prompt_tokens_total", NULL, (double)es.prompt_tokens);
 	head(b, "dsv4:generation_tokens_total", "counter", "Generated tokens.");
 	sample(m, b, "dsv4:generation_tokens_total", NULL, (double)es.generation_tokens);
+	if (es.spec_k) { /* speculative decoding: vLLM's spec_decode counters */
+		head(b, "dsv4:spec_decode_num_drafts_total", "counter", "Verify steps with at least one draft.");
+		sample(m, b, "dsv4:spec_decode_num_drafts_total", NULL, (double)es.spec_drafts);
+		head(b, "dsv4:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.");
+		sample(m, b, "dsv4:spec_decode_num_draft_tokens_total", NULL, (double)es.spec_draft_tokens);
+		head(b, "dsv4:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.");
+		sample(m, b, "dsv4:spec_decode_num_accepted_tokens_total", NULL, (double)es.spec_accepted_tokens);
+		head(b, "dsv4:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted drafts by position.");
+		for (uint32_t i = 0; i < es.spec_k && i < 8; i++) {
+			char extra[32];
+			snprintf(extra, sizeof extra, ",position=\"%u\"", i);
+			sample(m, b, "dsv4:spec_decode_num_accepted_tokens_per_pos_total", extra,
+			       (double)es.spec_accepted_per_pos[i]);
+		}
+	}
 
 	head(b, "dsv4:request_success_total", "counter", "Finished requests by finish reason.");
 	for (int i = 0; i < m->n_success; i++) {

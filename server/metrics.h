@@ -26,6 +26,9 @@ struct metrics_engine_stats {
 	uint64_t prefix_queries_tokens, prefix_hits_tokens;
 	uint64_t n_preemptions;
 	uint64_t prompt_tokens, generation_tokens;
+	/* speculative decoding (docs/speculation.md); rendered when spec_k > 0 */
+	uint32_t spec_k;
+	uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos[8];
 };
 
 typedef void (*metrics_engine_fn)(void *ctx, struct metrics_engine_stats *out);
