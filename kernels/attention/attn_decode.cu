@@ -15,7 +15,12 @@
  *                      softmax per head). Every warp of the CTA reads the
  *                      same rows (L1 hits after the first). Writes the
  *                      split's unnormalised row, max and denominator to a
- *                      stream-ordered workspace (cudaMallocAsync).
+ *                      stream-ordered workspace (cudaMallocAsync /
+ *                      cudaFreeAsync on a->stream: no host synchronisation,
+ *                      safe for concurrent streams, and captured into CUDA
+ *                      graphs as memory nodes; S·T·H·(head_dim + 2) floats,
+ *                      S·T·⌈H/32⌉ ≈ one CTA per SM: about 13 MiB on an
+ *                      H200, less on smaller GPUs).
  *   ad_combine_kernel  one block per (token, head): merges the splits with
  *                      the sink (e^{sink - M} in the denominator), then the
  *                      inverse rope (double cos/sin rounded to float, as the
@@ -42,7 +47,7 @@ extern "C" {
 #define AD_HB (AD_NW * AD_HW)   /* heads per CTA */
 #define AD_MAXV 4               /* float4 per lane per row: head_dim <= 512 */
 #define AD_MAXS 64              /* splits per token */
-#define AD_MIN_ROWS 32          /* index slots per split, at least */
+#define AD_MIN_ROWS 16          /* index slots per split, at least */
 
 struct ad_srcs {
 	const float *kv[KERN_ATTN_MAX_SRC];
@@ -268,9 +273,10 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 	if (cudaGetDevice(&dev) != cudaSuccess ||
 	    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n_sm <= 0)
 		n_sm = 108;
-	/* splits: about two CTAs per SM, at least AD_MIN_ROWS index slots each */
+	/* splits: about one CTA per SM (the split kernel's registers allow one
+	 * 8-warp CTA per SM), at least AD_MIN_ROWS index slots each */
 	const int64_t base = T * n_hb;
-	int64_t S = (2 * (int64_t)n_sm + base - 1) / base;
+	int64_t S = ((int64_t)n_sm + base / 2) / base;
 	const int64_t s_rows = ((int64_t)a->idx_stride + AD_MIN_ROWS - 1) / AD_MIN_ROWS;
 	S = S < s_rows ? S : s_rows;
 	S = S < 1 ? 1 : (S > AD_MAXS ? AD_MAXS : S);
@@ -281,8 +287,8 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 	const size_t ml_bytes = (size_t)(S * T * H) * sizeof(float2);
 	void *ws = NULL;
 	if (cudaMallocAsync(&ws, acc_bytes + ml_bytes, st) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return ST_NOMEM;
+		(void)cudaGetLastError(); /* no stream-ordered pool here: the generic kernel needs no workspace */
+		return kern_sparse_attn_cuda_generic(a);
 	}
 	float *ws_acc = (float *)ws;
 	float2 *ws_ml = (float2 *)((char *)ws + acc_bytes);
