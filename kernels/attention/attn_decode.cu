@@ -1,19 +1,22 @@
 /*
  * kernels/attention/attn_decode.cu: the portable decode variant of op
  * sparse_attn (sparse_attn_cuda_decode; contract in attention.h) for steps of
- * few query tokens, plain CUDA of cc >= 8.0 (128-bit loads, warp shuffles).
+ * few query tokens, plain CUDA of cc >= 8.0 (128-bit loads, cp.async, warp
+ * shuffles).
  *
  * MQA: every head of a token reads the same key/value rows, so the decode
  * path reads each row once per 32 heads instead of once per head (the
  * generic variant's block per (token, head)), and splits a token's index
  * list over CTAs when tokens × head blocks cannot fill the SMs:
- *   ad_split_kernel    grid (split, head block of 32, token), 8 warps; warp w
+ *   ad_split_kernel    grid (split, head block of 32, token), 8 warps; the
+ *                      CTA stages the split's rows 8 at a time into shared
+ *                      memory with 16-byte cp.async, two stages in flight
+ *                      (the next stage loads while this one is used); warp w
  *                      owns 4 heads, keeps their q slices and fp32
  *                      accumulators in registers (lane: 4 floats of every 128
- *                      columns), and walks the split's rows two at a time
- *                      (float4 row loads, butterfly dot products, online
- *                      softmax per head). Every warp of the CTA reads the
- *                      same rows (L1 hits after the first). Writes the
+ *                      columns), and walks the staged rows two at a time
+ *                      (float4 reads, butterfly dot products, online softmax
+ *                      per head), so each row leaves DRAM once. Writes the
  *                      split's unnormalised row, max and denominator to a
  *                      stream-ordered workspace (cudaMallocAsync /
  *                      cudaFreeAsync on a->stream: no host synchronisation,
@@ -48,6 +51,7 @@ extern "C" {
 #define AD_MAXV 4               /* float4 per lane per row: head_dim <= 512 */
 #define AD_MAXS 64              /* splits per token */
 #define AD_MIN_ROWS 16          /* index slots per split, at least */
+#define AD_RS 8                 /* rows per pipeline stage (AD_RS·head_dim·4 bytes of shared memory each) */
 
 struct ad_srcs {
 	const float *kv[KERN_ATTN_MAX_SRC];
@@ -79,17 +83,109 @@ static __device__ __forceinline__ float4 ad_axpy4(float p, float4 e, float4 a)
 	return make_float4(fmaf(p, e.x, a.x), fmaf(p, e.y, a.y), fmaf(p, e.z, a.z), fmaf(p, e.w, a.w));
 }
 
+static __device__ __forceinline__ void ad_cp16(float *dst_smem, const float *src)
+{
+	const unsigned sa = (unsigned)__cvta_generic_to_shared(dst_smem);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src) : "memory");
+}
+
+static __device__ __forceinline__ void ad_cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> static __device__ __forceinline__ void ad_cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Stage the rows of index slots [jb, jb + AD_RS) ∩ [.., j1) into buf (rows of
+ * d floats) with 16-byte cp.async, all threads of the CTA; ok[r] says which
+ * rows hold a valid key. */
+static __device__ __forceinline__ void ad_stage(float *buf, int *ok, const ad_srcs &src, int64_t total,
+						int64_t stride, const int32_t *ix, int jb, int j1, int d)
+{
+	const int per_row = d >> 2; /* float4 per row */
+	for (int c = threadIdx.x; c < AD_RS * per_row; c += AD_NT) {
+		const int r = c / per_row, c4 = c - r * per_row;
+		const float *e = jb + r < j1 ? ad_row(src, ix[jb + r], total, stride) : NULL;
+		if (c4 == 0)
+			ok[r] = e != NULL;
+		if (e)
+			ad_cp16(buf + r * d + c4 * 4, e + c4 * 4);
+	}
+}
+
+/* One online-softmax step of a warp's AD_HW heads over rows e0, e1 (shared
+ * memory; NULL: no row). */
+static __device__ __forceinline__ void ad_rows2(const float *e0, const float *e1, int lane, int nv, float scale,
+						const float4 (&qr)[AD_HW][AD_MAXV], float4 (&acc)[AD_HW][AD_MAXV],
+						float (&m)[AD_HW], float (&l)[AD_HW])
+{
+	float4 ev0[AD_MAXV], ev1[AD_MAXV];
+#pragma unroll
+	for (int v = 0; v < AD_MAXV; v++) {
+		ev0[v] = ev1[v] = make_float4(0.f, 0.f, 0.f, 0.f);
+		if (v < nv && e0)
+			ev0[v] = *(const float4 *)(e0 + v * 128 + lane * 4);
+		if (v < nv && e1)
+			ev1[v] = *(const float4 *)(e1 + v * 128 + lane * 4);
+	}
+	float d0[AD_HW], d1[AD_HW];
+#pragma unroll
+	for (int k = 0; k < AD_HW; k++) {
+		d0[k] = d1[k] = 0.f;
+#pragma unroll
+		for (int v = 0; v < AD_MAXV; v++) {
+			d0[k] = ad_dot4(qr[k][v], ev0[v], d0[k]);
+			d1[k] = ad_dot4(qr[k][v], ev1[v], d1[k]);
+		}
+	}
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+		for (int k = 0; k < AD_HW; k++) {
+			d0[k] += __shfl_xor_sync(0xffffffffu, d0[k], o);
+			d1[k] += __shfl_xor_sync(0xffffffffu, d1[k], o);
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		if (!(r ? e1 : e0))
+			continue;
+#pragma unroll
+		for (int k = 0; k < AD_HW; k++) {
+			const float sc = (r ? d1[k] : d0[k]) * scale;
+			if (sc > m[k]) {
+				const float f = m[k] == -INFINITY ? 0.f : expf(m[k] - sc);
+				l[k] *= f;
+#pragma unroll
+				for (int v = 0; v < AD_MAXV; v++)
+					acc[k][v] = make_float4(acc[k][v].x * f, acc[k][v].y * f, acc[k][v].z * f,
+								acc[k][v].w * f);
+				m[k] = sc;
+			}
+			const float p = expf(sc - m[k]);
+			l[k] += p;
+#pragma unroll
+			for (int v = 0; v < AD_MAXV; v++)
+				acc[k][v] = ad_axpy4(p, r ? ev1[v] : ev0[v], acc[k][v]);
+		}
+	}
+}
+
 __global__ void __launch_bounds__(AD_NT) ad_split_kernel(const float *__restrict__ q, ad_srcs src, int64_t stride,
 							 const int32_t *__restrict__ idx,
 							 const int32_t *__restrict__ idx_len, int idx_stride,
 							 int chunk, float scale, int H, int d, int64_t T,
 							 float *__restrict__ ws_acc, float2 *__restrict__ ws_ml)
 {
+	extern __shared__ __align__(16) float rows_sh[]; /* [2][AD_RS][d] */
+	__shared__ int ok_sh[2][AD_RS];
 	const int s = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	const int64_t t = blockIdx.z;
 	const int h0 = blockIdx.y * AD_HB + wid * AD_HW;
-	if (h0 >= H)
-		return;
+	const bool active = h0 < H; /* a warp without heads still stages rows and meets the barriers */
 	const int nv = d >> 7;
 	float4 qr[AD_HW][AD_MAXV], acc[AD_HW][AD_MAXV];
 	float m[AD_HW], l[AD_HW];
@@ -111,61 +207,31 @@ __global__ void __launch_bounds__(AD_NT) ad_split_kernel(const float *__restrict
 	len = len < 0 ? 0 : (len > idx_stride ? idx_stride : len);
 	const int j0 = s * chunk;
 	const int j1 = j0 + chunk < len ? j0 + chunk : len;
-	for (int j = j0; j < j1; j += 2) {
-		/* two rows per step: both loads in flight before the dot products */
-		const float *e0 = ad_row(src, ix[j], total, stride);
-		const float *e1 = j + 1 < j1 ? ad_row(src, ix[j + 1], total, stride) : NULL;
-		float4 ev0[AD_MAXV], ev1[AD_MAXV];
-#pragma unroll
-		for (int v = 0; v < AD_MAXV; v++) {
-			ev0[v] = ev1[v] = make_float4(0.f, 0.f, 0.f, 0.f);
-			if (v < nv && e0)
-				ev0[v] = __ldg((const float4 *)(e0 + v * 128 + lane * 4));
-			if (v < nv && e1)
-				ev1[v] = __ldg((const float4 *)(e1 + v * 128 + lane * 4));
+	const int n_stages = j1 > j0 ? (j1 - j0 + AD_RS - 1) / AD_RS : 0;
+	/* two-stage pipeline: stage g + 1's rows are in flight while stage g is used */
+	if (n_stages > 0)
+		ad_stage(rows_sh, ok_sh[0], src, total, stride, ix, j0, j1, d);
+	ad_cp_commit();
+	for (int g = 0; g < n_stages; g++) {
+		const int b = g & 1;
+		if (g + 1 < n_stages) {
+			ad_stage(rows_sh + (size_t)(b ^ 1) * AD_RS * d, ok_sh[b ^ 1], src, total, stride, ix,
+				 j0 + (g + 1) * AD_RS, j1, d);
+			ad_cp_commit();
+			ad_cp_wait<1>();
+		} else {
+			ad_cp_wait<0>();
 		}
-		float d0[AD_HW], d1[AD_HW];
-#pragma unroll
-		for (int k = 0; k < AD_HW; k++) {
-			d0[k] = d1[k] = 0.f;
-#pragma unroll
-			for (int v = 0; v < AD_MAXV; v++) {
-				d0[k] = ad_dot4(qr[k][v], ev0[v], d0[k]);
-				d1[k] = ad_dot4(qr[k][v], ev1[v], d1[k]);
-			}
-		}
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-			for (int k = 0; k < AD_HW; k++) {
-				d0[k] += __shfl_xor_sync(0xffffffffu, d0[k], o);
-				d1[k] += __shfl_xor_sync(0xffffffffu, d1[k], o);
-			}
-		}
-#pragma unroll
-		for (int r = 0; r < 2; r++) {
-			if (!(r ? e1 : e0))
-				continue;
-#pragma unroll
-			for (int k = 0; k < AD_HW; k++) {
-				const float sc = (r ? d1[k] : d0[k]) * scale;
-				if (sc > m[k]) {
-					const float f = m[k] == -INFINITY ? 0.f : expf(m[k] - sc);
-					l[k] *= f;
-#pragma unroll
-					for (int v = 0; v < AD_MAXV; v++)
-						acc[k][v] = make_float4(acc[k][v].x * f, acc[k][v].y * f, acc[k][v].z * f,
-									acc[k][v].w * f);
-					m[k] = sc;
-				}
-				const float p = expf(sc - m[k]);
-				l[k] += p;
-#pragma unroll
-				for (int v = 0; v < AD_MAXV; v++)
-					acc[k][v] = ad_axpy4(p, r ? ev1[v] : ev0[v], acc[k][v]);
-			}
-		}
+		__syncthreads(); /* stage g's rows and flags visible to every warp */
+		const float *buf = rows_sh + (size_t)b * AD_RS * d;
+		if (active)
+			for (int r = 0; r < AD_RS; r += 2)
+				ad_rows2(ok_sh[b][r] ? buf + r * d : NULL, ok_sh[b][r + 1] ? buf + (r + 1) * d : NULL, lane,
+					 nv, scale, qr, acc, m, l);
+		__syncthreads(); /* buffer b free before stage g + 2 is staged into it */
 	}
+	if (!active)
+		return;
 #pragma unroll
 	for (int k = 0; k < AD_HW; k++) {
 		const int h = h0 + k;
@@ -293,8 +359,8 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 	float *ws_acc = (float *)ws;
 	float2 *ws_ml = (float2 *)((char *)ws + acc_bytes);
 	dim3 grid((unsigned)S, (unsigned)n_hb, (unsigned)T);
-	ad_split_kernel<<<grid, AD_NT, 0, st>>>(a->q, src, stride, a->idx, a->idx_len, a->idx_stride, chunk,
-						a->softmax_scale, H, d, T, ws_acc, ws_ml);
+	ad_split_kernel<<<grid, AD_NT, (size_t)2 * AD_RS * d * sizeof(float), st>>>(
+		a->q, src, stride, a->idx, a->idx_len, a->idx_stride, chunk, a->softmax_scale, H, d, T, ws_acc, ws_ml);
 	ad_combine_kernel<<<(unsigned)(T * H), 128, (size_t)d * sizeof(float), st>>>(
 		ws_acc, ws_ml, (int)S, T, H, d, a->sink, a->pos, a->omega, a->rope_dim, a->bf16_out, a->out);
 	const cudaError_t le = cudaGetLastError();
