@@ -177,7 +177,7 @@ static __device__ __forceinline__ void ad_rows2(const float *e0, const float *e1
 __global__ void __launch_bounds__(AD_NT) ad_split_kernel(const float *__restrict__ q, ad_srcs src, int64_t stride,
 							 const int32_t *__restrict__ idx,
 							 const int32_t *__restrict__ idx_len, int idx_stride,
-							 int chunk, float scale, int H, int d, int64_t T,
+							 float scale, int H, int d, int64_t T,
 							 float *__restrict__ ws_acc, float2 *__restrict__ ws_ml)
 {
 	extern __shared__ __align__(16) float rows_sh[]; /* [2][AD_RS][d] */
@@ -205,7 +205,13 @@ __global__ void __launch_bounds__(AD_NT) ad_split_kernel(const float *__restrict
 	const int32_t *ix = idx + t * idx_stride;
 	int len = idx_len ? idx_len[t] : idx_stride;
 	len = len < 0 ? 0 : (len > idx_stride ? idx_stride : len);
-	const int j0 = s * chunk;
+	/* this token's splits: its own list length (idx_stride is the batch's
+	 * bound, often far above a sliding or CSA layer's sets), at least
+	 * AD_MIN_ROWS slots each; splits past them stay empty */
+	int n_split = (len + AD_MIN_ROWS - 1) / AD_MIN_ROWS;
+	n_split = n_split < 1 ? 1 : (n_split > (int)gridDim.x ? (int)gridDim.x : n_split);
+	const int chunk = (len + n_split - 1) / n_split;
+	const int j0 = s < n_split ? s * chunk : len;
 	const int j1 = j0 + chunk < len ? j0 + chunk : len;
 	const int n_stages = j1 > j0 ? (j1 - j0 + AD_RS - 1) / AD_RS : 0;
 	/* two-stage pipeline: stage g + 1's rows are in flight while stage g is used */
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(AD_NT) ad_split_kernel(const float *__restrict
 		const int64_t row = ((int64_t)s * T + t) * H + h;
 #pragma unroll
 		for (int v = 0; v < AD_MAXV; v++)
-			if (v < nv)
+			if (v < nv && m[k] != -INFINITY) /* the combine reads no row of an empty split */
 				*(float4 *)(ws_acc + row * d + v * 128 + lane * 4) = acc[k][v];
 		if (lane == 0)
 			ws_ml[row] = make_float2(m[k], l[k]);
@@ -346,9 +352,6 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 	const int64_t s_rows = ((int64_t)a->idx_stride + AD_MIN_ROWS - 1) / AD_MIN_ROWS;
 	S = S < s_rows ? S : s_rows;
 	S = S < 1 ? 1 : (S > AD_MAXS ? AD_MAXS : S);
-	const int chunk = (int)((a->idx_stride + S - 1) / S);
-	if (chunk > 0)
-		S = (a->idx_stride + chunk - 1) / chunk;
 	const size_t acc_bytes = (size_t)(S * T * H) * (size_t)d * sizeof(float);
 	const size_t ml_bytes = (size_t)(S * T * H) * sizeof(float2);
 	void *ws = NULL;
@@ -360,7 +363,7 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 	float2 *ws_ml = (float2 *)((char *)ws + acc_bytes);
 	dim3 grid((unsigned)S, (unsigned)n_hb, (unsigned)T);
 	ad_split_kernel<<<grid, AD_NT, (size_t)2 * AD_RS * d * sizeof(float), st>>>(
-		a->q, src, stride, a->idx, a->idx_len, a->idx_stride, chunk, a->softmax_scale, H, d, T, ws_acc, ws_ml);
+		a->q, src, stride, a->idx, a->idx_len, a->idx_stride, a->softmax_scale, H, d, T, ws_acc, ws_ml);
 	ad_combine_kernel<<<(unsigned)(T * H), 128, (size_t)d * sizeof(float), st>>>(
 		ws_acc, ws_ml, (int)S, T, H, d, a->sink, a->pos, a->omega, a->rope_dim, a->bf16_out, a->out);
 	const cudaError_t le = cudaGetLastError();
