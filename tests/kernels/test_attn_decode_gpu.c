@@ -15,8 +15,9 @@
  * inputs each run (the seed is printed; DSV4_TEST_SEED repeats it), device
  * outputs poisoned with NaN, every element compared. Tolerance as
  * tests/kernels/test_ops_gpu.c gives sparse_attn: rtol 1e-5 of max|ref|
- * (summation order only), 8e-3 (one bf16 ulp) with bf16 outputs. Selection on the device must pick the decode row. Exits 77
- * without CUDA or without a GPU.
+ * (summation order only), 8e-3 (one bf16 ulp) with bf16 outputs.
+ * Selection on the device must pick the decode row. Exits 77 without CUDA
+ * or without a GPU.
  */
 #include <math.h>
 #include <stdint.h>
