@@ -1298,8 +1298,7 @@ static enum status mtp_block(struct model_fwd *f, const struct exec_step *step, 
 	if ((st = copy_rows(f, f->x, D, NULL, f->fo, D, f->mtp_bidx, T * n, D, e)))
 		return st;
 	struct kern_add_args aa = {.y = f->x, .x = f->m2, .n = T * n * D, .stream = f->mem.stream};
-	int layer = l;
-	OK(f->g->add(&aa));
+	OK(l, f->g->add(&aa));
 	if ((st = round_bf16(f, f->x, T * n * D, e)) || (st = block(f, l, e)))
 		return st;
 	return ST_OK;
