@@ -17,11 +17,9 @@
  *                      columns), and walks the staged rows two at a time
  *                      (float4 reads, butterfly dot products, online softmax
  *                      per head), so each row leaves DRAM once. Writes the
- *                      split's unnormalised row, max and denominator to a
- *                      stream-ordered workspace (cudaMallocAsync /
- *                      cudaFreeAsync on a->stream: no host synchronisation,
- *                      safe for concurrent streams, and captured into CUDA
- *                      graphs as memory nodes; S·T·H·(head_dim + 2) floats,
+ *                      split's unnormalised row, max and denominator to the
+ *                      executor's scratch (kern_ctx: stream-ordered, one op
+ *                      at a time; S·T·H·(head_dim + 2) floats,
  *                      S·T·⌈H/32⌉ ≈ one CTA per SM: about 13 MiB on an
  *                      H200, less on smaller GPUs).
  *   ad_combine_kernel  one block per (token, head): merges the splits with
@@ -41,6 +39,7 @@
 extern "C" {
 #include "kernels/attention/attn_decode.h"
 #include "kernels/attention/attention_generic.h"
+#include "kernels/device/ctx.h"
 }
 #include "kernels/norm/lowp_cuda.cuh"
 
@@ -354,11 +353,13 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 	S = S < 1 ? 1 : (S > AD_MAXS ? AD_MAXS : S);
 	const size_t acc_bytes = (size_t)(S * T * H) * (size_t)d * sizeof(float);
 	const size_t ml_bytes = (size_t)(S * T * H) * sizeof(float2);
-	void *ws = NULL;
-	if (cudaMallocAsync(&ws, acc_bytes + ml_bytes, st) != cudaSuccess) {
-		(void)cudaGetLastError(); /* no stream-ordered pool here: the generic kernel needs no workspace */
+	/* the executor's scratch (kernels/device/ctx.h): it grows only outside
+	 * a graph capture, and the first step of a batch size runs eagerly
+	 * (kernels/device/graph.h), so a captured step finds it large enough;
+	 * when it cannot have it, the generic kernel needs none */
+	void *ws = kern_ctx_scratch(kern_ctx_or_default(a->ctx), acc_bytes + ml_bytes, a->stream);
+	if (!ws)
 		return kern_sparse_attn_cuda_generic(a);
-	}
 	float *ws_acc = (float *)ws;
 	float2 *ws_ml = (float2 *)((char *)ws + acc_bytes);
 	dim3 grid((unsigned)S, (unsigned)n_hb, (unsigned)T);
@@ -366,7 +367,5 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 		a->q, src, stride, a->idx, a->idx_len, a->idx_stride, a->softmax_scale, H, d, T, ws_acc, ws_ml);
 	ad_combine_kernel<<<(unsigned)(T * H), 128, (size_t)d * sizeof(float), st>>>(
 		ws_acc, ws_ml, (int)S, T, H, d, a->sink, a->pos, a->omega, a->rope_dim, a->bf16_out, a->out);
-	const cudaError_t le = cudaGetLastError();
-	const cudaError_t fe = cudaFreeAsync(ws, st);
-	return le == cudaSuccess && fe == cudaSuccess ? ST_OK : ST_INVALID;
+	return cudaGetLastError() == cudaSuccess ? ST_OK : ST_CUDA;
 }
