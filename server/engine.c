@@ -7,7 +7,7 @@
  * the scheduler loop (no more notify callbacks), then the routes' state.
  */
 #include "engine.h"
-#include "server/serve_guard.h" /* hardening: defaults */
+#include "server/serve_guard.h" /* SERVE_GUARD_DEFAULT_BODY_MB */
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -113,12 +113,20 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	struct api_options ao = {.served_model_name = opt->served_model_name, .api_key = opt->api_key,
 				 .check_host = !(opt->api_key && opt->api_key[0]) &&
 					       serve_guard_is_loopback(opt->host ? opt->host : "127.0.0.1"),
-				 .max_model_len = (int)en->max_model_len};
+				 .max_model_len = (int)en->max_model_len,
+				 .disable_log_requests = opt->disable_log_requests};
 	if ((st = api_create(&en->api, &ao, e))) {
 		engine_destroy(en);
 		return st;
 	}
 	metrics_set_engine(api_metrics(en->api), engine_stats, en);
+	double stats_s = opt->log_stats_interval_s;
+	if (stats_s == 0) /* as vLLM's VLLM_LOG_STATS_INTERVAL */
+		stats_s = getenv("DSV4_LOG_STATS_INTERVAL") ? strtod(getenv("DSV4_LOG_STATS_INTERVAL"), NULL) : 10.0;
+	if (stats_s > 0 && (st = metrics_log_stats_start(api_metrics(en->api), stats_s, e))) {
+		engine_destroy(en);
+		return st;
+	}
 	for (int i = 0; opt->plan && i < opt->plan->n; i++) {
 		const struct kern_plan_entry *pe = &opt->plan->entries[i];
 		char layer[16];
@@ -191,6 +199,7 @@ void engine_destroy(struct engine *en)
 	if (en->http)
 		http_server_quiesce(en->http);
 	http_server_destroy(en->http);
+	metrics_log_stats_stop(en->api ? api_metrics(en->api) : NULL); /* it reads the loop */
 	sched_loop_destroy(en->loop);
 	oai_server_destroy(en->oai);
 	api_destroy(en->api);
