@@ -167,6 +167,10 @@ for name in ("deepseek-v4-flash", "deepseek-v4-flash-nvfp4", "deepseek-v4-flash-
                 check(p.returncode == 0 and layers and gemv_layers == layers and not other,
                       f"{name} cc {cc} T {T}: every FP8 linear on linear_cuda_gemv "
                       f"({p.returncode}, {len(gemv_layers)}/{len(layers)} layers, others {sorted(other)})")
+                # and attention runs the portable decode row (attn_decode.cu)
+                att = {l.split()[2] for l in p.stdout.splitlines()
+                       if l.startswith("  ") and l.split()[1] == "sparse_attn"}
+                check(att == {"sparse_attn_cuda_decode"}, f"{name} cc {cc} T {T}: sparse_attn rows {sorted(att)}")
             else:
                 check(p.returncode == 1 and "no variant fits" in p.stderr, f"{name} cc {cc} T {T}: exit 1")
 m = os.path.join(SRC, "tests", "model", "data", "deepseek-v4-flash")
