@@ -160,7 +160,7 @@ for name in ("deepseek-v4-flash", "deepseek-v4-flash-nvfp4", "deepseek-v4-flash-
         for T in ("1", "32"):
             p = run(m, "--simulate-cc", cc, "--max-num-batched-tokens", T)
             if have_cuda:
-                lin = [l.split() for l in p.stdout.splitlines() if l.startswith("  ") and l.split()[1] == "linear"]
+                lin = [r for r in (l.split() for l in p.stdout.splitlines() if is_row(l)) if r[1] == "linear"]
                 gemv_layers = {r[0] for r in lin if r[2] == "linear_cuda_gemv"}
                 layers = {r[0] for r in lin if r[0] != "-1"}
                 other = {r[2] for r in lin if r[2] not in ("linear_cuda_gemv", "linear_cuda_generic_bf16")}
