@@ -235,7 +235,10 @@ static bool site_shape(const struct planner *P, const struct model_layer_plan *l
 	return t.has;
 }
 
-/* Decode-sized steps: at most this many tokens (a batch of decodes). */
+/* Decode-sized steps: at most LIN_DEC_TOKENS_MAX tokens (below one 64-row
+ * tile) where a variant takes them, else at most LIN_DEC_TOKENS (the bound
+ * on cc 9.0, where cuBLASLt takes larger steps). */
+#define LIN_DEC_TOKENS_MAX 63
 #define LIN_DEC_TOKENS 16
 
 /* Select the linear (or expert GEMM) of one site; where names it in errors. */
@@ -263,13 +266,14 @@ static enum status plan_lin(struct planner *P, int layer, const char *where, boo
 		return st;
 	/* a decode slot: the variant a step of at most LIN_DEC_TOKENS tokens
 	 * would get, kept when it differs and reads what v's prepare() writes */
-	if (!moe && o->max_step_tokens > LIN_DEC_TOKENS) {
+	static const int64_t dec_tokens[] = {LIN_DEC_TOKENS_MAX, LIN_DEC_TOKENS};
+	for (int i = 0; !moe && i < 2 && o->max_step_tokens > dec_tokens[i]; i++) {
 		const struct kern_variant *vd = NULL;
-		ls.max_tokens = LIN_DEC_TOKENS;
+		ls.max_tokens = dec_tokens[i];
 		if (select_variant(P, op, &pr, -1, &vd, NULL) == ST_OK && vd != v && vd->prepare == v->prepare &&
 		    vd->backend == v->backend) {
 			x->v_dec = vd;
-			x->dec_tokens = LIN_DEC_TOKENS;
+			x->dec_tokens = dec_tokens[i];
 			return row_add(P->p, layer, op, vd, e);
 		}
 	}
