@@ -83,30 +83,38 @@ void strbuf_printf(struct strbuf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
-void strbuf_json_string(struct strbuf *b, const char *s, size_t n)
+const char *strbuf_json_escape(unsigned char c, char tmp[7])
 {
 	static const char hex[] = "0123456789abcdef";
+	switch (c) {
+	case '"': return "\\\"";
+	case '\\': return "\\\\";
+	case '\n': return "\\n";
+	case '\r': return "\\r";
+	case '\t': return "\\t";
+	case '\b': return "\\b";
+	case '\f': return "\\f";
+	default:
+		if (c >= 0x20)
+			return NULL;
+		tmp[0] = '\\';
+		tmp[1] = 'u';
+		tmp[2] = '0';
+		tmp[3] = '0';
+		tmp[4] = hex[c >> 4];
+		tmp[5] = hex[c & 15];
+		tmp[6] = '\0';
+		return tmp;
+	}
+}
+
+void strbuf_json_string(struct strbuf *b, const char *s, size_t n)
+{
 	strbuf_append(b, "\"", 1);
 	size_t run = 0; /* bytes copied verbatim in one go */
 	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		const char *esc = NULL;
 		char u[7];
-		switch (c) {
-		case '"': esc = "\\\""; break;
-		case '\\': esc = "\\\\"; break;
-		case '\n': esc = "\\n"; break;
-		case '\r': esc = "\\r"; break;
-		case '\t': esc = "\\t"; break;
-		case '\b': esc = "\\b"; break;
-		case '\f': esc = "\\f"; break;
-		default:
-			if (c < 0x20) {
-				u[0] = '\\'; u[1] = 'u'; u[2] = '0'; u[3] = '0';
-				u[4] = hex[c >> 4]; u[5] = hex[c & 15]; u[6] = '\0';
-				esc = u;
-			}
-		}
+		const char *esc = strbuf_json_escape((unsigned char)s[i], u);
 		if (esc) {
 			strbuf_append(b, s + i - run, run);
 			run = 0;

@@ -29,6 +29,10 @@ void strbuf_printf(struct strbuf *b, const char *fmt, ...) DSV4_PRINTF(2, 3);
 /* Append s as a JSON string literal, quotes included (valid UTF-8 assumed;
  * control characters escaped). */
 void strbuf_json_string(struct strbuf *b, const char *s, size_t n);
+/* The JSON escape of byte c inside a string (\", \\, \n, \r, \t, \b, \f, other
+ * controls as \u00xx: what json.dumps writes), or NULL when c goes verbatim.
+ * tmp holds a \u00xx escape. The one escaping table of the tree. */
+const char *strbuf_json_escape(unsigned char c, char tmp[7]);
 bool strbuf_failed(const struct strbuf *b);
 /* Take the data (malloc'd, NUL-terminated, never NULL unless failed); b is reset. */
 char *strbuf_take(struct strbuf *b, size_t *len);

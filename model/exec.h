@@ -5,8 +5,10 @@
  * The scheduler plans a step in plain C (struct exec_step: one flat token
  * batch plus per-sequence metadata) and hands it to an executor, which runs
  * the forward pass over it, samples where asked, and returns the sampled ids.
- * There are at least three executors (CPU reference, CUDA, and the
- * deterministic fake in tests/scheduler/), so this is a vtable
+ * There are several executors (the model's on the CPU or one GPU,
+ * model/exec_cpu.c; tensor-parallel rank 0, model/exec_tp.c; the
+ * deterministic test executor, model/exec_test.c; the scheduler tests'
+ * fake, tests/scheduler/fake_exec.c), so this is a vtable
  * (style.md rule 13). One thread (the scheduler's step loop) owns an executor;
  * nothing here is thread-safe.
  *

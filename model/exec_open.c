@@ -25,6 +25,7 @@
 #include "common/timeutil.h"
 #include "kernels/registry/registry.h"
 #include "model/exec_tp.h"
+#include "model/spec.h"
 
 const char *model_dsv4_version(void); /* model/model_version.c */
 
@@ -219,6 +220,7 @@ struct model_exec_open {
 	struct comm *comm; /* rank 0's */
 	struct model_exec_cpu *cpu;
 	struct model_exec_tp *tp;
+	struct model_spec_exec *spec; /* ---- speculative decoding ---- or NULL */
 	atomic_bool failed;
 	atomic_bool stopping;
 	double last_ping_s;
@@ -413,8 +415,24 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 		return st;
 	}
 	x->xo = exec_open__xo(opt, &x->dev);
+	/* ---- speculative decoding ---- */
+	struct spec_config sc;
+	if ((st = spec_config_parse(opt->speculative_config, &sc, e)) ||
+	    (st = spec_config_check(&sc, model_checkpoint_config(opt->ck), e)) ||
+	    (sc.method && world > 1 &&
+	     (st = err_set(e, ST_UNSUPPORTED, "--speculative-config: speculative decoding runs on one rank for now "
+					     "(docs/speculation.md)")))) {
+		model_exec_open_destroy(x);
+		return st;
+	}
+	x->xo.load_mtp |= sc.method == MODEL_DRAFT_MTP || sc.method == MODEL_DRAFT_DSPARK; /* the draft model */
 	if (world == 1) {
 		if ((st = model_exec_cpu_create(&x->cpu, &x->xo, e))) {
+			model_exec_open_destroy(x);
+			return st;
+		}
+		struct model_spec_exec_options so = {.x = x->cpu, .cfg = sc};
+		if (sc.method && (st = model_spec_exec_create(&x->spec, &so, e))) {
 			model_exec_open_destroy(x);
 			return st;
 		}
@@ -458,6 +476,8 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 
 struct exec *model_exec_open_exec(struct model_exec_open *x)
 {
+	if (x->spec) /* ---- speculative decoding ---- */
+		return model_spec_exec_exec(x->spec);
 	return x->tp ? model_exec_tp_exec(x->tp) : model_exec_cpu_exec(x->cpu);
 }
 
@@ -491,6 +511,7 @@ void model_exec_open_destroy(struct model_exec_open *x)
 	for (int r = 1; r < x->world; r++)
 		if (x->ranks[r].started)
 			pthread_join(x->ranks[r].th, NULL);
+	model_spec_exec_destroy(x->spec); /* ---- speculative decoding ---- */
 	model_exec_cpu_destroy(x->cpu);
 	comm_boot_destroy(x->boot); /* goodbye to the worker nodes */
 	comm_destroy(x->comm);

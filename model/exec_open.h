@@ -86,6 +86,10 @@ struct model_exec_open_options {
 	 * run eagerly (model_exec_cpu_options.enforce_eager). */
 	bool enforce_eager;
 	struct model_exec_parallel parallel;
+	/* ---- speculative decoding ---- --speculative-config JSON (model/spec.h,
+	 * docs/speculation.md), NULL = off: the executor drafts and verifies
+	 * (one rank; the method must match the checkpoint's draft model). */
+	const char *speculative_config;
 	/* (optional) tensor parallel: the group failed; any thread, once. */
 	void (*on_fail)(void *ctx, const char *msg);
 	void *fail_ctx;

@@ -111,6 +111,7 @@ struct model_fwd {
 	float *pooled;        /* FP32 mode: the compressors' pre-norm entries (largest row pool) */
 	float *x_final;
 	struct fwd_spec *spec; /* speculative decoding: verify rollback (section at the end), or NULL */
+	int32_t *mtp_bidx;     /* MTP: [max_tokens * hc_mult] row t of each stream row (t * n + j), in mem */
 	float *dsp_cap;        /* DSpark: [max_tokens, n_targets * D] target-layer captures (host), or NULL */
 };
 
@@ -402,6 +403,7 @@ void model_fwd_destroy(struct model_fwd *f)
 	for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
 		kern_mem_free(&f->mem, ps[i]);
 	fwd_spec_free(f);
+	kern_mem_free(&f->mem, f->mtp_bidx);
 	free(f->dsp_cap);
 	if (f->meta_d != f->meta_h)
 		kern_mem_free(&f->mem, f->meta_d);
@@ -422,20 +424,21 @@ const float *model_fwd_streams(const struct model_fwd *f)
 
 /* ---- helpers ---- */
 
-#define OK(call)                                                                                   \
+/* A kernel call of layer `layer_` (-1: not one layer's op); a failure
+ * becomes the enclosing function's error, in its `e`, naming the call. */
+#define OK(layer_, call)                                                                           \
 	do {                                                                                       \
 		enum status st_ = (call);                                                          \
 		if (st_)                                                                           \
-			return err_set(e, st_, "layer %d: %s failed", layer, #call);               \
+			return err_set(e, st_, "layer %d: %s failed", (layer_), #call);            \
 	} while (0)
 
 static enum status round_bf16(const struct model_fwd *f, float *x, int64_t n, struct err *e)
 {
 	if (!f->opt.bf16_round || n <= 0)
 		return ST_OK;
-	int layer = -1;
 	struct kern_round_bf16_args a = {.x = x, .n = n, .stream = f->mem.stream};
-	OK(f->g->round_bf16(&a));
+	OK(-1, f->g->round_bf16(&a));
 	return ST_OK;
 }
 
@@ -487,7 +490,7 @@ static enum status lin(const struct model_fwd *f, const struct model_lin *l, con
 				     .y_dtype = KERN_DT_F32, .ldy = ldy, .w = &l->w,
 				     .act_quant_block = l->act_quant_block, .stream = f->mem.stream,
 				     .workspace = f->lt_ws, .workspace_bytes = f->lt_ws_bytes, .ctx = f->opt.kctx};
-	OK(l->run(&a));
+	OK(layer, l->run(&a));
 	if (!ldy)
 		trace(f, l->v->name, layer, y, T * l->w.rows);
 	if (round && f->opt.bf16_round) {
@@ -509,7 +512,7 @@ static enum status norm(const struct model_fwd *f, const struct model_layer *ly,
 	struct kern_rmsnorm_args a = {.x = x, .y = y, .w_bf16 = w, .n_rows = rows, .dim = dim,
 				      .eps = (float)f->cfg->rms_norm_eps, .bf16_out = round && f->opt.bf16_round,
 				      .stream = f->mem.stream};
-	OK(ly->ops.rmsnorm(&a));
+	OK(layer, ly->ops.rmsnorm(&a));
 	return ST_OK;
 }
 
@@ -517,11 +520,10 @@ static enum status copy_rows(const struct model_fwd *f, float *dst, int64_t dst_
 			     const float *src, int64_t src_stride, const int32_t *src_idx, int64_t n_rows, int64_t dim,
 			     struct err *e)
 {
-	int layer = -1;
 	struct kern_copy_rows_args a = {.dst = dst, .dst_stride = dst_stride, .dst_idx = dst_idx, .src = src,
 					.src_stride = src_stride, .src_idx = src_idx, .n_rows = n_rows, .dim = dim,
 					.stream = f->mem.stream};
-	OK(f->g->copy_rows(&a));
+	OK(-1, f->g->copy_rows(&a));
 	return ST_OK;
 }
 
@@ -681,16 +683,16 @@ static enum status hc_pre(struct model_fwd *f, const struct model_layer *ly, con
 	void *sm = f->mem.stream;
 	struct kern_hc_prenorm_args pa = {.x = x, .fn = hc->fn, .mix = f->mix, .sqr_sum = f->sqr, .n_tokens = f->T,
 					  .k = k, .n_out = (2 + n) * n, .stream = sm};
-	OK(ly->ops.hc_prenorm(&pa));
+	OK(layer, ly->ops.hc_prenorm(&pa));
 	struct kern_hc_split_args sa = {.mix = f->mix, .sqr_sum = f->sqr, .n_tokens = f->T, .n_streams = n, .k = k,
 					.norm_eps = (float)f->cfg->rms_norm_eps, .scale = hc->scale, .base = hc->base,
 					.sinkhorn_iters = (int)f->cfg->hc_sinkhorn_iters,
 					.hc_eps = (float)f->cfg->hc_eps, .pre = f->pre, .post = f->post, .comb = f->comb,
 					.stream = sm};
-	OK(ly->ops.hc_split(&sa));
+	OK(layer, ly->ops.hc_split(&sa));
 	struct kern_hc_pre_combine_args ca = {.x = x, .pre = f->pre, .u = u, .n_tokens = f->T, .n_streams = n,
 					      .dim = (int)f->D, .bf16_out = f->opt.bf16_round, .stream = sm};
-	OK(ly->ops.hc_pre_combine(&ca));
+	OK(layer, ly->ops.hc_pre_combine(&ca));
 	return ST_OK;
 }
 
@@ -700,7 +702,7 @@ static enum status hc_post(struct model_fwd *f, const struct model_layer *ly, co
 	struct kern_hc_post_args a = {.f = fo, .x = x, .post = f->post, .comb = f->comb, .x_out = x_out,
 				      .n_tokens = f->T, .n_streams = (int)f->n, .dim = (int)f->D,
 				      .bf16_out = f->opt.bf16_round, .stream = f->mem.stream};
-	OK(ly->ops.hc_post(&a));
+	OK(layer, ly->ops.hc_post(&a));
 	return ST_OK;
 }
 
@@ -711,18 +713,17 @@ static enum status hc_post(struct model_fwd *f, const struct model_layer *ly, co
 static enum status state_regions(struct model_fwd *f, const struct wave *wv, float *pool, int64_t region_floats,
 				 bool init, float value, struct err *e)
 {
-	int layer = -1;
 	if (init && wv->n_init) {
 		struct kern_block_fill_args a = {.pool = pool, .region_stride = region_floats,
 						 .region_len = region_floats, .ids = DEV(f, wv->init_ids),
 						 .n = wv->n_init, .value = value, .stream = f->mem.stream};
-		OK(f->g->block_fill(&a));
+		OK(-1, f->g->block_fill(&a));
 	}
 	if (!init && wv->n_cp) {
 		struct kern_block_copy_args a = {.pool = pool, .region_stride = region_floats,
 						 .region_len = region_floats, .dst_ids = DEV(f, wv->cp_dst),
 						 .src_ids = DEV(f, wv->cp_src), .n = wv->n_cp, .stream = f->mem.stream};
-		OK(f->g->block_copy(&a));
+		OK(-1, f->g->block_copy(&a));
 	}
 	return ST_OK;
 }
@@ -757,7 +758,6 @@ static enum status compressor_state(struct model_fwd *f, const struct model_laye
 static enum status cmp_fp32_post(struct model_fwd *f, const struct model_layer *ly, int l, int j, float *out,
 				 int dim, const uint16_t *norm_w, struct err *e)
 {
-	int layer = l;
 	struct model_layer_state *q = &f->st->ls[l];
 	int m = ly->ratio;
 	int64_t n = 0;
@@ -792,16 +792,15 @@ static enum status cmp_fp32_post(struct model_fwd *f, const struct model_layer *
 		return st;
 	struct kern_rmsnorm_args na = {.x = tmp, .y = tmp, .w_bf16 = norm_w, .n_rows = n, .dim = dim,
 				       .eps = (float)f->cfg->rms_norm_eps, .stream = f->mem.stream};
-	OK(ly->ops.rmsnorm(&na));
+	OK(l, ly->ops.rmsnorm(&na));
 	struct kern_rope_args ra = {.x = tmp, .pos = DEV(f, wpos), .omega = ly->omega, .n_rows = n, .n_heads = 1,
 				    .head_dim = dim, .rope_dim = (int)f->r, .pos_mul = m, .stream = f->mem.stream};
-	OK(ly->ops.rope(&ra));
+	OK(l, ly->ops.rope(&ra));
 	return copy_rows(f, out, dim, DEV(f, rows), tmp, dim, NULL, n, dim, e);
 }
 
 static enum status compress_waves(struct model_fwd *f, const struct model_layer *ly, int l, struct err *e)
 {
-	int layer = l;
 	struct model_layer_state *q = &f->st->ls[l];
 	int m = ly->ratio, d = (int)f->d, id = (int)f->ID, r = (int)f->r;
 	int c = q->overlap ? 2 : 1;
@@ -830,7 +829,7 @@ static enum status compress_waves(struct model_fwd *f, const struct model_layer 
 			.out_paged = {.block_table = DEV(f, wv->bt), .bt_stride = f->bt_stride, .per_block = q->per_block},
 			.n_out_rows = (int64_t)f->st->n_blocks * q->per_block, .pooled = f->pooled,
 			.stream = f->mem.stream};
-		OK(ly->ops.compressor(&a));
+		OK(l, ly->ops.compressor(&a));
 		if (f->pooled && (st = cmp_fp32_post(f, ly, l, j, q->cmp, d, ly->cmp_norm, e)))
 			return st;
 		if (!q->indexer)
@@ -854,7 +853,7 @@ static enum status compress_waves(struct model_fwd *f, const struct model_layer 
 		a.norm_w = ly->idx_cmp_norm;
 		a.post = f->opt.quant_sim ? KERN_CMP_POST_HADAMARD_FP4 : KERN_CMP_POST_NONE;
 		a.out = q->ikeys;
-		OK(ly->ops.compressor(&a));
+		OK(l, ly->ops.compressor(&a));
 		if (f->pooled && (st = cmp_fp32_post(f, ly, l, j, q->ikeys, id, ly->idx_cmp_norm, e)))
 			return st;
 	}
@@ -875,7 +874,6 @@ static int kind_of(const struct model_fwd *f, int64_t cmp_rows)
  * (rule 2 for the ring part of the state). */
 static enum status ring_waves(struct model_fwd *f, int l, struct err *e)
 {
-	int layer = l;
 	struct model_layer_state *q = &f->st->ls[l];
 	int64_t W = f->cfg->sliding_window, d = f->d;
 	enum status st;
@@ -895,7 +893,7 @@ static enum status ring_waves(struct model_fwd *f, int l, struct err *e)
 						 .n_ring_rows = (int64_t)f->st->n_blocks * W, .n_tokens = wv->nt,
 						 .n_seqs = wv->ns, .q_off = DEV(f, wv->q_off), .start_pos = DEV(f, wv->start),
 						 .window = (int)W, .dim = (int)d, .stream = f->mem.stream};
-		OK(f->g->ring_write(&a));
+		OK(l, f->g->ring_write(&a));
 	}
 	return ST_OK;
 }
@@ -903,7 +901,6 @@ static enum status ring_waves(struct model_fwd *f, int l, struct err *e)
 static enum status attention(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn, float *out,
 			     struct err *e)
 {
-	int layer = l;
 	struct model_layer_state *q = &f->st->ls[l];
 	int64_t T = f->T, H = f->H, d = f->d, r = f->r, W = f->cfg->sliding_window;
 	void *sm = f->mem.stream;
@@ -921,7 +918,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		return st;
 	struct kern_rope_args ra = {.x = f->q, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = (int)H,
 				    .head_dim = (int)d, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round, .stream = sm};
-	OK(ly->ops.rope(&ra));
+	OK(l, ly->ops.rope(&ra));
 	/* shared K = V */
 	if ((st = lin(f, &ly->wkv, xn, 0, T, f->kv, 0, true, l, e)))
 		return st;
@@ -929,12 +926,12 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		return st;
 	ra.x = f->kv;
 	ra.n_heads = 1;
-	OK(ly->ops.rope(&ra));
+	OK(l, ly->ops.rope(&ra));
 	trace(f, "kv", l, f->kv, T * d);
 	if (f->opt.quant_sim) {
 		struct kern_act_quant_sim_args qa = {.x = f->kv, .n_rows = T, .n_cols = d - r, .ld = d, .block = 64,
 						     .stream = sm};
-		OK(f->g->act_quant_sim(&qa));
+		OK(l, f->g->act_quant_sim(&qa));
 	}
 
 	/* compressed rows of this step (they may serve this step's own queries) */
@@ -958,11 +955,11 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		struct kern_rope_args ia = {.x = f->qi, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = NHI,
 					    .head_dim = ID, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round,
 					    .stream = sm};
-		OK(ly->ops.rope(&ia));
+		OK(l, ly->ops.rope(&ia));
 		if (f->opt.quant_sim) {
 			struct kern_indexer_rotate_args qa = {.x = f->qi, .n_rows = T * NHI, .dim = ID, .fp4_block = 32,
 							      .stream = sm};
-			OK(ly->ops.indexer_rotate(&qa));
+			OK(l, ly->ops.indexer_rotate(&qa));
 		}
 		if ((st = lin(f, &ly->idx_wproj, xn, 0, T, f->hw, 0, false, l, e)))
 			return st;
@@ -973,7 +970,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 			.key_paged = paged, .ratio = ly->ratio, .n_heads = NHI, .head_dim = ID,
 			.top_k = (int)f->cfg->index_topk, .topk = f->topk, .work = f->topk_work,
 			.work_len = f->opt.max_context / 4 + 1, .stream = sm};
-		OK(ly->ops.indexer_topk(&ta));
+		OK(l, ly->ops.indexer_topk(&ta));
 	}
 
 	/* index sets over [compressed pool | fresh kv | rings] (compressed rows
@@ -990,7 +987,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 		.cmp_paged = ly->ratio ? paged : (struct kern_rowmap_paged){0},
 		.topk = q->indexer ? f->topk : NULL, .topk_stride = (int)f->cfg->index_topk, .idx = f->idx,
 		.idx_len = f->idx_len, .idx_stride = f->idx_stride, .stream = sm};
-	OK(ly->ops.attn_index(&xa));
+	OK(l, ly->ops.attn_index(&xa));
 	struct kern_sparse_attn_args aa = {.q = f->q, .out = f->o, .kv_stride = d, .idx = f->idx,
 					   .idx_len = f->idx_len, .idx_stride = f->idx_stride, .sink = ly->attn_sink,
 					   .softmax_scale = (float)(1.0 / sqrt((double)d)), .pos = pos,
@@ -1005,7 +1002,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 	aa.kv_rows[ns++] = T;
 	aa.kv[ns] = q->ring;
 	aa.kv_rows[ns++] = ring_rows;
-	OK(ly->ops.sparse_attn(&aa));
+	OK(l, ly->ops.sparse_attn(&aa));
 	trace(f, "attn_o", l, f->o, T * H * d);
 
 	/* grouped low-rank output projection */
@@ -1026,7 +1023,6 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn, float *out,
 		       struct err *e)
 {
-	int layer = l;
 	int64_t T = f->T, D = f->D, I = f->I, E = f->E, K = f->K, EL = f->EL;
 	int64_t P = T * K; /* rows of the grouped layout at most; n_rows holds how many exist */
 	void *sm = f->mem.stream;
@@ -1038,16 +1034,16 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 				     .vocab = f->V, .n_tokens = T, .n_experts = (int)E, .top_k = (int)K,
 				     .route_scale = (float)f->cfg->routed_scaling_factor, .expert_ids = f->eids,
 				     .weights = f->ew, .stream = sm};
-	OK(ly->ops.route(&ra));
+	OK(l, ly->ops.route(&ra));
 	trace(f, "route_w", l, f->ew, T * K);
 	struct kern_moe_dispatch_args da = {.n_tokens = T, .top_k = (int)K, .topk_ids = f->eids,
 					    .expert_base = (int32_t)f->EB, .n_experts = EL, .expert_offsets = f->offsets,
 					    .row_src = f->row_src, .row_slot = f->row_slot, .slot_row = f->slot_row,
 					    .n_rows = f->n_rows, .stream = sm};
-	OK(f->g->moe_dispatch(&da));
+	OK(l, f->g->moe_dispatch(&da));
 	struct kern_moe_row_weight_args wa = {.slot_weight = f->ew, .row_slot = f->row_slot, .n_rows = f->n_rows,
 					      .max_rows = P, .row_weight = f->rw, .stream = sm};
-	OK(f->g->moe_row_weight(&wa));
+	OK(l, f->g->moe_row_weight(&wa));
 	const struct model_experts *x = &ly->experts;
 	float limit = (float)f->cfg->swiglu_limit;
 	/* ---- moe-decode: small steps run the fused routed-expert pass (kernels/moe_gemm/moe_decode.h):
@@ -1059,7 +1055,7 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 			.y = f->y2, .out = out, .w1 = x->w1, .w3 = x->w3, .w2 = x->w2, .w1_dev = x->w1_dev,
 			.w3_dev = x->w3_dev, .w2_dev = x->w2_dev, .act_quant_block = x->act_quant_block,
 			.swiglu_limit = limit, .bf16_round = f->opt.bf16_round, .stream = sm, .ctx = f->opt.kctx};
-		OK(x->run_dec(&dd));
+		OK(l, x->run_dec(&dd));
 		goto combined;
 	}
 	/* ---- end moe-decode ---- */
@@ -1067,30 +1063,30 @@ static enum status moe(struct model_fwd *f, const struct model_layer *ly, int l,
 					.row_src = f->row_src, .n_x_rows = T, .x = xn, .x_dtype = KERN_DT_F32,
 					.y = f->h1, .y_dtype = KERN_DT_F32, .w = x->w1, .w_dev = x->w1_dev,
 					.act_quant_block = x->act_quant_block, .stream = sm, .ctx = f->opt.kctx};
-	OK(x->run13(&ma));
+	OK(l, x->run13(&ma));
 	ma.y = f->h3;
 	ma.w = x->w3;
 	ma.w_dev = x->w3_dev;
-	OK(x->run13(&ma));
+	OK(l, x->run13(&ma));
 	trace(f, x->v13->name, l, f->h1, P * I);
 	trace(f, "h3", l, f->h3, P * I);
 	if ((st = round_bf16(f, f->h1, P * I, e)) || (st = round_bf16(f, f->h3, P * I, e)))
 		return st;
 	struct kern_swiglu_args sa = {.gate = f->h1, .up = f->h3, .out = f->h1, .row_weight = f->rw, .n_rows = P,
 				      .dim = (int)I, .limit = limit, .bf16_out = f->opt.bf16_round, .stream = sm};
-	OK(ly->ops.swiglu(&sa));
+	OK(l, ly->ops.swiglu(&sa));
 	struct kern_moe_gemm_args m2 = {.n_rows = P, .n_experts = EL, .expert_offsets = f->offsets, .n_x_rows = P,
 					.x = f->h1, .x_dtype = KERN_DT_F32, .y = f->y2, .y_dtype = KERN_DT_F32,
 					.w = x->w2, .w_dev = x->w2_dev, .act_quant_block = x->act_quant_block,
 					.stream = sm, .ctx = f->opt.kctx};
-	OK(x->run2(&m2));
+	OK(l, x->run2(&m2));
 	trace(f, x->v2->name, l, f->y2, P * D);
 	if ((st = round_bf16(f, f->y2, P * D, e)))
 		return st;
 	struct kern_moe_combine_args ca = {.n_tokens = T, .top_k = (int)K, .dim = D, .slot_row = f->slot_row,
 					   .y = f->y2, .y_dtype = KERN_DT_F32, .out = out, .out_dtype = KERN_DT_F32,
 					   .stream = sm};
-	OK(f->g->moe_combine(&ca));
+	OK(l, f->g->moe_combine(&ca));
 combined:
 	trace(f, "combine", l, out, T * D);
 	/* shared expert (same clamp, weight 1); under TP each rank holds a slice
@@ -1101,12 +1097,12 @@ combined:
 		return st;
 	struct kern_swiglu_args ss = {.gate = f->sh1, .up = f->sh3, .out = f->sh1, .n_rows = T, .dim = (int)IL,
 				      .limit = limit, .bf16_out = f->opt.bf16_round, .stream = sm};
-	OK(ly->ops.swiglu(&ss));
+	OK(l, ly->ops.swiglu(&ss));
 	if ((st = lin(f, &ly->sh_w2, f->sh1, 0, T, f->shy, 0, f->ws == 1, l, e)))
 		return st;
 	trace(f, "shared", l, f->shy, T * D);
 	struct kern_add_args aa = {.y = out, .x = f->shy, .n = T * D, .stream = sm};
-	OK(f->g->add(&aa));
+	OK(l, f->g->add(&aa));
 	if ((st = all_reduce(f, out, T * D, e)))
 		return st;
 	return round_bf16(f, out, T * D, e);
@@ -1146,11 +1142,10 @@ static enum status block(struct model_fwd *f, int l, struct err *e)
  * term). */
 static enum status embed(struct model_fwd *f, float *out, int64_t n_copies, struct err *e)
 {
-	int layer = -1;
 	struct kern_embed_args a = {.table = f->w->embed, .vocab_begin = f->VB, .vocab_rows = f->VL,
 				    .ids = DEV(f, f->ids), .n_tokens = f->T, .dim = f->D, .n_copies = (int)n_copies,
 				    .out = out, .stream = f->mem.stream};
-	OK(f->g->embed(&a));
+	OK(-1, f->g->embed(&a));
 	return all_reduce(f, out, f->T * n_copies * f->D, e);
 }
 
@@ -1212,7 +1207,6 @@ static enum status head(struct model_fwd *f, const struct model_layer *ly0, cons
 			const uint16_t *norm_w, const float *streams, const uint32_t *rows, uint32_t n_rows,
 			float *logits, struct err *e)
 {
-	int layer = -1;
 	int n = (int)f->n, k = (int)(f->n * f->D);
 	int64_t D = f->D;
 	void *sm = f->mem.stream;
@@ -1235,17 +1229,17 @@ static enum status head(struct model_fwd *f, const struct model_layer *ly0, cons
 		return st;
 	struct kern_hc_prenorm_args pa = {.x = f->hh, .fn = hc->fn, .mix = f->mix, .sqr_sum = f->sqr,
 					  .n_tokens = n_rows, .k = k, .n_out = n, .stream = sm};
-	OK(ly0->ops.hc_prenorm(&pa));
+	OK(-1, ly0->ops.hc_prenorm(&pa));
 	struct kern_hc_split_args sa = {.mix = f->mix, .sqr_sum = f->sqr, .n_tokens = n_rows, .n_streams = n, .k = k,
 					.norm_eps = (float)f->cfg->rms_norm_eps, .scale = hc->scale, .base = hc->base,
 					.sinkhorn_iters = (int)f->cfg->hc_sinkhorn_iters,
 					.hc_eps = (float)f->cfg->hc_eps, .head = true, .pre = f->pre, .stream = sm};
-	OK(ly0->ops.hc_split(&sa));
+	OK(-1, ly0->ops.hc_split(&sa));
 	trace(f, "head_pre", -1, f->pre, (int64_t)n_rows * n);
 	struct kern_hc_pre_combine_args ca = {.x = f->hh, .pre = f->pre, .u = f->u, .n_tokens = n_rows,
 					      .n_streams = n, .dim = (int)D, .bf16_out = f->opt.bf16_round,
 					      .stream = sm};
-	OK(ly0->ops.hc_pre_combine(&ca));
+	OK(-1, ly0->ops.hc_pre_combine(&ca));
 	trace(f, "head_u", -1, f->u, (int64_t)n_rows * D);
 	if ((st = norm(f, ly0, f->u, f->u, n_rows, (int)D, norm_w, true, -1, e)))
 		return st;
@@ -1263,35 +1257,53 @@ enum status model_fwd_logits(struct model_fwd *f, const float *streams, const ui
 	return head(f, &f->w->layers[0], &f->w->hc_head, f->w->norm, streams, rows, n_rows, logits, e);
 }
 
-/* ---- MTP (June release, speculative decoding; host memory only) ---- */
+/* ---- MTP (June release, speculative decoding) ---- */
 
 /* The MTP block over step (model/forward.h); its output streams end in f->x. */
 static enum status mtp_block(struct model_fwd *f, const struct exec_step *step, const float *streams, struct err *e)
 {
 	if (!f->w->n_mtp)
 		return err_set(e, ST_UNSUPPORTED, "the MTP layer is not loaded");
-	if (f->mem.device)
-		return err_set(e, ST_UNSUPPORTED, "the MTP layer runs on the CPU executor only");
 	int l = f->w->n_layers;
 	const struct model_layer *ly = &f->w->layers[l];
 	enum status st = batch_prepare(f, step, e);
 	if (st)
 		return st;
 	int64_t T = f->T, D = f->D, n = f->n;
+	if (!f->mtp_bidx) {
+		/* the broadcast below: stream row t * n + j reads row t */
+		size_t nb = (size_t)(f->opt.max_tokens * n);
+		int32_t *h = malloc(nb * sizeof *h);
+		if (!h)
+			return err_set(e, ST_NOMEM, "MTP broadcast index");
+		for (size_t i = 0; i < nb; i++)
+			h[i] = (int32_t)(i / (size_t)n);
+		if (!(st = mem_alloc(f, &f->mtp_bidx, nb * sizeof *h, e)) &&
+		    (st = kern_mem_upload(&f->mem, f->mtp_bidx, h, nb * sizeof *h, e))) {
+			kern_mem_free(&f->mem, f->mtp_bidx);
+			f->mtp_bidx = NULL;
+		}
+		if (!st)
+			st = kern_mem_sync(&f->mem, e); /* h is freed right after */
+		free(h);
+		if (st)
+			return st;
+	}
 	/* streams may be f->x (the main pass's result): copy them out of the way first */
-	memcpy(f->m2, streams, (size_t)(T * n * D) * sizeof(float));
-	if ((st = embed(f, f->fo, 1, e)))
+	if ((st = kern_mem_copy(&f->mem, f->m2, streams, (size_t)(T * n * D) * sizeof(float), e)) ||
+	    (st = embed(f, f->fo, 1, e)) ||
+	    (st = kern_mem_copy(&f->mem, f->u, f->fo, (size_t)(T * D) * sizeof(float), e)))
 		return st;
-	memcpy(f->u, f->fo, (size_t)(T * D) * sizeof(float));
 	if ((st = norm(f, ly, f->u, f->u, T, (int)D, ly->enorm, true, l, e)) ||
 	    (st = lin(f, &ly->e_proj, f->u, 0, T, f->fo, 0, true, l, e)) ||
 	    (st = norm(f, ly, f->m2, f->m1, T * n, (int)D, ly->hnorm, true, l, e)) ||
 	    (st = lin(f, &ly->h_proj, f->m1, 0, T * n, f->m2, 0, true, l, e)))
 		return st;
-	for (int64_t t = 0; t < T; t++)
-		for (int64_t j = 0; j < n; j++)
-			for (int64_t i = 0; i < D; i++)
-				f->x[(t * n + j) * D + i] = f->fo[t * D + i] + f->m2[(t * n + j) * D + i];
+	/* X0 = e_proj(e) broadcast over the streams + h_proj(x) per stream */
+	if ((st = copy_rows(f, f->x, D, NULL, f->fo, D, f->mtp_bidx, T * n, D, e)))
+		return st;
+	struct kern_add_args aa = {.y = f->x, .x = f->m2, .n = T * n * D, .stream = f->mem.stream};
+	OK(l, f->g->add(&aa));
 	if ((st = round_bf16(f, f->x, T * n * D, e)) || (st = block(f, l, e)))
 		return st;
 	return ST_OK;
@@ -1313,6 +1325,11 @@ enum status model_fwd_mtp_rows(struct model_fwd *f, const struct exec_step *step
 const float *model_fwd_mtp_streams(const struct model_fwd *f)
 {
 	return f->x;
+}
+
+const struct kern_mem *model_fwd_mem(const struct model_fwd *f)
+{
+	return &f->mem;
 }
 
 enum status model_fwd_mtp(struct model_fwd *f, const struct exec_step *step, const float *streams, float *logits,
@@ -1397,20 +1414,19 @@ enum status model_fwd_dspark_kv(struct model_fwd *f, int stage, const float *mai
 				float *kv, struct err *e)
 {
 	const struct model_layer *ly = dspark_stage(f, stage);
-	int layer = ly->layer;
 	int64_t d = f->d, r = f->r;
 	enum status st;
-	if ((st = lin(f, &ly->wkv, main_x, 0, T, kv, 0, true, layer, e)) ||
-	    (st = norm(f, ly, kv, kv, T, (int)d, ly->kv_norm, true, layer, e)))
+	if ((st = lin(f, &ly->wkv, main_x, 0, T, kv, 0, true, ly->layer, e)) ||
+	    (st = norm(f, ly, kv, kv, T, (int)d, ly->kv_norm, true, ly->layer, e)))
 		return st;
 	struct kern_rope_args ra = {.x = kv, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = 1,
 				    .head_dim = (int)d, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round,
 				    .stream = f->mem.stream};
-	OK(ly->ops.rope(&ra));
+	OK(ly->layer, ly->ops.rope(&ra));
 	if (f->opt.quant_sim) {
 		struct kern_act_quant_sim_args qa = {.x = kv, .n_rows = T, .n_cols = d - r, .ld = d, .block = 64,
 						     .stream = f->mem.stream};
-		OK(f->g->act_quant_sim(&qa));
+		OK(ly->layer, f->g->act_quant_sim(&qa));
 	}
 	return ST_OK;
 }
@@ -1428,11 +1444,10 @@ static enum status dspark_attention(struct model_fwd *f, const struct model_laye
 	    (st = lin(f, &ly->wq_b, f->qr, 0, T, f->q, 0, true, l, e)) ||
 	    (st = norm(f, ly, f->q, f->q, T * H, (int)d, NULL, true, l, e)))
 		return st;
-	int layer = l;
 	struct kern_rope_args ra = {.x = f->q, .pos = f->pos, .omega = ly->omega, .n_rows = T, .n_heads = (int)H,
 				    .head_dim = (int)d, .rope_dim = (int)f->r, .bf16_out = f->opt.bf16_round,
 				    .stream = f->mem.stream};
-	OK(ly->ops.rope(&ra));
+	OK(ly->layer, ly->ops.rope(&ra));
 	if ((st = model_fwd_dspark_kv(f, stage, xn, f->pos, f->T, f->kv, e)))
 		return st;
 	for (uint32_t s = 0; s < b->n_seqs; s++) {
@@ -1459,7 +1474,7 @@ static enum status dspark_attention(struct model_fwd *f, const struct model_laye
 	aa.kv_rows[0] = T;
 	aa.kv[1] = b->ctx_kv[stage];
 	aa.kv_rows[1] = b->ctx_off[b->n_seqs];
-	OK(ly->ops.sparse_attn(&aa));
+	OK(ly->layer, ly->ops.sparse_attn(&aa));
 	int64_t hpg = H / f->G;
 	for (int64_t g = 0; g < f->G; g++)
 		if ((st = lin(f, &ly->wo_a[g], f->o + g * hpg * d, H * d, T, f->z + g * R, f->G * R, false, l, e)))

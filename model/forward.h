@@ -85,6 +85,8 @@ enum status model_fwd_mtp_rows(struct model_fwd *f, const struct exec_step *step
 /* The MTP block's output streams [n_tokens, hc_mult, D] of the last MTP
  * call (the next draft step's input); valid until the next forward call. */
 const float *model_fwd_mtp_streams(const struct model_fwd *f);
+/* Where the forward's buffers live (host or the executor's device). */
+const struct kern_mem *model_fwd_mem(const struct model_fwd *f);
 
 /* ---- DSpark (0731 release; model/dspark.h; host memory only) ----
  * model_fwd_dspark_enable: from now on every model_fwd_run also keeps the

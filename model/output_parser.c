@@ -147,22 +147,8 @@ static void emit_args(struct model_oparse *p, const char *s)
 
 static void esc_byte_raw(struct model_oparse *p, unsigned char c)
 {
-	char tmp[8];
-	const char *s = NULL;
-	switch (c) {
-	case '"': s = "\\\""; break;
-	case '\\': s = "\\\\"; break;
-	case '\n': s = "\\n"; break;
-	case '\r': s = "\\r"; break;
-	case '\t': s = "\\t"; break;
-	case '\b': s = "\\b"; break;
-	case '\f': s = "\\f"; break;
-	default:
-		if (c < 0x20) {
-			snprintf(tmp, sizeof tmp, "\\u%04x", c);
-			s = tmp;
-		}
-	}
+	char tmp[7];
+	const char *s = strbuf_json_escape(c, tmp);
 	if (s)
 		emit_args(p, s);
 	else

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/dspark.h"
 #include "model/exec_cpu.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -126,6 +127,8 @@ static enum status spx_step(void *ctx, const struct exec_step *step, struct exec
 	enum status st = drafts ? spx_verify(sx, step, out, e) : sx->inner->ops->step(sx->inner->ctx, step, out, e);
 	if (st)
 		return st;
+	for (uint32_t k0 = 0; !drafts && k0 < step->n_sample; k0++)
+		out[k0].n_extra = 0; /* the wrapped executor's samples: one token each */
 	/* the drafter: every sequence's kept positions and the token after each */
 	uint32_t nd = 0, nn = 0, k = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
@@ -207,22 +210,41 @@ void model_spec_exec_destroy(struct model_spec_exec *sx)
 	free(sx);
 }
 
-enum status model_spec_exec_create(struct model_spec_exec **out, const struct model_spec_exec_options *opt,
-				   struct err *e)
+/* model_spec_exec_create's checks; the caller destroys opt->drafter on a refusal */
+static enum status spx_check(const struct model_spec_exec_options *opt, struct err *e)
 {
-	*out = NULL;
-	if (!opt || !opt->x)
+	if (!opt->x)
 		return err_set(e, ST_INVALID, "speculation: no executor");
 	const struct model_weights *w = model_exec_cpu_weights(opt->x);
 	enum status st = spec_config_check(&opt->cfg, w->cfg, e);
 	if (st)
 		return st;
-	if (opt->cfg.method != MODEL_DRAFT_MTP)
+	if (!opt->drafter.ops && opt->cfg.method != MODEL_DRAFT_MTP && opt->cfg.method != MODEL_DRAFT_DSPARK)
 		return err_set(e, ST_UNSUPPORTED, "speculation: method %s has no drafter yet (mtp does)",
 			       model_draft_kind_str(opt->cfg.method));
+	if (!opt->cfg.num_speculative_tokens || opt->cfg.num_speculative_tokens > EXEC_SPEC_MAX_DRAFT)
+		return err_set(e, ST_INVALID, "speculation: %u draft tokens", opt->cfg.num_speculative_tokens);
+	return ST_OK;
+}
+
+enum status model_spec_exec_create(struct model_spec_exec **out, const struct model_spec_exec_options *opt,
+				   struct err *e)
+{
+	*out = NULL;
+	if (!opt)
+		return err_set(e, ST_INVALID, "speculation: no options");
+	enum status st = spx_check(opt, e);
+	if (st) {
+		if (opt->drafter.ops)
+			opt->drafter.ops->destroy(opt->drafter.ctx);
+		return st;
+	}
 	struct model_spec_exec *sx = calloc(1, sizeof *sx);
-	if (!sx)
+	if (!sx) {
+		if (opt->drafter.ops)
+			opt->drafter.ops->destroy(opt->drafter.ctx);
 		return err_set(e, ST_NOMEM, "speculation");
+	}
 	sx->opt = *opt;
 	sx->x = opt->x;
 	sx->inner = model_exec_cpu_exec(opt->x);
@@ -234,7 +256,10 @@ enum status model_spec_exec_create(struct model_spec_exec **out, const struct mo
 	sx->vocab = sx->inner->info.vocab_size;
 	sx->max_seqs = sx->inner->info.max_step_seqs;
 	sx->max_tokens = sx->inner->info.max_step_tokens;
-	if ((st = spec_mtp_drafter_create(&sx->drafter, opt->x, sx->K, e)) ||
+	sx->drafter = opt->drafter;
+	if ((!sx->drafter.ops && (st = opt->cfg.method == MODEL_DRAFT_DSPARK /* model/dspark.h */
+					       ? spec_dspark_drafter_create(&sx->drafter, opt->x, sx->K, e)
+					       : spec_mtp_drafter_create(&sx->drafter, opt->x, sx->K, e))) ||
 	    (st = model_fwd_spec_enable(model_exec_cpu_fwd(opt->x), sx->max_seqs * (sx->K + 1), e))) {
 		model_spec_exec_destroy(sx);
 		return st;

@@ -11,7 +11,9 @@
  * state is saved before the chain and restored after it
  * (model_fwd_spec_save / _commit with nothing kept). A chain never leaves
  * the block table of the step, so near a block's end it may propose fewer.
- * Host memory only (as model_fwd_mtp).
+ * Streams, the chain and the MTP logits live where the forward's buffers do
+ * (host or device: model_fwd_mem); only the drafted rows' logits come to the
+ * host for their argmax.
  */
 #include "model/spec.h"
 
@@ -20,16 +22,19 @@
 
 #include "model/exec_cpu.h"
 #include "model/forward.h"
+#include "kernels/device/mem.h"
 #include "model/weights.h"
 
 struct spec_mtp {
 	struct model_exec_cpu *x;
 	struct model_fwd *f;
+	const struct kern_mem *mem; /* the forward's memory */
 	uint32_t K, vocab, B, max_tokens, max_seqs;
 	size_t row_floats;        /* one token's streams: hc_mult * hidden */
 	float *streams;           /* [max_tokens, row_floats] the MTP step's input streams */
 	float *chain;             /* [max_seqs, row_floats] each proposer's last MTP output streams */
-	float *logits;            /* [max_seqs, vocab] */
+	float *logits;            /* [max_seqs, vocab] in mem */
+	float *logits_h;          /* [max_seqs, vocab] host: the rows whose argmax is a draft */
 	int32_t *ids, *pos;       /* [max_tokens] */
 	uint32_t *qs, *rows, *nq; /* [max_seqs + 1] */
 	struct exec_seq *seqs;    /* [max_seqs] */
@@ -74,8 +79,11 @@ static enum status mtp_commit(void *ctx, const struct spec_draft_batch *b, struc
 			m->ids[nt + k] = d->next_ids[k];
 			m->pos[nt + k] = (int32_t)(d->pos0 + k);
 		}
-		memcpy(m->streams + (size_t)nt * m->row_floats, b->streams + (size_t)d->row0 * m->row_floats,
-		       (size_t)d->n_commit * m->row_floats * sizeof(float));
+		enum status cs = kern_mem_copy(m->mem, m->streams + (size_t)nt * m->row_floats,
+					       b->streams + (size_t)d->row0 * m->row_floats,
+					       (size_t)d->n_commit * m->row_floats * sizeof(float), e);
+		if (cs)
+			return cs;
 		nt += d->n_commit;
 		if (d->n_propose) {
 			m->rows[nr] = nt - 1;
@@ -92,13 +100,16 @@ static enum status mtp_commit(void *ctx, const struct spec_draft_batch *b, struc
 			       .seqs = m->seqs, .query_start = m->qs, .block_ids = st->block_ids,
 			       .n_block_ids = st->n_block_ids};
 	enum status s = model_fwd_mtp_rows(m->f, &ms, m->streams, m->rows, nr, m->logits, e);
-	if (s)
+	if (s || !nr)
+		return s;
+	if ((s = kern_mem_download(m->mem, m->logits_h, m->logits, (size_t)nr * m->vocab * sizeof(float), e)))
 		return s;
 	const float *out = model_fwd_mtp_streams(m->f);
 	for (uint32_t j = 0; j < nr; j++) {
-		m->d1[j] = argmax(m->logits + (size_t)j * m->vocab, m->vocab);
-		memcpy(m->chain + (size_t)j * m->row_floats, out + (size_t)m->rows[j] * m->row_floats,
-		       m->row_floats * sizeof(float));
+		m->d1[j] = argmax(m->logits_h + (size_t)j * m->vocab, m->vocab);
+		if ((s = kern_mem_copy(m->mem, m->chain + (size_t)j * m->row_floats,
+				       out + (size_t)m->rows[j] * m->row_floats, m->row_floats * sizeof(float), e)))
+			return s;
 	}
 	m->n_prop = nr;
 	return ST_OK;
@@ -175,26 +186,30 @@ static enum status mtp_propose(void *ctx, struct spec_draft_batch *b, struct err
 			m->ids[n] = d->drafts[k - 2];
 			m->pos[n] = (int32_t)p;
 			m->rows[n] = n;
-			if (n != j)
-				memcpy(m->chain + (size_t)n * m->row_floats, m->chain + (size_t)j * m->row_floats,
-				       m->row_floats * sizeof(float));
+			if (n != j && (s = kern_mem_copy(m->mem, m->chain + (size_t)n * m->row_floats,
+							 m->chain + (size_t)j * m->row_floats, m->row_floats * sizeof(float),
+							 e)))
+				break;
 			m->who[n] = m->who[j];
 			m->last[n] = m->last[j];
 			len[n] = len[j];
 			n++;
 		}
+		if (s)
+			break;
 		nr = n;
 		m->qs[n] = n;
 		struct exec_step ms = {.n_tokens = n, .token_ids = m->ids, .positions = m->pos, .n_seqs = n,
 				       .seqs = m->seqs, .query_start = m->qs, .block_ids = st->block_ids,
 				       .n_block_ids = st->n_block_ids};
-		if ((s = model_fwd_mtp_rows(m->f, &ms, m->chain, m->rows, n, m->logits, e)))
+		if ((s = model_fwd_mtp_rows(m->f, &ms, m->chain, m->rows, n, m->logits, e)) ||
+		    (s = kern_mem_copy(m->mem, m->chain, model_fwd_mtp_streams(m->f),
+				       (size_t)n * m->row_floats * sizeof(float), e)) ||
+		    (s = kern_mem_download(m->mem, m->logits_h, m->logits, (size_t)n * m->vocab * sizeof(float), e)))
 			break;
-		const float *out = model_fwd_mtp_streams(m->f);
-		memcpy(m->chain, out, (size_t)n * m->row_floats * sizeof(float));
 		for (uint32_t j = 0; j < n; j++) {
 			struct spec_draft_seq *d = &b->seqs[m->who[j]];
-			d->drafts[k - 1] = argmax(m->logits + (size_t)j * m->vocab, m->vocab);
+			d->drafts[k - 1] = argmax(m->logits_h + (size_t)j * m->vocab, m->vocab);
 			d->n_drafts = k;
 		}
 	}
@@ -208,9 +223,10 @@ static void mtp_destroy(void *ctx)
 	struct spec_mtp *m = ctx;
 	if (!m)
 		return;
-	free(m->streams);
-	free(m->chain);
-	free(m->logits);
+	kern_mem_free(m->mem, m->streams);
+	kern_mem_free(m->mem, m->chain);
+	kern_mem_free(m->mem, m->logits);
+	free(m->logits_h);
 	free(m->ids);
 	free(m->pos);
 	free(m->qs);
@@ -250,9 +266,15 @@ enum status spec_mtp_drafter_create(struct spec_drafter *out, struct model_exec_
 	m->max_seqs = ex->info.max_step_seqs;
 	m->row_floats = (size_t)w->cfg->hc_mult * (size_t)w->cfg->hidden_size;
 	size_t S = m->max_seqs + 1, T = m->max_tokens + 1;
-	m->streams = malloc(T * m->row_floats * sizeof(float));
-	m->chain = malloc(S * m->row_floats * sizeof(float));
-	m->logits = malloc(S * m->vocab * sizeof(float));
+	m->mem = model_fwd_mem(m->f);
+	struct err ae = {0};
+	if (kern_mem_alloc(m->mem, T * m->row_floats * sizeof(float), (void **)&m->streams, &ae) ||
+	    kern_mem_alloc(m->mem, S * m->row_floats * sizeof(float), (void **)&m->chain, &ae) ||
+	    kern_mem_alloc(m->mem, S * m->vocab * sizeof(float), (void **)&m->logits, &ae)) {
+		mtp_destroy(m);
+		return err_set(e, ST_NOMEM, "MTP drafter buffers: %s", ae.msg);
+	}
+	m->logits_h = malloc(S * m->vocab * sizeof(float));
 	m->ids = malloc(T * sizeof(int32_t));
 	m->pos = malloc(T * sizeof(int32_t));
 	m->qs = malloc((S + 1) * sizeof(uint32_t));
@@ -264,7 +286,7 @@ enum status spec_mtp_drafter_create(struct spec_drafter *out, struct model_exec_
 	m->d1 = malloc(S * sizeof(int32_t));
 	m->last = malloc(S * sizeof(uint32_t));
 	m->who = malloc(S * sizeof(uint32_t));
-	if (!m->streams || !m->chain || !m->logits || !m->ids || !m->pos || !m->qs || !m->rows || !m->nq || !m->seqs ||
+	if (!m->logits_h || !m->ids || !m->pos || !m->qs || !m->rows || !m->nq || !m->seqs ||
 	    !m->save_seqs || !m->save_qs || !m->d1 || !m->last || !m->who) {
 		mtp_destroy(m);
 		return err_set(e, ST_NOMEM, "MTP drafter buffers");

@@ -14,10 +14,11 @@
 #include <strings.h>
 #include <time.h>
 
+#include "common/log.h"
 #include "common/strbuf.h"
 #include "server/anthropic.h"
-#include "common/timeutil.h"     /* hardening: /health stall */
-#include "server/serve_guard.h" /* hardening: Host check */
+#include "common/timeutil.h"     /* /health stall */
+#include "server/serve_guard.h" /* Host check */
 
 #define API_MAX_ROUTES 32
 
@@ -34,6 +35,7 @@ struct api {
 	char *api_key;
 	int max_model_len;
 	bool check_host;
+	bool log_requests;
 	double (*last_beat_s)(void *ctx); /* api_set_liveness */
 	void *beat_ctx;
 	double stall_s;
@@ -97,6 +99,7 @@ enum status api_create(struct api **out, const struct api_options *opt, struct e
 	a->api_key = (opt->api_key && opt->api_key[0]) ? strdup(opt->api_key) : NULL;
 	a->max_model_len = opt->max_model_len;
 	a->check_host = opt->check_host;
+	a->log_requests = !opt->disable_log_requests;
 	a->created = (long)time(NULL);
 	if (!a->model || (opt->api_key && opt->api_key[0] && !a->api_key)) {
 		api_destroy(a);
@@ -166,6 +169,24 @@ static bool authorized(struct api *a, const struct http_request *req)
 	while (*h == ' ')
 		h++;
 	return key_matches(a->api_key, h);
+}
+
+bool api_log_requests(const struct api *a) { return a->log_requests; }
+
+const char *api_request_id(const struct http_response *resp) { return resp->header_storage; }
+
+void api_access_log(const struct api *a, const struct api_access *r)
+{
+	if (!a->log_requests)
+		return;
+	char ttft[32] = "-";
+	if (r->ttft_s >= 0)
+		snprintf(ttft, sizeof ttft, "%.3f", r->ttft_s);
+	log_msg(LOG_INFO, "access",
+		"%s %s model=%s status=%d prompt_tokens=%u output_tokens=%u finish=%s ttft_s=%s duration_s=%.3f",
+		r->request_id && r->request_id[0] ? r->request_id : "-", r->route ? r->route : "other",
+		r->model ? r->model : "-", r->status, r->prompt_tokens, r->output_tokens, r->finish ? r->finish : "-",
+		ttft, r->duration_s);
 }
 
 /* The client's X-Request-Id if it is short and printable, else ours. */
@@ -283,8 +304,10 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 	struct api *a = app;
 	const char *p = req->path;
 	bool get = !strcmp(req->method, "GET");
+	double t0 = time_mono_s();
+	set_request_id(a, req, resp); /* first: a route may copy it for its access log line */
 	bool v1 = !strncmp(p, "/v1/", 4);
-	/* ---- hardening: the tokenizer routes cost CPU too; DNS rebinding ---- */
+	/* ---- the tokenizer routes cost CPU too; DNS rebinding ---- */
 	bool keyed = v1 || !strcmp(p, "/tokenize") || !strcmp(p, "/detokenize");
 	if (a->check_host && strcmp(p, "/health") && strcmp(p, "/metrics") &&
 	    !serve_guard_host_header_ok(http_request_header(req, "Host"))) {
@@ -352,7 +375,11 @@ static void handler(void *app, const struct http_request *req, struct http_respo
 	}
 	if (!strncmp(p, "/v1/messages", 12) && (!p[12] || p[12] == '/'))
 		anth_error_reshape(resp); /* Anthropic-shaped errors for the Messages API */
-	set_request_id(a, req, resp);
+	/* /health and /metrics are polled: not logged, as vLLM's */
+	if (!resp->stream.read && strcmp(p, "/health") && strcmp(p, "/metrics"))
+		api_access_log(a, &(struct api_access){.request_id = resp->header_storage, .route = resp->route,
+						       .status = resp->status, .ttft_s = -1,
+						       .duration_s = time_mono_s() - t0});
 }
 
 static void on_complete(void *app, const char *route, int status, double seconds)

@@ -27,6 +27,7 @@ struct api_options {
 	int max_model_len;             /* reported by /v1/models */
 	bool check_host;               /* refuse a Host header that is not a loopback name (421): a keyless
 					* loopback server against DNS rebinding (server/serve_guard.h) */
+	bool disable_log_requests;     /* no access log line per request (--disable-log-requests) */
 };
 
 /* A route handler: req is complete; fill resp (and use stream for SSE). */
@@ -52,6 +53,26 @@ const char *api_model_name(const struct api *api);
  * tensor-parallel rank that stopped answering keeps it in a collective for
  * up to --tp-timeout). Call before serving. */
 void api_set_liveness(struct api *api, double (*last_beat_s)(void *ctx), void *ctx, double stall_s);
+
+/* The access log: one INFO line per request (module "access"), unless
+ * disable_log_requests. Replies made in the handler are logged by the api
+ * itself; a streamed or buffered answer made over time (a generation job)
+ * logs its own line when it ends, with what only it knows. model, finish
+ * may be NULL ("-"); ttft_s < 0: none. */
+struct api_access {
+	const char *request_id;  /* X-Request-Id */
+	const char *route;       /* the route label */
+	const char *model;
+	int status;              /* sent, or 499: the client went away */
+	uint32_t prompt_tokens, output_tokens;
+	const char *finish;      /* "stop", "length", "tool_calls", "abort", "error" */
+	double ttft_s, duration_s;
+};
+bool api_log_requests(const struct api *api);
+void api_access_log(const struct api *api, const struct api_access *a);
+/* The request id of a reply being made (valid in route handlers, which may
+ * copy it for a later api_access_log). */
+const char *api_request_id(const struct http_response *resp);
 
 /* Fill http_options' handler/app/on_complete for this api. */
 void api_http_bind(struct api *api, struct http_options *opt);

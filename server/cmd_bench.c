@@ -7,6 +7,7 @@
  *                     [--device auto|cuda|cpu] [--contexts 1024,32768]
  *                     [--batches 1,2,4,8,16,32,64] [--steps 16] [--warmup 3]
  *                     [--prefixes 8] [--chunk 2048] [--json FILE] [--profile]
+ *                     [--enforce-eager]
  *
  * It opens the executor as `dsv4 generate` does, then for every context C
  * (rounded up to a multiple of the block size) fills the state by a real
@@ -15,11 +16,15 @@
  * from those prompts (sequence i from prompt i mod prefixes: the prompt's
  * complete blocks shared as the prefix cache shares them, its own tail block)
  * for --warmup untimed and --steps timed decode steps (one token per
- * sequence, greedy sampling on the executor, the sampled token fed back).
- * One more step runs with the registry's profiling hook active
- * (kern_profile_install): every op is timed with a device synchronisation
- * around it, and the routing op's expert ids are copied out, so the bytes
- * the step must read count the routed experts its tokens actually chose.
+ * sequence, greedy sampling on the executor, the sampled token fed back),
+ * as serving runs them (CUDA graphs on one GPU unless --enforce-eager).
+ * Then the same sequences run again for one warm and one profiled step with
+ * the registry's profiling hook active (kern_profile_install): every op is
+ * timed with a device synchronisation around it, and the routing op's
+ * expert ids are copied out, so the bytes the step must read count the
+ * routed experts its tokens actually chose. A graph replay calls no host
+ * code, so when the timed executor uses graphs the profiled steps run on a
+ * second, eager executor opened after it (the prompts prefilled again).
  *
  * Bytes a step must read (as stored): every tensor of every layer except the
  * routed experts (attention, compressors, indexer, mHC, norms, gate, shared
@@ -61,7 +66,9 @@
 #include "kernels/registry/registry.h"
 #include "kernels/routing/routing.h"
 #include "model/checkpoint.h"
+#include "kernels/device/graph.h"
 #include "model/exec_cpu.h"
+#include "model/exec_open.h"
 #include "server/load_args.h"
 
 #if DSV4_HAVE_CUDA
@@ -82,7 +89,7 @@ struct bench_opts {
 	int n_contexts, n_batches;
 	uint32_t steps, warmup, prefixes, chunk, bw_mib;
 	uint64_t seed;
-	bool profile;
+	bool profile, enforce_eager;
 	double gb10_gbps, ar_latency_us, ar_gbps, gpu_util;
 };
 
@@ -444,7 +451,7 @@ static void derive(const struct bench_opts *o, const struct model_config *cfg, c
 
 struct bench {
 	const struct bench_opts *o;
-	struct model_exec_cpu *x;
+	struct model_exec_open *mx;
 	struct exec *ex;
 	const struct model_config *cfg;
 	struct prof *prof;
@@ -453,6 +460,19 @@ struct bench {
 	uint32_t *block_ids;
 	uint64_t seq_id;
 };
+
+/* Open the executor (model/exec_open.h) with the block size B the contexts were rounded to. */
+static enum status bench_open(struct bench *b, const struct model_exec_open_options *xo, uint32_t B, struct err *e)
+{
+	enum status st = model_exec_open(&b->mx, xo, e);
+	if (st)
+		return st;
+	b->ex = model_exec_open_exec(b->mx);
+	b->B = b->ex->info.block_tokens;
+	if (b->B != B)
+		return err_set(e, ST_INVALID, "the executor chose blocks of %u tokens (expected %u)", b->B, B);
+	return ST_OK;
+}
 
 static enum status prefill(struct bench *b, uint32_t C, uint32_t np, double *tok_s, struct err *e)
 {
@@ -474,7 +494,8 @@ static enum status prefill(struct bench *b, uint32_t C, uint32_t np, double *tok
 			bool last = done + q == C;
 			struct exec_seq es = {.seq_id = sid, .n_cached_tokens = done, .n_context_tokens = done + q,
 					      .n_blocks = (done + q + b->B - 1) / b->B, .block_table_start = 0,
-					      .state_slot = EXEC_NO_SLOT, .restore_state = done == 0, .sample = last,
+					      .state_slot = in->n_state_slots ? 0 : EXEC_NO_SLOT,
+					      .restore_state = done == 0, .sample = last,
 					      .sampling = &sp, .prompt_ids = ids, .n_prompt = C};
 			uint32_t qs[2] = {0, q};
 			struct exec_step step = {.n_tokens = q, .token_ids = ids + done, .positions = pos, .n_seqs = 1,
@@ -499,17 +520,26 @@ static int dbl_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* b sequences from the prefilled prompts, warmup + steps timed + one profiled step. */
-static enum status decode_run(struct bench *b, uint32_t C, uint32_t np, uint32_t batch, struct result *r,
-			      struct err *e)
+/* b sequences from the prefilled prompts: warmup + steps timed (profile false), or
+ * one warm step and one profiled step (profile true: the hook's timing and the
+ * routing capture; needs an eager executor, as a CUDA graph replay calls no host code). */
+static enum status decode_run(struct bench *b, uint32_t C, uint32_t np, uint32_t batch, bool profile,
+			      struct result *r, struct err *e)
 {
 	const struct bench_opts *o = b->o;
-	uint32_t n_steps = o->warmup + o->steps + 1, nbc = C / b->B;
+	uint32_t n_steps = profile ? 2 : o->warmup + o->steps, nbc = C / b->B;
 	uint32_t nt = (n_steps + b->B - 1) / b->B + 1, bt = nbc + nt;
 	uint32_t need = np * nbc + batch * nt;
 	if (need > b->ex->info.n_blocks) {
 		r->skipped = true;
 		snprintf(r->why, sizeof r->why, "needs %u blocks, the pool has %u", need, b->ex->info.n_blocks);
+		return ST_OK;
+	}
+	bool slots = b->ex->info.n_state_slots > 0; /* slot mode: one live-state slot per sequence */
+	if (slots && batch > b->ex->info.n_state_slots) {
+		r->skipped = true;
+		snprintf(r->why, sizeof r->why, "needs %u state slots, the executor has %u", batch,
+			 b->ex->info.n_state_slots);
 		return ST_OK;
 	}
 	struct exec_seq *seqs = calloc(batch, sizeof *seqs);
@@ -533,13 +563,14 @@ static enum status decode_run(struct bench *b, uint32_t C, uint32_t np, uint32_t
 			bids[(size_t)i * bt + nbc + k] = np * nbc + i * nt + k;
 		tok[i] = (int32_t)(rng_next(&rs) % (b->ex->info.vocab_size - 2)) + 2;
 		qs[i] = i;
-		seqs[i] = (struct exec_seq){.seq_id = ++b->seq_id, .block_table_start = i * bt, .state_slot = EXEC_NO_SLOT,
+		seqs[i] = (struct exec_seq){.seq_id = ++b->seq_id, .block_table_start = i * bt,
+					    .state_slot = slots ? i : EXEC_NO_SLOT,
 					    .sample = true, .sampling = &sp, .prompt_ids = b->prompts + (size_t)p * C,
 					    .n_prompt = C, .output_ids = outs + (size_t)i * n_steps};
 	}
 	qs[batch] = batch;
 	for (uint32_t s = 0; s < n_steps && !st; s++) {
-		bool profiled = s == n_steps - 1;
+		bool profiled = profile && s == n_steps - 1;
 		for (uint32_t i = 0; i < batch; i++) {
 			struct exec_seq *q = &seqs[i];
 			q->n_cached_tokens = C + s;
@@ -566,7 +597,7 @@ static enum status decode_run(struct bench *b, uint32_t C, uint32_t np, uint32_t
 			kern_profile_set_active(false);
 		if (st)
 			break;
-		if (s >= o->warmup && !profiled)
+		if (!profile && s >= o->warmup)
 			ms[s - o->warmup] = dt * 1e3;
 		for (uint32_t j = 0; j < batch; j++) {
 			uint32_t i = smp[j].seq_index < batch ? smp[j].seq_index : j;
@@ -574,7 +605,7 @@ static enum status decode_run(struct bench *b, uint32_t C, uint32_t np, uint32_t
 			outs[(size_t)i * n_steps + s] = tok[i];
 		}
 	}
-	if (st)
+	if (st || profile)
 		goto out;
 	double sum = 0;
 	for (uint32_t i = 0; i < o->steps; i++)
@@ -775,7 +806,8 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: dsv4 bench decode --model DIR [--device auto|cuda|cpu] [--contexts 1024,32768]\n"
 		"                         [--batches 1,2,4,8,16,32,64] [--steps N] [--warmup N] [--prefixes N]\n"
-		"                         [--chunk TOKENS] [--json FILE] [--profile] [--precision reference|fp32]\n"
+		"                         [--chunk TOKENS] [--json FILE] [--profile] [--enforce-eager]\n"
+		"                         [--precision reference|fp32]\n"
 		"                         [--seed N] [--bw-mib MIB] [--gpu-memory-utilization F]\n"
 		"                         [--gb10-gbps 273] [--ar-latency-us 20] [--ar-gbps 25]\n%s",
 		load_args_usage());
@@ -810,6 +842,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--profile")) {
 			o->profile = true;
+			continue;
+		}
+		if (!strcmp(a, "--enforce-eager")) {
+			o->enforce_eager = true;
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -918,7 +954,6 @@ static int bench_decode(int argc, char **argv)
 	rc = CLI_EXIT_FAIL;
 	struct err e = {0};
 	struct model_checkpoint *ck = NULL;
-	struct model_exec_cpu *x = NULL;
 	struct prof prof = {0};
 	struct result *rs = NULL;
 	struct bench b = {.o = &o, .prof = &prof};
@@ -950,7 +985,7 @@ static int bench_decode(int argc, char **argv)
 	 * sliding window and to a multiple of every compress ratio (the executor's own
 	 * default rule), passed explicitly and checked against what the executor reports */
 	uint32_t T = o.chunk > max_b ? o.chunk : max_b;
-	uint32_t n_steps = o.warmup + o.steps + 1;
+	uint32_t n_steps = o.warmup + o.steps > 2 ? o.warmup + o.steps : 2;
 	uint32_t B = 256;
 	if (B < (uint32_t)b.cfg->sliding_window)
 		B = (uint32_t)b.cfg->sliding_window;
@@ -969,21 +1004,17 @@ static int bench_decode(int argc, char **argv)
 	/* the registry's hook: every variant the plan selects runs through it (inactive but for the
 	 * profiled step of each configuration) */
 	kern_profile_install(&hooks);
-	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = B, .n_blocks = gpu ? 0 : nb, .max_step_tokens = T,
-					    .max_step_seqs = max_b, .max_model_len = max_c_r + n_steps + B,
-					    .precision = precision, .disabled = &disabled, .dev = &dev,
-					    .gpu_memory_utilization = o.gpu_util};
-	if (model_exec_cpu_create(&x, &xo, &e)) {
+	struct model_exec_open_options xo = {.ck = ck, .device = o.device, .block_tokens = B, .n_blocks = gpu ? 0 : nb,
+					     .max_step_tokens = T, .max_step_seqs = max_b,
+					     .max_model_len = max_c_r + n_steps + B, .precision = precision,
+					     .disabled = &disabled, .gpu_memory_utilization = o.gpu_util,
+					     .enforce_eager = o.enforce_eager};
+	if (bench_open(&b, &xo, B, &e)) {
 		fprintf(stderr, "dsv4 bench decode: %s\n", e.msg);
 		goto out;
 	}
-	b.x = x;
-	b.ex = model_exec_cpu_exec(x);
-	b.B = b.ex->info.block_tokens;
-	if (b.B != B) {
-		fprintf(stderr, "dsv4 bench decode: the executor chose blocks of %u tokens (expected %u)\n", b.B, B);
-		goto out;
-	}
+	struct kern_graph_stats gs;
+	bool graphs = model_exec_cpu_graph_stats(model_exec_open_cpu(b.mx), &gs);
 	prof = (struct prof){.gpu = gpu, .n_layers = L, .top_k = (int)b.cfg->num_experts_per_tok,
 			     .n_experts = (int)b.cfg->n_routed_experts, .ids_cap = (int64_t)max_b * b.cfg->num_experts_per_tok};
 	prof.ids = calloc((size_t)L * (size_t)prof.ids_cap + 1, sizeof *prof.ids);
@@ -1005,56 +1036,84 @@ static int bench_decode(int argc, char **argv)
 	struct full_cfg full;
 	full_model(o.model, b.cfg, &full);
 	printf("dsv4 bench decode: %s, %d layer(s) measured (full model: %d), %s, blocks of %u tokens, pool %u "
-	       "blocks, %s\n",
+	       "blocks, %s, %s\n",
 	       o.model, L, full.n_layers, gpu ? dev.name : "CPU", b.B, b.ex->info.n_blocks,
-	       model_checkpoint_is_dummy(ck) ? "dummy weights" : "checkpoint weights");
-	uint64_t rs_seed = o.seed;
-	for (int ci = 0; ci < o.n_contexts; ci++) {
-		uint32_t C = (o.contexts[ci] + b.B - 1) / b.B * b.B;
-		uint32_t np = o.prefixes < max_b ? o.prefixes : max_b;
-		for (size_t i = 0; i < (size_t)np * C; i++)
-			b.prompts[i] = (int32_t)(rng_next(&rs_seed) % (b.ex->info.vocab_size - 2)) + 2;
-		for (uint32_t i = 0; i < np * (C / b.B); i++)
-			b.block_ids[i] = i;
-		double pre_tok_s = 0;
-		if (np * (C / b.B) + 1 > b.ex->info.n_blocks) {
-			fprintf(stderr, "dsv4 bench decode: context %u: %u prompts need %u blocks, the pool has %u\n", C,
-				np, np * (C / b.B), b.ex->info.n_blocks);
-			goto out;
+	       model_checkpoint_is_dummy(ck) ? "dummy weights" : "checkpoint weights",
+	       graphs ? "decode steps as CUDA graphs (the profiled steps run on a second, eager executor)" : "eager");
+	/* pass 0: the timed steps (and, on an eager executor, the profiled ones);
+	 * pass 1 (CUDA graphs only): a second executor, eager, for the profiled steps */
+	for (int pass = 0; pass < (graphs ? 2 : 1); pass++) {
+		if (pass == 1) {
+			model_exec_open_destroy(b.mx);
+			b.mx = NULL;
+			xo.enforce_eager = true;
+			if (bench_open(&b, &xo, B, &e)) {
+				fprintf(stderr, "dsv4 bench decode: the eager executor for the profile: %s\n", e.msg);
+				goto out;
+			}
+			printf("profiling on an eager executor\n");
 		}
-		if (prefill(&b, C, np, &pre_tok_s, &e)) {
-			fprintf(stderr, "dsv4 bench decode: prefill of %u tokens: %s\n", C, e.msg);
-			goto out;
-		}
-		printf("context %u: %u prompt(s) prefilled at %.1f tokens/s\n", C, np, pre_tok_s);
-		fflush(stdout);
-		for (int bi = 0; bi < o.n_batches; bi++) {
-			struct result *r = &rs[n_rs++];
-			r->ctx = C;
-			r->batch = o.batches[bi];
-			if (decode_run(&b, C, np, r->batch, r, &e)) {
-				fprintf(stderr, "dsv4 bench decode: context %u batch %u: %s\n", C, r->batch, e.msg);
+		uint64_t rs_seed = o.seed;
+		for (int ci = 0; ci < o.n_contexts; ci++) {
+			uint32_t C = (o.contexts[ci] + b.B - 1) / b.B * b.B;
+			uint32_t np = o.prefixes < max_b ? o.prefixes : max_b;
+			for (size_t i = 0; i < (size_t)np * C; i++)
+				b.prompts[i] = (int32_t)(rng_next(&rs_seed) % (b.ex->info.vocab_size - 2)) + 2;
+			for (uint32_t i = 0; i < np * (C / b.B); i++)
+				b.block_ids[i] = i;
+			double pre_tok_s = 0;
+			if (np * (C / b.B) + 1 > b.ex->info.n_blocks) {
+				fprintf(stderr, "dsv4 bench decode: context %u: %u prompts need %u blocks, the pool has %u\n",
+					C, np, np * (C / b.B), b.ex->info.n_blocks);
 				goto out;
 			}
-			if (r->skipped)
-				continue;
-			if (prof.failed || prof.n_route == 0) {
-				fprintf(stderr, "dsv4 bench decode: context %u batch %u: the profiled step captured %d "
-						"routing calls%s\n",
-					C, r->batch, prof.n_route, prof.failed ? " (a capture failed)" : "");
+			if (prefill(&b, C, np, &pre_tok_s, &e)) {
+				fprintf(stderr, "dsv4 bench decode: prefill of %u tokens: %s\n", C, e.msg);
 				goto out;
 			}
-			if (summarise_profile(&prof, r, &e)) {
-				fprintf(stderr, "dsv4 bench decode: %s\n", e.msg);
-				goto out;
-			}
-			count_bytes(&b, &mb, L, r);
-			r->gbps = (double)r->b_total / (r->ms_median * 1e-3) / 1e9;
-			r->frac = bw > 0 ? r->gbps / bw : 0;
-			derive(&o, b.cfg, &b.ex->info, &mb, &full, L, r);
-			printf("  batch %u: %.3f ms/step, %.1f tokens/s, %.1f MB/step, %.1f %% of the read bandwidth\n",
-			       r->batch, r->ms_median, r->tok_s, r->b_total / 1e6, 100 * r->frac);
+			if (pass == 0)
+				printf("context %u: %u prompt(s) prefilled at %.1f tokens/s\n", C, np, pre_tok_s);
 			fflush(stdout);
+			for (int bi = 0; bi < o.n_batches; bi++) {
+				struct result *r = &rs[ci * o.n_batches + bi];
+				if (pass == 0) {
+					n_rs++;
+					r->ctx = C;
+					r->batch = o.batches[bi];
+					if (decode_run(&b, C, np, r->batch, false, r, &e)) {
+						fprintf(stderr, "dsv4 bench decode: context %u batch %u: %s\n", C, r->batch,
+							e.msg);
+						goto out;
+					}
+				}
+				if (r->skipped || (pass == 0 && graphs))
+					continue;
+				if (decode_run(&b, C, np, r->batch, true, r, &e)) {
+					fprintf(stderr, "dsv4 bench decode: context %u batch %u, profiled step: %s\n", C,
+						r->batch, e.msg);
+					goto out;
+				}
+				if (r->skipped)
+					continue;
+				if (prof.failed || prof.n_route == 0) {
+					fprintf(stderr, "dsv4 bench decode: context %u batch %u: the profiled step captured %d "
+							"routing calls%s\n",
+						C, r->batch, prof.n_route, prof.failed ? " (a capture failed)" : "");
+					goto out;
+				}
+				if (summarise_profile(&prof, r, &e)) {
+					fprintf(stderr, "dsv4 bench decode: %s\n", e.msg);
+					goto out;
+				}
+				count_bytes(&b, &mb, L, r);
+				r->gbps = (double)r->b_total / (r->ms_median * 1e-3) / 1e9;
+				r->frac = bw > 0 ? r->gbps / bw : 0;
+				derive(&o, b.cfg, &b.ex->info, &mb, &full, L, r);
+				printf("  batch %u: %.3f ms/step, %.1f tokens/s, %.1f MB/step, %.1f %% of the read "
+				       "bandwidth\n",
+				       r->batch, r->ms_median, r->tok_s, r->b_total / 1e6, 100 * r->frac);
+				fflush(stdout);
+			}
 		}
 	}
 	print_table(&o, rs, n_rs, L, full.n_layers, bw, gpu);
@@ -1094,7 +1153,7 @@ static int bench_decode(int argc, char **argv)
 	}
 	rc = CLI_EXIT_OK;
 out:
-	model_exec_cpu_destroy(x);
+	model_exec_open_destroy(b.mx);
 	kern_profile_install(NULL);
 	model_checkpoint_destroy(ck);
 	for (int i = 0; i < n_rs; i++)

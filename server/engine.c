@@ -7,7 +7,7 @@
  * the scheduler loop (no more notify callbacks), then the routes' state.
  */
 #include "engine.h"
-#include "server/serve_guard.h" /* hardening: defaults */
+#include "server/serve_guard.h" /* SERVE_GUARD_DEFAULT_BODY_MB */
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,6 +39,7 @@ struct engine {
 	void (*user_heartbeat)(void *ctx); /* engine_options.heartbeat */
 	void *user_heartbeat_ctx;
 	_Atomic double last_beat_s;        /* for /health's stall check */
+	uint32_t spec_k;                   /* speculative decoding: the executor's drafts per step */
 };
 
 static void engine__heartbeat(void *ctx)
@@ -68,6 +69,12 @@ static void engine_stats(void *ctx, struct metrics_engine_stats *out)
 	out->n_preemptions = st.n_preemptions;
 	out->prompt_tokens = st.prompt_tokens;
 	out->generation_tokens = st.generation_tokens;
+	out->spec_k = en->spec_k; /* speculative decoding */
+	out->spec_drafts = st.spec_num_drafts;
+	out->spec_draft_tokens = st.spec_num_draft_tokens;
+	out->spec_accepted_tokens = st.spec_num_accepted_tokens;
+	for (int i = 0; i < 8 && i < EXEC_SPEC_MAX_DRAFT; i++)
+		out->spec_accepted_per_pos[i] = st.spec_accepted_per_pos[i];
 }
 
 enum status engine_create(struct engine **out, const struct engine_options *opt, struct err *e)
@@ -96,6 +103,7 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	en->user_heartbeat = opt->heartbeat;
 	en->user_heartbeat_ctx = opt->heartbeat_ctx;
 	atomic_store(&en->last_beat_s, time_mono_s());
+	en->spec_k = opt->exec->info.max_draft_tokens;
 	if ((st = sched_loop_create(&en->loop, &so, opt->exec, e))) {
 		engine_destroy(en);
 		return st;
@@ -105,12 +113,20 @@ enum status engine_create(struct engine **out, const struct engine_options *opt,
 	struct api_options ao = {.served_model_name = opt->served_model_name, .api_key = opt->api_key,
 				 .check_host = !(opt->api_key && opt->api_key[0]) &&
 					       serve_guard_is_loopback(opt->host ? opt->host : "127.0.0.1"),
-				 .max_model_len = (int)en->max_model_len};
+				 .max_model_len = (int)en->max_model_len,
+				 .disable_log_requests = opt->disable_log_requests};
 	if ((st = api_create(&en->api, &ao, e))) {
 		engine_destroy(en);
 		return st;
 	}
 	metrics_set_engine(api_metrics(en->api), engine_stats, en);
+	double stats_s = opt->log_stats_interval_s;
+	if (stats_s == 0) /* as vLLM's VLLM_LOG_STATS_INTERVAL */
+		stats_s = getenv("DSV4_LOG_STATS_INTERVAL") ? strtod(getenv("DSV4_LOG_STATS_INTERVAL"), NULL) : 10.0;
+	if (stats_s > 0 && (st = metrics_log_stats_start(api_metrics(en->api), stats_s, e))) {
+		engine_destroy(en);
+		return st;
+	}
 	for (int i = 0; opt->plan && i < opt->plan->n; i++) {
 		const struct kern_plan_entry *pe = &opt->plan->entries[i];
 		char layer[16];
@@ -183,6 +199,7 @@ void engine_destroy(struct engine *en)
 	if (en->http)
 		http_server_quiesce(en->http);
 	http_server_destroy(en->http);
+	metrics_log_stats_stop(en->api ? api_metrics(en->api) : NULL); /* it reads the loop */
 	sched_loop_destroy(en->loop);
 	oai_server_destroy(en->oai);
 	api_destroy(en->api);

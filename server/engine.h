@@ -40,6 +40,8 @@ struct engine_options {
 	bool priority_scheduling;        /* --scheduling-policy priority (requests' "priority" field) */
 	uint32_t max_logprobs;           /* --max-logprobs: the most (prompt / top) logprobs a request asks for; 0 = 20 */
 	size_t responses_store_bytes;    /* --responses-store-bytes: the /v1/responses store; 0 = 64 MiB */
+	double log_stats_interval_s;     /* --log-stats-interval: seconds between vLLM's stats lines (metrics.h); 0 =
+					    $DSV4_LOG_STATS_INTERVAL or 10 (vLLM's default), < 0 = none (--disable-log-stats) */
 	struct exec *exec;               /* borrowed; must outlive the engine */
 	const struct kern_plan *plan;    /* (optional) the executor's kernel plan, for dsv4_kernel_info */
 	/* (optional) called on the step-loop thread after every step and about

@@ -50,6 +50,11 @@ struct http_stream {
 	bool ended;          /* read returned END */
 	bool closed;         /* close callback ran */
 	bool peer_gone;      /* the housekeeper saw the client hang up while suspended */
+	/* A buffered answer to an HTTP/1.1 request (nothing sent yet) may be
+	 * preceded by interim 100 responses: the probe that tells a client that
+	 * only half-closed (it still reads) from one that left. */
+	bool probe_ok;
+	double probe_t, probe_every_s;
 	struct http_stream *next, *prev; /* srv->streams, under srv->mu */
 };
 
@@ -70,6 +75,7 @@ struct http_conn {
 	const char *content_type;
 	char *hdrs;   /* the handler's extra headers, "name\0value\0" n_hdrs times */
 	int n_hdrs;
+	bool http11;  /* HTTP/1.1 (interim responses allowed) */
 	/* The handler on the worker pool: queued or running (the connection is
 	 * suspended), then done with its answer in work_resp / work_stream. */
 	enum { WORK_NONE, WORK_QUEUED, WORK_DONE } work;
@@ -316,8 +322,14 @@ static void stream_free_noop(void *cls) { (void)cls; }
 
 /* A suspended connection is not polled, so a client that hangs up while its
  * response has nothing to say (a non-streamed answer still generating) would
- * go unnoticed. Peek at the socket: EOF means the peer closed it. Under
- * st->mu, only while suspended (libmicrohttpd is not using the socket then). */
+ * go unnoticed. Peek at the socket: a reset means the peer is gone. EOF alone
+ * does not: a client may half-close after sending its request and still
+ * read the answer (issue 17). A streamed answer learns of a closed peer from
+ * its next write (tokens, or the 15 s pings); a buffered one, which writes
+ * nothing until the end, sends an interim "100 Continue" (every client
+ * skips it) on EOF, again after 1, 2, 4 .. 30 s: a closed peer answers with a
+ * reset, seen on the next look. Under st->mu, only while suspended
+ * (libmicrohttpd is not using the socket then). */
 static void stream_check_peer(struct http_stream *st)
 {
 	pthread_mutex_lock(&st->mu);
@@ -325,8 +337,26 @@ static void stream_check_peer(struct http_stream *st)
 		const union MHD_ConnectionInfo *ci =
 			MHD_get_connection_info(st->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 		char c;
-		if (ci && recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+		ssize_t r = ci ? recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) : 1;
+		int soerr = 0;
+		socklen_t el = sizeof soerr;
+		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			st->peer_gone = true; /* ECONNRESET: the peer is gone */
+		else if (r < 0 && ci && !getsockopt(ci->connect_fd, SOL_SOCKET, SO_ERROR, &soerr, &el) && soerr)
 			st->peer_gone = true;
+		else if (r == 0 && st->probe_ok) {
+			double now = time_mono_s();
+			if (st->probe_every_s == 0 || now - st->probe_t >= st->probe_every_s) {
+				static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+				if (send(ci->connect_fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+				    errno != EAGAIN && errno != EWOULDBLOCK)
+					st->peer_gone = true;
+				st->probe_t = now;
+				st->probe_every_s = st->probe_every_s ? st->probe_every_s * 2 : 1.0;
+				if (st->probe_every_s > 30)
+					st->probe_every_s = 30;
+			}
+		}
 	}
 	pthread_mutex_unlock(&st->mu);
 }
@@ -499,6 +529,7 @@ static enum MHD_Result respond(struct http_server *s, struct MHD_Connection *c, 
 		st->ctx = resp->stream_ctx;
 		hc->stream = st;
 		hc->buffered = true;
+		st->probe_ok = hc->http11;
 		hc->status = resp->status;
 		hc->route = resp->route;
 		hc->content_type = resp->content_type; /* static strings (http.h) */
@@ -645,7 +676,6 @@ static void workers_stop(struct http_server *s)
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 				 const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
 {
-	(void)version;
 	struct http_server *s = cls;
 	struct http_conn *hc = *con_cls;
 	if (!hc) {
@@ -653,6 +683,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		if (!hc)
 			return MHD_NO;
 		hc->t0 = time_mono_s();
+		hc->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
 		hc->status = 500;
 		*con_cls = hc;
 		atomic_fetch_add(&s->in_flight, 1);
@@ -739,7 +770,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	return respond(s, c, hc, &resp, st);
 }
 
-/* ---- per-address connection counts (hardening) ---- */
+/* ---- per-address connection counts ---- */
 
 static bool ip_same(const struct sockaddr *a, const struct sockaddr_storage *b)
 {

@@ -1,11 +1,19 @@
 /*
  * server/metrics.c: counters and histograms in fixed tables, one mutex.
- * Bucket bounds follow vLLM's so dashboards built for it read ours.
+ * Bucket bounds follow vLLM's so dashboards built for it read ours. Also
+ * vLLM's periodic stats line in the log (metrics_log_stats_start): one
+ * thread that reads the engine callback every interval.
  */
 #include "metrics.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +66,11 @@ struct metrics {
 	int n_success;
 	struct kernel_row *kernels;
 	int n_kernels, cap_kernels;
+	/* the stats line (metrics_log_stats_start) */
+	pthread_t stats_thread;
+	bool stats_running, stats_stop;
+	pthread_cond_t stats_cv;  /* with mu: wakes the thread to stop */
+	double stats_interval_s;
 };
 
 static void hist_init(struct hist *h, const char *name, const char *help, const double *b, int n)
@@ -88,6 +101,11 @@ enum status metrics_create(struct metrics **out, const char *model_name, struct 
 		return err_set(e, ST_NOMEM, "metrics: out of memory");
 	}
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&m->stats_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	hist_init(&m->h[H_TTFT], "dsv4:time_to_first_token_seconds", "Time to first token, from arrival.",
 		  ttft_bounds, NB(ttft_bounds));
 	hist_init(&m->h[H_ITL], "dsv4:inter_token_latency_seconds", "Time between successive token batches.",
@@ -116,6 +134,8 @@ void metrics_destroy(struct metrics *m)
 {
 	if (!m)
 		return;
+	metrics_log_stats_stop(m);
+	pthread_cond_destroy(&m->stats_cv);
 	for (int i = 0; i < m->n_kernels; i++) {
 		free(m->kernels[i].layer);
 		free(m->kernels[i].op);
@@ -298,6 +318,21 @@ void metrics_render(struct metrics *m, struct strbuf *b)
 	sample(m, b, "dsv4:prompt_tokens_total", NULL, (double)es.prompt_tokens);
 	head(b, "dsv4:generation_tokens_total", "counter", "Generated tokens.");
 	sample(m, b, "dsv4:generation_tokens_total", NULL, (double)es.generation_tokens);
+	if (es.spec_k) { /* speculative decoding: vLLM's spec_decode counters */
+		head(b, "dsv4:spec_decode_num_drafts_total", "counter", "Verify steps with at least one draft.");
+		sample(m, b, "dsv4:spec_decode_num_drafts_total", NULL, (double)es.spec_drafts);
+		head(b, "dsv4:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.");
+		sample(m, b, "dsv4:spec_decode_num_draft_tokens_total", NULL, (double)es.spec_draft_tokens);
+		head(b, "dsv4:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.");
+		sample(m, b, "dsv4:spec_decode_num_accepted_tokens_total", NULL, (double)es.spec_accepted_tokens);
+		head(b, "dsv4:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted drafts by position.");
+		for (uint32_t i = 0; i < es.spec_k && i < 8; i++) {
+			char extra[32];
+			snprintf(extra, sizeof extra, ",position=\"%u\"", i);
+			sample(m, b, "dsv4:spec_decode_num_accepted_tokens_per_pos_total", extra,
+			       (double)es.spec_accepted_per_pos[i]);
+		}
+	}
 
 	head(b, "dsv4:request_success_total", "counter", "Finished requests by finish reason.");
 	for (int i = 0; i < m->n_success; i++) {
@@ -329,4 +364,92 @@ void metrics_render(struct metrics *m, struct strbuf *b)
 		strbuf_puts(b, "\"} 1\n");
 	}
 	pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- the periodic stats line ---- */
+
+bool metrics_stats_line(char *buf, size_t cap, const struct metrics_engine_stats *prev,
+			const struct metrics_engine_stats *cur, double dt_s)
+{
+	double dp = (double)(cur->prompt_tokens - prev->prompt_tokens);
+	double dg = (double)(cur->generation_tokens - prev->generation_tokens);
+	uint64_t dq = cur->prefix_queries_tokens - prev->prefix_queries_tokens;
+	uint64_t dh = cur->prefix_hits_tokens - prev->prefix_hits_tokens;
+	if (dt_s <= 0)
+		dt_s = 1e-9;
+	snprintf(buf, cap,
+		 "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, "
+		 "Waiting: %d reqs, KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
+		 dp / dt_s, dg / dt_s, cur->n_running, cur->n_waiting, 100.0 * cur->kv_usage,
+		 dq ? 100.0 * (double)dh / (double)dq : 0.0);
+	return dp > 0 || dg > 0 || cur->n_running > 0 || cur->n_waiting > 0;
+}
+
+static void *stats_main(void *arg)
+{
+	struct metrics *m = arg;
+	struct metrics_engine_stats prev = {0}, cur;
+	bool was_busy = false;
+	pthread_mutex_lock(&m->mu);
+	if (m->engine)
+		m->engine(m->engine_ctx, &prev);
+	double t_prev = time_mono_s();
+	while (!m->stats_stop) {
+		struct timespec now, until;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		double t = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec + m->stats_interval_s;
+		until.tv_sec = (time_t)t;
+		until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+		int rc = 0;
+		while (!m->stats_stop && rc != ETIMEDOUT)
+			rc = pthread_cond_timedwait(&m->stats_cv, &m->mu, &until);
+		if (m->stats_stop || !m->engine)
+			continue;
+		memset(&cur, 0, sizeof cur);
+		m->engine(m->engine_ctx, &cur);
+		double t_now = time_mono_s();
+		char line[320];
+		bool busy = metrics_stats_line(line, sizeof line, &prev, &cur, t_now - t_prev);
+		/* vLLM's rule: INFO while there is something to say, DEBUG when idle
+		 * (one INFO line after the work ends shows the drop to zero) */
+		log_msg(busy || was_busy ? LOG_INFO : LOG_DEBUG, "stats", "%s", line);
+		was_busy = busy;
+		prev = cur;
+		t_prev = t_now;
+	}
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+enum status metrics_log_stats_start(struct metrics *m, double interval_s, struct err *e)
+{
+	if (!(interval_s > 0) || interval_s > 86400)
+		return err_set(e, ST_INVALID, "log stats interval %g s: expected (0, 86400]", interval_s);
+	pthread_mutex_lock(&m->mu);
+	bool running = m->stats_running;
+	m->stats_interval_s = interval_s;
+	m->stats_stop = false;
+	pthread_mutex_unlock(&m->mu);
+	if (running)
+		return ST_OK;
+	if (pthread_create(&m->stats_thread, NULL, stats_main, m))
+		return err_set(e, ST_NOMEM, "metrics: cannot start the stats thread");
+	pthread_mutex_lock(&m->mu);
+	m->stats_running = true;
+	pthread_mutex_unlock(&m->mu);
+	return ST_OK;
+}
+
+void metrics_log_stats_stop(struct metrics *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	bool running = m->stats_running;
+	m->stats_stop = true;
+	m->stats_running = false;
+	pthread_cond_broadcast(&m->stats_cv);
+	pthread_mutex_unlock(&m->mu);
+	if (running)
+		pthread_join(m->stats_thread, NULL);
 }

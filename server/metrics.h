@@ -10,6 +10,8 @@
 #ifndef DSV4_SERVER_METRICS_H
 #define DSV4_SERVER_METRICS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/status.h"
@@ -24,6 +26,9 @@ struct metrics_engine_stats {
 	uint64_t prefix_queries_tokens, prefix_hits_tokens;
 	uint64_t n_preemptions;
 	uint64_t prompt_tokens, generation_tokens;
+	/* speculative decoding (docs/speculation.md); rendered when spec_k > 0 */
+	uint32_t spec_k;
+	uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos[8];
 };
 
 typedef void (*metrics_engine_fn)(void *ctx, struct metrics_engine_stats *out);
@@ -54,5 +59,17 @@ void metrics_inter_token(struct metrics *m, double seconds);
 
 /* Render the whole exposition (text format 0.0.4) into b. */
 void metrics_render(struct metrics *m, struct strbuf *b);
+
+/* vLLM's periodic stats line: every interval_s seconds one log line (module
+ * "stats") with the prompt and generation throughput over the interval,
+ * running / waiting requests, KV cache usage and the interval's prefix-cache
+ * hit rate, read from the engine callback; INFO while there is work (and
+ * once after), DEBUG when idle. Stop it before the engine callback's state
+ * goes (metrics_destroy stops it too). Starting twice changes the interval. */
+enum status metrics_log_stats_start(struct metrics *m, double interval_s, struct err *e) DSV4_WUR;
+void metrics_log_stats_stop(struct metrics *m); /* NULL, or not started: no-op */
+/* The line for two snapshots dt_s seconds apart; true when it shows work. */
+bool metrics_stats_line(char *buf, size_t cap, const struct metrics_engine_stats *prev,
+			const struct metrics_engine_stats *cur, double dt_s);
 
 #endif

@@ -3,8 +3,9 @@
  * OpenAI responses (SSE chunks or one JSON body).
  *
  * A job owns: the parsed request's derived state, one sched_stream per
- * prompt (n choices each), per-choice output state (the DSML output parser for chat, accumulated text for non-streamed answers,
- * logprobs), and the output buffer the HTTP pull callback drains. The job is
+ * prompt (n choices each), per-choice output state (the DSML output parser
+ * for chat, accumulated text for non-streamed answers, logprobs), and the
+ * output buffer the HTTP pull callback drains. The job is
  * created in the handler and freed in the stream's close callback, which the
  * HTTP layer calls exactly once (finished or client gone).
  *
@@ -95,6 +96,9 @@ struct oai_job {
 	struct oai_usage usage;
 	const struct oai_job_format *fmt; /* another API's shapes (openai_internal.h), or NULL */
 	void *fmt_ctx;
+	char request_id[128];         /* for the access log line (api_access_log) */
+	const char *route;
+	double t_first_token;         /* monotonic; 0 = none yet */
 };
 
 /* ---- wake slots ---- */
@@ -366,6 +370,8 @@ static void handle_event(struct oai_job *j, struct sub *sb, struct sched_event *
 			metrics_inter_token(api_metrics(j->srv->opt.api), ev->time_s - c->last_token_s);
 		c->last_token_s = ev->time_s;
 		c->n_tokens++;
+		if (j->t_first_token == 0)
+			j->t_first_token = time_mono_s();
 		if (j->logprobs) {
 			if (j->kind == OAI_CHAT) {
 				if (c->n_lp)
@@ -641,6 +647,24 @@ static void job_free(struct oai_job *j)
 	free(j);
 }
 
+/* The request's access log line (api_access_log), when its answer ends. */
+static void access_log(struct oai_job *j, bool aborted)
+{
+	struct api *api = j->srv->opt.api;
+	if (!api_log_requests(api))
+		return;
+	struct api_access a = {.request_id = j->request_id, .route = j->route, .model = j->head.model,
+			       .ttft_s = j->t_first_token > 0 ? j->t_first_token - j->t_arrival : -1,
+			       .duration_s = time_mono_s() - j->t_arrival};
+	for (uint32_t i = 0; i < j->n_subs; i++)
+		a.prompt_tokens += j->subs[i].n_prompt;
+	for (uint32_t i = 0; i < j->n_choices; i++)
+		a.output_tokens += j->choices[i].n_tokens;
+	a.status = aborted ? 499 : j->error && !j->stream ? 500 : 200;
+	a.finish = aborted ? "abort" : j->error ? "error" : j->n_choices ? j->choices[0].finish_reason : NULL;
+	api_access_log(api, &a);
+}
+
 static void job_close(void *ctx, bool aborted)
 {
 	struct oai_job *j = ctx;
@@ -664,6 +688,7 @@ static void job_close(void *ctx, bool aborted)
 		}
 		log_msg(LOG_INFO, "server", "%s: client went away; request aborted", j->id);
 	}
+	access_log(j, aborted);
 	const struct oai_job_format *fmt = j->fmt;
 	void *fmt_ctx = j->fmt_ctx;
 	job_free(j);
@@ -763,10 +788,10 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 	p->score_only = r->score_only;
 }
 
-/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */
-static void start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
-		      uint32_t n_prompts, char **echo, size_t *echo_len, const struct oai_job_format *fmt,
-		      void *fmt_ctx, struct http_response *resp, struct http_stream *hs)
+/* The server's own limits on an answer: --max-logprobs, and the size of a
+ * buffered answer. false: resp holds the 400. */
+static bool check_limits(struct oai_server *s, const struct oai_request *r, const size_t *n_ids, uint32_t n_prompts,
+			 struct http_response *resp)
 {
 	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : KERN_SAMPLE_MAX_TOP_LOGPROBS;
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
@@ -775,7 +800,7 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 		api_error(resp, 400, param, "invalid_value",
 			  "'%s' asks for %u logprobs; this server's maximum is %u (--max-logprobs)", param,
 			  prompt ? r->prompt_top_logprobs : r->top_logprobs, lim);
-		return;
+		return false;
 	}
 	if (!r->stream && r->max_tokens) { /* ---- hardening: the size of a buffered answer ---- */
 		uint64_t per_tok = r->logprobs ? 72u * (1u + r->top_logprobs) : 8u, ctx = s->opt.max_model_len, est = 0;
@@ -794,9 +819,19 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 				  (unsigned long long)(est >> 20), n_prompts, r->n, (unsigned long long)toks,
 				  (unsigned long long)per_tok, r->logprobs ? 1 + r->top_logprobs : 0,
 				  (unsigned long long)(OAI_MAX_RESPONSE_BYTES >> 20));
-			return;
+			return false;
 		}
 	}
+	return true;
+}
+
+/* Submit, create the job and answer with the stream. prompts: n_prompts id arrays. */
+static void start_job(struct oai_server *s, const struct oai_request *r, int32_t **prompt_ids, size_t *n_ids,
+		      uint32_t n_prompts, char **echo, size_t *echo_len, const struct oai_job_format *fmt,
+		      void *fmt_ctx, struct http_response *resp, struct http_stream *hs)
+{
+	if (!check_limits(s, r, n_ids, n_prompts, resp))
+		return;
 	struct gram *grammar = NULL; /* structured outputs; the scheduler retains it per request */
 	if (!oai__grammar(s, r, &grammar, resp))
 		return;
@@ -820,6 +855,8 @@ static void start_job(struct oai_server *s, const struct oai_request *r, int32_t
 	j->include_reasoning = r->include_reasoning;
 	j->t_arrival = time_mono_s();
 	j->last_write_s = j->t_arrival;
+	snprintf(j->request_id, sizeof j->request_id, "%s", api_request_id(resp));
+	j->route = resp->route;
 	snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", r->kind == OAI_CHAT ? "chatcmpl" : "cmpl",
 		 (unsigned long long)time(NULL) * 0x9E3779B97F4A7C15ull,
 		 (unsigned long long)atomic_fetch_add(&s->next_id, 1));

@@ -2,12 +2,11 @@
  * kernels/compressor/compressor_variants.c: the registry tables of op "compressor".
  *
  * Variants (priority order, highest first):
+ *   <op>_cuda_generic  cc >= 8.0, sm_80 image (compressor_generic.cu): the same args
+ *                  contract on device buffers; the portable fallback, so
+ *                  selection never fails on a GPU.
  *   <op>_cpu_ref   the CPU reference (compressor_ref.c), every shape; the oracle
  *                  for GPU variants and for load-time self-checks.
- * GPU variants implement the same args contract on device buffers and are
- * added above the reference with their guards (style.md rule 9).
- * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
- * (compressor_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/compressor/compressor.h"
 

@@ -42,6 +42,7 @@
 extern "C" {
 #include "kernels/hc/hc_generic.h"
 }
+#include "kernels/device/host_bufs.cuh"
 
 #define HC_NT 256
 
@@ -367,55 +368,10 @@ extern "C" enum status kern_hc_post_cuda_generic(const struct kern_hc_post_args 
 
 /* ---- host-buffer wrappers (self-checks, tests) ---- */
 
-#define HC_MAX_BUFS 8
-
-/* Device copies of up to 8 host arrays; outputs are copied in as well so
- * that sentinel values the kernel must overwrite stay visible. */
-struct hc_bufs {
-	const float *host[HC_MAX_BUFS];
-	float *dev[HC_MAX_BUFS];
-	size_t n_floats[HC_MAX_BUFS];
-	int out[HC_MAX_BUFS];
-	int n;
-	cudaError_t ce;
-};
-
-static float *hc_up(struct hc_bufs *b, const float *h, size_t n_floats, int is_out)
+/* A device copy of n_floats floats of host h (kernels/device/host_bufs.cuh). */
+static float *hc_up(struct kern_hbufs *b, const float *h, size_t n_floats, bool is_out)
 {
-	if (!h || b->ce != cudaSuccess || b->n >= HC_MAX_BUFS)
-		return NULL;
-	void *d = NULL;
-	b->ce = cudaMalloc(&d, n_floats ? n_floats * sizeof(float) : 4);
-	if (b->ce != cudaSuccess)
-		return NULL;
-	if (n_floats)
-		b->ce = cudaMemcpy(d, h, n_floats * sizeof(float), cudaMemcpyHostToDevice);
-	b->host[b->n] = h;
-	b->dev[b->n] = (float *)d;
-	b->n_floats[b->n] = n_floats;
-	b->out[b->n] = is_out;
-	b->n++;
-	return (float *)d;
-}
-
-/* Sync after a run that returned st, copy outputs back, free everything. */
-static enum status hc_finish(struct hc_bufs *b, enum status st)
-{
-	if (st == ST_OK && b->ce == cudaSuccess)
-		b->ce = cudaDeviceSynchronize();
-	for (int i = 0; i < b->n && st == ST_OK && b->ce == cudaSuccess; i++)
-		if (b->out[i] && b->n_floats[i])
-			b->ce = cudaMemcpy((void *)b->host[i], b->dev[i], b->n_floats[i] * sizeof(float),
-					   cudaMemcpyDeviceToHost);
-	for (int i = 0; i < b->n; i++)
-		cudaFree(b->dev[i]);
-	if (st)
-		return st;
-	if (b->ce != cudaSuccess) {
-		cudaGetLastError();
-		return ST_CUDA;
-	}
-	return ST_OK;
+	return (float *)kern_hb_up(b, h, n_floats * sizeof(float), is_out);
 }
 
 extern "C" enum status kern_hc_prenorm_cuda_generic_host(const struct kern_hc_prenorm_args *a)
@@ -426,15 +382,14 @@ extern "C" enum status kern_hc_prenorm_cuda_generic_host(const struct kern_hc_pr
 		return ST_OK;
 	if (!a->x || !a->fn || !a->mix || !a->sqr_sum)
 		return ST_INVALID;
-	struct hc_bufs b = {};
-	b.ce = cudaSuccess;
+	struct kern_hbufs b = {};
 	struct kern_hc_prenorm_args d = *a;
-	d.x = hc_up(&b, a->x, (size_t)a->n_tokens * a->k, 0);
-	d.fn = hc_up(&b, a->fn, (size_t)a->n_out * a->k, 0);
-	d.mix = hc_up(&b, a->mix, (size_t)a->n_tokens * a->n_out, 1);
-	d.sqr_sum = hc_up(&b, a->sqr_sum, (size_t)a->n_tokens, 1);
+	d.x = hc_up(&b, a->x, (size_t)a->n_tokens * a->k, false);
+	d.fn = hc_up(&b, a->fn, (size_t)a->n_out * a->k, false);
+	d.mix = hc_up(&b, a->mix, (size_t)a->n_tokens * a->n_out, true);
+	d.sqr_sum = hc_up(&b, a->sqr_sum, (size_t)a->n_tokens, true);
 	d.stream = 0;
-	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_prenorm_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_hc_prenorm_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_hc_split_cuda_generic_host(const struct kern_hc_split_args *a)
@@ -445,18 +400,17 @@ extern "C" enum status kern_hc_split_cuda_generic_host(const struct kern_hc_spli
 		return ST_OK;
 	const size_t T = (size_t)a->n_tokens, n = (size_t)a->n_streams;
 	const size_t n_out = a->head ? n : (2 + n) * n;
-	struct hc_bufs b = {};
-	b.ce = cudaSuccess;
+	struct kern_hbufs b = {};
 	struct kern_hc_split_args d = *a;
-	d.mix = hc_up(&b, a->mix, T * n_out, 0);
-	d.sqr_sum = hc_up(&b, a->sqr_sum, T, 0);
-	d.scale = hc_up(&b, a->scale, a->head ? 1 : 3, 0);
-	d.base = hc_up(&b, a->base, n_out, 0);
-	d.pre = hc_up(&b, a->pre, T * n, 1);
-	d.post = a->head ? NULL : hc_up(&b, a->post, T * n, 1);
-	d.comb = a->head ? NULL : hc_up(&b, a->comb, T * n * n, 1);
+	d.mix = hc_up(&b, a->mix, T * n_out, false);
+	d.sqr_sum = hc_up(&b, a->sqr_sum, T, false);
+	d.scale = hc_up(&b, a->scale, a->head ? 1 : 3, false);
+	d.base = hc_up(&b, a->base, n_out, false);
+	d.pre = hc_up(&b, a->pre, T * n, true);
+	d.post = a->head ? NULL : hc_up(&b, a->post, T * n, true);
+	d.comb = a->head ? NULL : hc_up(&b, a->comb, T * n * n, true);
 	d.stream = 0;
-	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_split_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_hc_split_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_hc_pre_combine_cuda_generic_host(const struct kern_hc_pre_combine_args *a)
@@ -466,14 +420,13 @@ extern "C" enum status kern_hc_pre_combine_cuda_generic_host(const struct kern_h
 	if (a->n_tokens == 0)
 		return ST_OK;
 	const size_t T = (size_t)a->n_tokens, n = (size_t)a->n_streams, D = (size_t)a->dim;
-	struct hc_bufs b = {};
-	b.ce = cudaSuccess;
+	struct kern_hbufs b = {};
 	struct kern_hc_pre_combine_args d = *a;
-	d.x = hc_up(&b, a->x, T * n * D, 0);
-	d.pre = hc_up(&b, a->pre, T * n, 0);
-	d.u = hc_up(&b, a->u, T * D, 1);
+	d.x = hc_up(&b, a->x, T * n * D, false);
+	d.pre = hc_up(&b, a->pre, T * n, false);
+	d.u = hc_up(&b, a->u, T * D, true);
 	d.stream = 0;
-	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_pre_combine_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_hc_pre_combine_cuda_generic(&d) : ST_CUDA);
 }
 
 extern "C" enum status kern_hc_post_cuda_generic_host(const struct kern_hc_post_args *a)
@@ -485,14 +438,13 @@ extern "C" enum status kern_hc_post_cuda_generic_host(const struct kern_hc_post_
 	if (a->x_out == a->x)
 		return ST_INVALID;
 	const size_t T = (size_t)a->n_tokens, n = (size_t)a->n_streams, D = (size_t)a->dim;
-	struct hc_bufs b = {};
-	b.ce = cudaSuccess;
+	struct kern_hbufs b = {};
 	struct kern_hc_post_args d = *a;
-	d.f = hc_up(&b, a->f, T * D, 0);
-	d.x = hc_up(&b, a->x, T * n * D, 0);
-	d.post = hc_up(&b, a->post, T * n, 0);
-	d.comb = hc_up(&b, a->comb, T * n * n, 0);
-	d.x_out = hc_up(&b, a->x_out, T * n * D, 1);
+	d.f = hc_up(&b, a->f, T * D, false);
+	d.x = hc_up(&b, a->x, T * n * D, false);
+	d.post = hc_up(&b, a->post, T * n, false);
+	d.comb = hc_up(&b, a->comb, T * n * n, false);
+	d.x_out = hc_up(&b, a->x_out, T * n * D, true);
 	d.stream = 0;
-	return hc_finish(&b, b.ce == cudaSuccess ? kern_hc_post_cuda_generic(&d) : ST_CUDA);
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_hc_post_cuda_generic(&d) : ST_CUDA);
 }

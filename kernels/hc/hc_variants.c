@@ -3,14 +3,11 @@
  * "hc_pre_combine", "hc_post".
  *
  * Variants (priority order, highest first):
- *   <op>_cpu_ref   the CPU reference (hc_ref.c), every shape; the oracle
- *                  for GPU variants and for load-time self-checks.
- * GPU variants implement the same args contract on device buffers and are
- * added above the reference with their guards (style.md rule 9).
- * Added by cuda-kernels-2 (rows after the reference):
  *   <op>_cuda_generic  cc >= 8.0, sm_80 image (hc_generic.cu): our own
  *                  prenorm GEMM + Σx², Sinkhorn split and stream combines,
  *                  so no GPU depends on DeepGEMM's tf32_hc_prenorm_gemm.
+ *   <op>_cpu_ref   the CPU reference (hc_ref.c), every shape; the oracle
+ *                  for GPU variants and for load-time self-checks.
  */
 #include "kernels/hc/hc.h"
 
@@ -26,7 +23,7 @@ static const struct kern_variant hc_prenorm_variants[] = {
 		.run_host = KERN_FN(kern_hc_prenorm_ref),
 		.desc = "CPU reference: mHC prenorm GEMM v·fnᵀ + Σv², fp32 loops",
 	},
-	/* ---- cuda-kernels-2 ---- */
+	/* ---- portable CUDA ---- */
 	{
 		.name = "hc_prenorm_cuda_generic",
 		.backend = KERN_BACKEND_CUDA,
@@ -57,7 +54,7 @@ static const struct kern_variant hc_split_variants[] = {
 		.run_host = KERN_FN(kern_hc_split_ref),
 		.desc = "CPU reference: mHC sigmoid/softmax + col-first Sinkhorn, HCHead",
 	},
-	/* ---- cuda-kernels-2 ---- */
+	/* ---- portable CUDA ---- */
 	{
 		.name = "hc_split_cuda_generic",
 		.backend = KERN_BACKEND_CUDA,
@@ -88,7 +85,7 @@ static const struct kern_variant hc_pre_combine_variants[] = {
 		.run_host = KERN_FN(kern_hc_pre_combine_ref),
 		.desc = "CPU reference: mHC u = Σ pre_j X_j",
 	},
-	/* ---- cuda-kernels-2 ---- */
+	/* ---- portable CUDA ---- */
 	{
 		.name = "hc_pre_combine_cuda_generic",
 		.backend = KERN_BACKEND_CUDA,
@@ -119,7 +116,7 @@ static const struct kern_variant hc_post_variants[] = {
 		.run_host = KERN_FN(kern_hc_post_ref),
 		.desc = "CPU reference: mHC X'_k = post_k f + Σ_j comb[j][k] X_j",
 	},
-	/* ---- cuda-kernels-2 ---- */
+	/* ---- portable CUDA ---- */
 	{
 		.name = "hc_post_cuda_generic",
 		.backend = KERN_BACKEND_CUDA,

@@ -6,7 +6,8 @@
  * per byte, so the kernel is built around the weight stream. Two forms share
  * the per-step math:
  *   - streaming (linear_gemv_stream_kernel; whenever a CTA's tokens fit in
- *     shared memory over the whole of K: every shape at T = 1, most at T <= 8):
+ *     shared memory over the whole of K, up to 96 KiB: every DeepSeek-V4-Flash
+ *     shape at T <= 2, in <= 4096 at T <= 4, in <= 2048 at any T):
  *     one wave of CTAs, each staging its (up to 8) tokens once and owning a
  *     range of row groups of 4 rows; each warp walks its (row group, K step)
  *     items with no barrier, two items' weights in flight while one is
@@ -17,7 +18,8 @@
  * K steps: a lane loads 16 e4m3 bytes of each of its 4 rows per step
  * (16-byte __ldg);
  *   - e4m3 is decoded in registers with three integer operations per byte
- *     (byte to the top, arithmetic shift by 4, mask): the result is the f32
+ *     (byte to the top, arithmetic shift by 4, mask; two for the top byte of
+ *     a word): the result is the f32
  *     whose bits place e4m3's exponent and mantissa in f32's fields, i.e. the
  *     code's value times 2^-120, exact for normals and subnormals;
  *   - the activations of the CTA's tokens are staged in shared memory as f32
@@ -69,6 +71,8 @@ struct gv_params {
 /* Byte `byte` of word (an e4m3 code) as the f32 of value code * 2^-120. */
 static __device__ __forceinline__ float gv_e4m3_bits(uint32_t word, int byte)
 {
+	if (byte == 3) /* already on top: the mask also clears the other bytes (two operations) */
+		return __int_as_float(((int32_t)word >> 4) & (int32_t)0x87F00000);
 	const uint32_t top = __byte_perm(word, 0u, ((uint32_t)byte << 12) | 0x0444u);
 	return __int_as_float(((int32_t)top >> 4) & (int32_t)0x87FFFFFF);
 }
@@ -433,8 +437,65 @@ static cudaError_t gv_launch_chunked(gv_params P, cudaStream_t stream)
 	return cudaGetLastError();
 }
 
-#define GV_STREAM_X_BYTES (40 * 1024) /* the streaming form's staged x (+ scales) */
-#define GV_RED_BYTES (8 * 1024)       /* its parked row sums */
+#define GV_STREAM_SMEM (96 * 1024) /* the streaming form's shared memory at most (x, scales, sums) */
+#define GV_RED_BYTES (8 * 1024)     /* of which its parked row sums */
+
+/* Per device: the streaming kernels' shared-memory limit (GV_STREAM_SMEM or
+ * the device's opt-in maximum, raised for all four instantiations at the
+ * first call, so no attribute is set while a stream may be capturing later)
+ * and their resident CTAs per SM by 16 KiB step of shared memory. */
+struct gv_dev_state {
+	int limit;      /* bytes; 0 = not set up */
+	int occ[4][7];  /* [log2 TC][ceil(smem / 16 KiB)] */
+};
+static gv_dev_state gv_dev[64];
+
+template <int TC>
+static void gv_stream_attr(int limit)
+{
+	cudaFuncSetAttribute(linear_gemv_stream_kernel<TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+}
+
+static gv_dev_state *gv_stream_setup(void)
+{
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+		return NULL;
+	gv_dev_state *d = &gv_dev[dev];
+	if (d->limit)
+		return d;
+	int optin = 0;
+	if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+		optin = 48 * 1024;
+	const int limit = optin < GV_STREAM_SMEM ? optin : GV_STREAM_SMEM;
+	gv_stream_attr<1>(limit);
+	gv_stream_attr<2>(limit);
+	gv_stream_attr<4>(limit);
+	gv_stream_attr<GV_MAX_TC>(limit);
+	cudaGetLastError(); /* a refused raise leaves 48 KiB: checked by the occupancy query below */
+	d->limit = limit;
+	return d;
+}
+
+template <int TC>
+static int gv_stream_occupancy(gv_dev_state *d, size_t smem)
+{
+	const int lt = TC == 1 ? 0 : TC == 2 ? 1 : TC == 4 ? 2 : 3;
+	const int b = (int)((smem + 16383) / 16384);
+	if (b < 7 && d->occ[lt][b] != 0)
+		return d->occ[lt][b];
+	int n = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, linear_gemv_stream_kernel<TC>, GV_THREADS,
+							  (size_t)b * 16384 < (size_t)d->limit ? (size_t)b * 16384
+											: (size_t)d->limit) !=
+		    cudaSuccess ||
+	    n < 1)
+		n = -1; /* cannot run at this size: the chunked form takes it */
+	cudaGetLastError();
+	if (b < 7)
+		d->occ[lt][b] = n;
+	return n;
+}
 
 /* The streaming form where the tokens' whole rows fit, else the chunked one. */
 template <int TC>
@@ -442,16 +503,15 @@ static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
 {
 	const int64_t in_r = (P.in + GV_STEP - 1) / GV_STEP * GV_STEP;
 	const size_t xbytes = ((size_t)TC * in_r + (size_t)TC * (in_r / 128)) * sizeof(float);
-	if (xbytes > GV_STREAM_X_BYTES)
+	gv_dev_state *d = gv_stream_setup();
+	if (!d || xbytes + GV_RED_BYTES > (size_t)d->limit)
+		return gv_launch_chunked<TC>(P, stream);
+	const int per_sm = gv_stream_occupancy<TC>(d, xbytes + GV_RED_BYTES);
+	if (per_sm < 1)
 		return gv_launch_chunked<TC>(P, stream);
 	P.kc = (int)in_r;
 	const int nsteps = (int)((P.in + GV_STEP - 1) / GV_STEP);
 	const int64_t n_groups = (P.out + GV_RB - 1) / GV_RB;
-	int per_sm = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, linear_gemv_stream_kernel<TC>, GV_THREADS,
-							  xbytes + GV_RED_BYTES) != cudaSuccess ||
-	    per_sm < 1)
-		per_sm = 1;
 	const int64_t target = (int64_t)gv_sm_count() * per_sm; /* one wave */
 	/* Warps along K: as few as give every CTA of the wave a set of 8 / wk row
 	 * groups (fewer partial sums), at most the number of K steps. */

@@ -398,6 +398,316 @@ __global__ void __launch_bounds__(MD_NT, RC <= 2 ? 2 : 1) md_kernel(const md_par
 	}
 }
 
+/* ---- variant moe_decode_cuda_mma: the same passes on bf16 mma.sync ----
+ *
+ * A warp owns 16 weight rows, the A operand of mma.sync m16n8k16 (bf16 in,
+ * f32 accumulation; sm_80 and later): pass 0 rows g and g + 8 are w1 and w3
+ * of output g of the warp's 8, so each lane ends holding the gate and up
+ * sums of one output for two activation rows (the D fragment) and finishes
+ * SwiGLU without a shuffle; pass 1 rows are 16 outputs of w2. The B operand
+ * is the item's staged activation rows (n = 8 columns, RC of them real).
+ * Lane (g, t) loads 16 bytes of rows g and g + 8 at byte 16·t of each
+ * 64-byte step (4 lanes: one 128-code act_quant block), decodes a word of 8
+ * codes into 4 bf16 pairs (exact) and multiplies them by the block scale in
+ * bf16 (e2m1 x e4m3 or x 2^e is exact in bf16); its k slots of each mma are
+ * 4 consecutive codes of its own 32, and it reads the same 4 codes' activations
+ * from shared memory (row = its column g), so A and B agree on which k each
+ * slot is. The NVFP4 global scale multiplies the sums. */
+#define MM_WARPS 4
+#define MM_NT (MM_WARPS * 32)
+#define MM_S 4                  /* 64-byte steps per load batch */
+#define MM_OUT0 (MM_WARPS * 8)  /* pass 0 outputs per item */
+#define MM_OUT1 (MM_WARPS * 16) /* pass 1 outputs per item: the combine's chunk */
+
+static_assert(MM_OUT1 % MD_OUT1 == 0, "the counters are sized for 32-column chunks");
+
+/* Row stride of the staged activations in elements: md_xi padding, and
+ * ≡ 32 (mod 64) so the 8 lanes of a quarter-warp (2 rows x 4 lanes 80 bytes
+ * apart) read 16-byte chunks in distinct banks. */
+static __host__ __device__ __forceinline__ int64_t mm_ld(int64_t in)
+{
+	return (md_xi(in) + 31) / 64 * 64 + 32;
+}
+
+static __host__ __device__ __forceinline__ size_t mm_stage_bytes(int rc, int64_t in)
+{
+	return ((size_t)rc * (size_t)mm_ld(in) * 2 + 15) & ~(size_t)15;
+}
+
+static __device__ __forceinline__ void mm_mma(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+					      uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+		     "{%8, %9}, {%0, %1, %2, %3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two bf16 products (exact here: e2m1 x a scale with at most 4 significant bits). */
+static __device__ __forceinline__ uint32_t mm_bmul(uint32_t a, uint32_t b)
+{
+	uint32_t d;
+	asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+	return d;
+}
+
+/* A block scale as a bf16 pair (s, s): e4m3 (scale bits c) or E8M0 (c = e).
+ * e4m3: the code's bits shifted to an f32's exponent/mantissa are the value
+ * times 2^-120 (subnormal codes included), so one multiply restores it. */
+static __device__ __forceinline__ uint32_t mm_scale2(uint32_t c, bool nv)
+{
+	if (nv) {
+		const float v = __uint_as_float((c & 0x7Fu) << 20) * 0x1p120f;
+		const __nv_bfloat162 b = __float2bfloat162_rn(v);
+		return *(const uint32_t *)&b;
+	}
+	return (c & 0xFFu) * 0x00800080u; /* 2^(c - 127) as bf16 bits, both halves (c = 0: 0, not 2^-127) */
+}
+
+template <int MODE, int RC>
+__global__ void __launch_bounds__(MM_NT) mm_kernel(const md_params p)
+{
+	extern __shared__ __align__(16) unsigned char md_smem[];
+	__shared__ int s_flag[RC];
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+	const int64_t E = p.n_experts, in = p.in, out = p.out, rb = in / 2;
+	const int64_t ld = mm_ld(in);
+	__nv_bfloat16 *xs = (__nv_bfloat16 *)md_smem;
+	int *s_pref = (int *)(md_smem + mm_stage_bytes(RC, in)); /* [E + 1] row chunks before expert e */
+	int *s_off = s_pref + E + 1;                                 /* [E + 1] the offsets */
+
+	if (warp == 0) {
+		int cum = 0;
+		for (int64_t base = 0; base < E; base += 32) {
+			const int64_t ex = base + lane;
+			int b = 0, c = 0, tiles = 0;
+			if (ex < E) {
+				b = p.offsets[ex];
+				c = p.offsets[ex + 1];
+				tiles = c > b ? (c - b + RC - 1) / RC : 0;
+				s_off[ex] = b;
+				if (ex == E - 1)
+					s_off[E] = c;
+			}
+			int incl = tiles;
+#pragma unroll
+			for (int o = 1; o < 32; o <<= 1) {
+				const int t = __shfl_up_sync(MD_FULL, incl, o);
+				if (lane >= o)
+					incl += t;
+			}
+			if (ex < E)
+				s_pref[ex + 1] = cum + incl;
+			cum += __shfl_sync(MD_FULL, incl, 31);
+		}
+		if (lane == 0)
+			s_pref[0] = 0;
+	}
+	__syncthreads();
+
+	const int per = MODE == 0 ? MM_OUT0 : MM_OUT1;
+	const int64_t n_chunks = (out + per - 1) / per;
+	const int64_t n_items = (int64_t)s_pref[E] * n_chunks;
+	const int64_t nb = in / 128;
+
+	for (int64_t item = blockIdx.x; item < n_items; item += gridDim.x) {
+		const int tile = (int)(item / n_chunks);
+		const int64_t xc = item % n_chunks;
+		int lo = 0, hi = (int)E - 1;
+		while (lo < hi) {
+			const int mid = (lo + hi + 1) >> 1;
+			if (s_pref[mid] <= tile)
+				lo = mid;
+			else
+				hi = mid - 1;
+		}
+		const int e = lo;
+		const int r0 = s_off[e] + (tile - s_pref[e]) * RC;
+		const int nr = min(RC, s_off[e + 1] - r0);
+
+		/* rows g (rr 0) and g + 8 (rr 1) of the warp's 16 */
+		int64_t o[2];
+		const uint8_t *wrow[2], *srow[2];
+		float gsc[2];
+		bool ok[2];
+		bool nv = false;
+#pragma unroll
+		for (int rr = 0; rr < 2; rr++) {
+			o[rr] = MODE == 0 ? xc * MM_OUT0 + warp * 8 + g : xc * MM_OUT1 + warp * 16 + g + 8 * rr;
+			const struct kern_wmat *wm = (MODE == 0 && rr) ? &p.wb[e] : &p.wa[e];
+			const uint8_t *d = (const uint8_t *)wm->data, *sp = (const uint8_t *)wm->scale;
+			nv = wm->fmt == KERN_WFMT_NVFP4;
+			ok[rr] = o[rr] < out;
+			const int64_t oo = ok[rr] ? o[rr] : 0;
+			wrow[rr] = d + oo * rb;
+			srow[rr] = sp + oo * (nv ? in / 16 : in / 32);
+			gsc[rr] = nv ? wm->global_scale : 1.0f;
+		}
+
+		/* double-buffered: the next batch's loads are in flight while this one is used */
+		uint4 q[2][MM_S], qn[2][MM_S];
+		uint32_t sc[2][MM_S], scn[2][MM_S];
+#define MM_LOAD(Q, SC, b0_)                                                                                    \
+	_Pragma("unroll") for (int rr = 0; rr < 2; rr++) _Pragma("unroll") for (int st = 0; st < MM_S; st++)  \
+	{                                                                                                      \
+		const int64_t b_ = (b0_) + st * 64 + t4 * 16;                                                  \
+		Q[rr][st] = make_uint4(0u, 0u, 0u, 0u);                                                        \
+		SC[rr][st] = 0u;                                                                               \
+		if (ok[rr] && b_ < rb) {                                                                       \
+			Q[rr][st] = __ldg((const uint4 *)(wrow[rr] + b_));                                     \
+			SC[rr][st] = nv ? (uint32_t)__ldg((const unsigned short *)(srow[rr] + b_ / 8))         \
+					: (uint32_t)__ldg(srow[rr] + b_ / 16);                                \
+		}                                                                                              \
+	}
+		MM_LOAD(q, sc, 0)
+
+		__syncthreads(); /* the previous item's readers are done with xs and s_flag */
+		for (int64_t u = warp; u < nr * nb; u += MM_WARPS) {
+			const int r = (int)(u / nb);
+			const int64_t kb = (u % nb) * 128 + lane * 4;
+			const int64_t src = MODE == 0 ? (int64_t)p.row_src[r0 + r] : (int64_t)(r0 + r);
+			const float4 v4 = __ldg((const float4 *)(p.x + src * in + kb));
+			float v[4] = {v4.x, v4.y, v4.z, v4.w};
+			float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				amax = fmaxf(amax, __shfl_xor_sync(MD_FULL, amax, off));
+			const float sx = kq_fp8_block_scale(amax), inv = 1.0f / sx;
+			const __nv_bfloat162 a = __floats2bfloat162_rn(md_qdq(v[0], sx, inv), md_qdq(v[1], sx, inv));
+			const __nv_bfloat162 b = __floats2bfloat162_rn(md_qdq(v[2], sx, inv), md_qdq(v[3], sx, inv));
+			uint2 w2;
+			w2.x = *(const uint32_t *)&a;
+			w2.y = *(const uint32_t *)&b;
+			*(uint2 *)&xs[r * ld + md_xi(kb)] = w2;
+		}
+		__syncthreads();
+
+		/* this lane's B column: activation row g (columns past nr repeat the last row, unused) */
+		const int64_t xrow = (int64_t)min(g, nr - 1) * ld;
+		float d[4] = {0.f, 0.f, 0.f, 0.f};
+		for (int64_t b0 = 0;;) {
+			const bool more = b0 + MM_S * 64 < rb;
+			if (more) {
+				MM_LOAD(qn, scn, b0 + MM_S * 64)
+			}
+#pragma unroll
+			for (int st = 0; st < MM_S; st++) {
+				if (b0 + st * 64 >= rb) /* rb % 64 == 0: the same for the whole warp */
+					break;
+				const int64_t b = b0 + st * 64 + t4 * 16;
+				const int64_t xo = xrow + md_xi(2 * b);
+				uint32_t s2[2][2];
+#pragma unroll
+				for (int rr = 0; rr < 2; rr++) {
+					s2[rr][0] = mm_scale2(nv ? sc[rr][st] & 0xFFu : sc[rr][st], nv);
+					s2[rr][1] = nv ? mm_scale2(sc[rr][st] >> 8, nv) : s2[rr][0];
+				}
+#pragma unroll
+				for (int qd = 0; qd < 4; qd++) { /* word qd: codes 8·qd .. 8·qd + 7 of the lane's 32 */
+					const uint4 xw = *(const uint4 *)&xs[xo + 8 * qd];
+					const uint32_t wg = qd == 0 ? q[0][st].x : qd == 1 ? q[0][st].y : qd == 2 ? q[0][st].z : q[0][st].w;
+					const uint32_t wh = qd == 0 ? q[1][st].x : qd == 1 ? q[1][st].y : qd == 2 ? q[1][st].z : q[1][st].w;
+					uint32_t pg[4], ph[4];
+					kern_e2m1x8_to_bf16x2(wg, pg);
+					kern_e2m1x8_to_bf16x2(wh, ph);
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						pg[i] = mm_bmul(pg[i], s2[0][qd >> 1]);
+						ph[i] = mm_bmul(ph[i], s2[1][qd >> 1]);
+					}
+					mm_mma(d, pg[0], ph[0], pg[1], ph[1], xw.x, xw.y); /* codes 0..3 of the word */
+					mm_mma(d, pg[2], ph[2], pg[3], ph[3], xw.z, xw.w); /* codes 4..7 */
+				}
+			}
+			if (!more)
+				break;
+			b0 += MM_S * 64;
+#pragma unroll
+			for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+				for (int st = 0; st < MM_S; st++) {
+					q[rr][st] = qn[rr][st];
+					sc[rr][st] = scn[rr][st];
+				}
+		}
+#undef MM_LOAD
+
+		/* d[0], d[1]: row g at columns 2·t4, 2·t4 + 1; d[2], d[3]: row g + 8 */
+		if (MODE == 0) {
+#pragma unroll
+			for (int cc = 0; cc < 2; cc++) {
+				const int r = 2 * t4 + cc;
+				if (r < nr && ok[0]) {
+					float gv = d[cc] * gsc[0], uv = d[2 + cc] * gsc[1];
+					if (p.bf16r) {
+						gv = kd_bf16_round(gv);
+						uv = kd_bf16_round(uv);
+					}
+					if (p.limit > 0) {
+						gv = fminf(gv, p.limit);
+						uv = fminf(fmaxf(uv, -p.limit), p.limit);
+					}
+					float a = __fmul_rn(md_silu(gv), uv);
+					if (p.row_weight)
+						a = __fmul_rn(p.row_weight[r0 + r], a);
+					if (p.bf16r)
+						a = kd_bf16_round(a);
+					p.h[(int64_t)(r0 + r) * out + o[0]] = a;
+				}
+			}
+		} else {
+#pragma unroll
+			for (int cc = 0; cc < 2; cc++) {
+				const int r = 2 * t4 + cc;
+#pragma unroll
+				for (int rr = 0; rr < 2; rr++)
+					if (r < nr && ok[rr]) {
+						const float v = d[2 * rr + cc] * gsc[rr];
+						p.y[(int64_t)(r0 + r) * out + o[rr]] = p.bf16r ? kd_bf16_round(v) : v;
+					}
+			}
+			__threadfence();
+			__syncthreads();
+			if (tid < nr) {
+				const int64_t t = p.row_src[r0 + tid];
+				const int need = md_n_local(p, t);
+				const uint32_t old = atomicAdd(&p.cnt[t * n_chunks + xc], 1u);
+				__threadfence();
+				s_flag[tid] = old + 1 == (uint32_t)need ? (int)t : -1;
+			}
+			__syncthreads();
+			__threadfence();
+			for (int r = 0; r < nr; r++) {
+				const int64_t t = s_flag[r];
+				if (t < 0)
+					continue;
+				for (int i = tid; i < MM_OUT1; i += MM_NT) {
+					const int64_t oc = xc * MM_OUT1 + i;
+					if (oc >= out)
+						continue;
+					float sum = 0.f;
+					for (int j = 0; j < p.top_k; j++) {
+						const int32_t sr = p.slot_row[t * p.top_k + j];
+						if (sr >= 0)
+							sum += __ldcg(p.y + (int64_t)sr * out + oc);
+					}
+					p.outp[t * out + oc] = sum;
+				}
+			}
+		}
+	}
+
+	if (MODE == 0) {
+		for (int64_t i = (int64_t)blockIdx.x * MM_NT + tid; i < p.n_cnt; i += (int64_t)gridDim.x * MM_NT)
+			p.cnt[i] = 0u;
+	} else {
+		for (int64_t t = blockIdx.x; t < p.n_tokens; t += gridDim.x)
+			if (md_n_local(p, t) == 0)
+				for (int64_t oc = tid; oc < out; oc += MM_NT)
+					p.outp[t * out + oc] = 0.f;
+	}
+}
+
 /* Per-device caches (64 devices): SM count, opt-in shared memory. */
 static int md_dev_attr(int dev, cudaDeviceAttr attr, int *cache, int fallback)
 {
@@ -414,17 +724,19 @@ static int md_dev_attr(int dev, cudaDeviceAttr attr, int *cache, int fallback)
 	return cache[dev];
 }
 
-template <int MODE, int RC>
+template <bool MMA, int MODE, int RC>
 static cudaError_t md_launch(const md_params &p, size_t smem, int64_t items_ub, int sms, int dev, cudaStream_t s)
 {
 	static int occ[64]; /* per device: resident blocks per SM at occ_smem */
 	static size_t occ_smem[64];
 	cudaError_t ce;
 	const bool cached = dev >= 0 && dev < 64;
+	const int nt = MMA ? MM_NT : MD_NT;
 	int nb = cached && occ_smem[dev] == smem ? occ[dev] : 0;
 	if (!nb) {
-		if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, md_kernel<MODE, RC>, MD_NT, smem)) !=
-		    cudaSuccess)
+		ce = MMA ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, mm_kernel<MODE, RC>, nt, smem)
+			 : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, md_kernel<MODE, RC>, nt, smem);
+		if (ce != cudaSuccess)
 			return ce;
 		if (nb < 1)
 			nb = 1;
@@ -438,13 +750,17 @@ static cudaError_t md_launch(const md_params &p, size_t smem, int64_t items_ub, 
 		grid = items_ub;
 	if (grid < 1)
 		grid = 1;
-	md_kernel<MODE, RC><<<(unsigned)grid, MD_NT, smem, s>>>(p);
+	if (MMA)
+		mm_kernel<MODE, RC><<<(unsigned)grid, nt, smem, s>>>(p);
+	else
+		md_kernel<MODE, RC><<<(unsigned)grid, nt, smem, s>>>(p);
 	return cudaGetLastError();
 }
 
-template <int MODE, int RC> static cudaError_t md_raise(int bytes)
+template <bool MMA, int MODE, int RC> static cudaError_t md_raise(int bytes)
 {
-	return cudaFuncSetAttribute(md_kernel<MODE, RC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+	return MMA ? cudaFuncSetAttribute(mm_kernel<MODE, RC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
+		   : cudaFuncSetAttribute(md_kernel<MODE, RC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 /* Once per device, before any launch: every instantiation may take the
@@ -456,9 +772,12 @@ static cudaError_t md_init(int dev, int optin)
 	if (dev >= 0 && dev < 64 && done[dev])
 		return cudaSuccess;
 	const int bytes = optin - 256; /* the kernels' static shared words are below 256 bytes */
-	cudaError_t (*const raise[8])(int) = {md_raise<0, 1>, md_raise<0, 2>, md_raise<0, 4>, md_raise<0, 8>,
-					      md_raise<1, 1>, md_raise<1, 2>, md_raise<1, 4>, md_raise<1, 8>};
-	for (int i = 0; i < 8; i++) {
+	cudaError_t (*const raise[16])(int) = {
+		md_raise<false, 0, 1>, md_raise<false, 0, 2>, md_raise<false, 0, 4>, md_raise<false, 0, 8>,
+		md_raise<false, 1, 1>, md_raise<false, 1, 2>, md_raise<false, 1, 4>, md_raise<false, 1, 8>,
+		md_raise<true, 0, 1>,  md_raise<true, 0, 2>,  md_raise<true, 0, 4>,  md_raise<true, 0, 8>,
+		md_raise<true, 1, 1>,  md_raise<true, 1, 2>,  md_raise<true, 1, 4>,  md_raise<true, 1, 8>};
+	for (int i = 0; i < 16; i++) {
 		const cudaError_t ce = raise[i](bytes);
 		if (ce != cudaSuccess)
 			return ce;
@@ -468,15 +787,15 @@ static cudaError_t md_init(int dev, int optin)
 	return cudaSuccess;
 }
 
-template <int MODE>
+template <bool MMA, int MODE>
 static cudaError_t md_launch_rc(int rc, const md_params &p, size_t smem, int64_t items_ub, int sms, int dev,
 				cudaStream_t s)
 {
 	switch (rc) {
-	case 1: return md_launch<MODE, 1>(p, smem, items_ub, sms, dev, s);
-	case 2: return md_launch<MODE, 2>(p, smem, items_ub, sms, dev, s);
-	case 4: return md_launch<MODE, 4>(p, smem, items_ub, sms, dev, s);
-	default: return md_launch<MODE, 8>(p, smem, items_ub, sms, dev, s);
+	case 1: return md_launch<MMA, MODE, 1>(p, smem, items_ub, sms, dev, s);
+	case 2: return md_launch<MMA, MODE, 2>(p, smem, items_ub, sms, dev, s);
+	case 4: return md_launch<MMA, MODE, 4>(p, smem, items_ub, sms, dev, s);
+	default: return md_launch<MMA, MODE, 8>(p, smem, items_ub, sms, dev, s);
 	}
 }
 
@@ -490,7 +809,7 @@ static bool md_al(const void *p, uintptr_t a)
 	return (uintptr_t)p % a == 0;
 }
 
-extern "C" enum status kern_moe_decode_cuda(const struct kern_moe_decode_args *a)
+static enum status md_run(const struct kern_moe_decode_args *a, bool mma)
 {
 	if (!a || a->n_tokens < 0 || a->top_k <= 0 || a->n_experts <= 0 || !a->w1 || !a->w3 || !a->w2 ||
 	    !a->w1_dev || !a->w3_dev || !a->w2_dev || !a->expert_offsets)
@@ -525,9 +844,10 @@ extern "C" enum status kern_moe_decode_cuda(const struct kern_moe_decode_args *a
 	const int optin = md_dev_attr(dev, cudaDevAttrMaxSharedMemoryPerBlockOptin, smem_cache, 48 << 10);
 	const size_t tail = (size_t)(E + 1) * 2 * sizeof(int);
 	int rc = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
-	while (rc > 1 && md_stage_bytes(rc, D) + tail + 1024 > (size_t)optin)
+	size_t (*const stage)(int, int64_t) = mma ? mm_stage_bytes : md_stage_bytes;
+	while (rc > 1 && stage(rc, D) + tail + 1024 > (size_t)optin)
 		rc /= 2;
-	if (md_stage_bytes(rc, D) + tail + 1024 > (size_t)optin)
+	if (stage(rc, D) + tail + 1024 > (size_t)optin)
 		return ST_UNSUPPORTED;
 	if (md_init(dev, optin) != cudaSuccess) {
 		cudaGetLastError();
@@ -566,8 +886,11 @@ extern "C" enum status kern_moe_decode_cuda(const struct kern_moe_decode_args *a
 	p0.out = I;
 	p0.wa = a->w1_dev;
 	p0.wb = a->w3_dev;
-	cudaError_t ce = md_launch_rc<0>(rc, p0, md_stage_bytes(rc, D) + tail, tiles_ub * ((I + MD_OUT0 - 1) / MD_OUT0),
-					 sms, dev, s);
+	const int64_t per0 = mma ? MM_OUT0 : MD_OUT0, per1 = mma ? MM_OUT1 : MD_OUT1;
+	cudaError_t ce = mma ? md_launch_rc<true, 0>(rc, p0, stage(rc, D) + tail, tiles_ub * ((I + per0 - 1) / per0), sms,
+						     dev, s)
+			     : md_launch_rc<false, 0>(rc, p0, stage(rc, D) + tail, tiles_ub * ((I + per0 - 1) / per0), sms,
+						      dev, s);
 	if (ce == cudaSuccess) {
 		md_params p1 = p;
 		p1.x = a->h;
@@ -575,16 +898,27 @@ extern "C" enum status kern_moe_decode_cuda(const struct kern_moe_decode_args *a
 		p1.out = D;
 		p1.wa = a->w2_dev;
 		p1.wb = a->w2_dev;
-		int64_t items = tiles_ub * ((D + MD_OUT1 - 1) / MD_OUT1);
+		int64_t items = tiles_ub * ((D + per1 - 1) / per1);
 		if (items < T) /* the zero rows of tokens without local experts */
 			items = T;
-		ce = md_launch_rc<1>(rc, p1, md_stage_bytes(rc, I) + tail, items, sms, dev, s);
+		ce = mma ? md_launch_rc<true, 1>(rc, p1, stage(rc, I) + tail, items, sms, dev, s)
+			 : md_launch_rc<false, 1>(rc, p1, stage(rc, I) + tail, items, sms, dev, s);
 	}
 	if (ce != cudaSuccess) {
 		cudaGetLastError();
 		return ST_CUDA;
 	}
 	return ST_OK;
+}
+
+extern "C" enum status kern_moe_decode_cuda(const struct kern_moe_decode_args *a)
+{
+	return md_run(a, false);
+}
+
+extern "C" enum status kern_moe_decode_cuda_mma(const struct kern_moe_decode_args *a)
+{
+	return md_run(a, true);
 }
 
 /* ---- host-buffer wrapper (tests, self-checks) ---- */
@@ -646,7 +980,7 @@ static struct kern_wmat *md_experts(struct md_bufs *b, const struct kern_wmat *w
 	return (struct kern_wmat *)md_dev_copy(b, hw, (size_t)E * sizeof *hw);
 }
 
-extern "C" enum status kern_moe_decode_cuda_host(const struct kern_moe_decode_args *a)
+static enum status md_run_host(const struct kern_moe_decode_args *a, kern_moe_decode_fn fn)
 {
 	if (!a || a->n_tokens < 0 || a->top_k <= 0 || a->n_experts <= 0 || !a->w1 || !a->w3 || !a->w2 ||
 	    !a->expert_offsets)
@@ -680,7 +1014,7 @@ extern "C" enum status kern_moe_decode_cuda_host(const struct kern_moe_decode_ar
 	da.ctx = NULL;
 	enum status st = ST_OK;
 	if (b.ce == cudaSuccess) {
-		st = kern_moe_decode_cuda(&da);
+		st = fn(&da);
 		if (st == ST_OK) {
 			b.ce = cudaDeviceSynchronize();
 			if (b.ce == cudaSuccess)
@@ -702,4 +1036,14 @@ extern "C" enum status kern_moe_decode_cuda_host(const struct kern_moe_decode_ar
 		return ST_CUDA;
 	}
 	return ST_OK;
+}
+
+extern "C" enum status kern_moe_decode_cuda_host(const struct kern_moe_decode_args *a)
+{
+	return md_run_host(a, kern_moe_decode_cuda);
+}
+
+extern "C" enum status kern_moe_decode_cuda_mma_host(const struct kern_moe_decode_args *a)
+{
+	return md_run_host(a, kern_moe_decode_cuda_mma);
 }

@@ -86,6 +86,12 @@ size_t kern_moe_decode_scratch_bytes(int64_t n_tokens, int64_t dim);
 enum status kern_moe_decode_cuda(const struct kern_moe_decode_args *a);
 /* The same on host buffers (copies everything in and out, synchronises). */
 enum status kern_moe_decode_cuda_host(const struct kern_moe_decode_args *a);
+/* Variant moe_decode_cuda_mma: the same contract and limits, the GEMVs on
+ * bf16 mma.sync m16n8k16 (cc >= 8.0) instead of f32 FMA (fewer instructions
+ * per weight byte: e2m1 pairs scaled in bf16, the products on the tensor
+ * cores). *_host: on host buffers. */
+enum status kern_moe_decode_cuda_mma(const struct kern_moe_decode_args *a);
+enum status kern_moe_decode_cuda_mma_host(const struct kern_moe_decode_args *a);
 
 extern const struct kern_op kern_op_moe_decode;
 

@@ -48,8 +48,9 @@ static inline float ke2__u2f(uint32_t u)
 #define KE2_UNROLL
 #endif
 
-/* f[i] = e2m1 code in nibble i of n (element i), unscaled. */
-KE2_FN void kern_e2m1x8_to_f32(uint32_t n, float *f)
+/* p[i] = the bf16 pair (low half, high half) = (element 2i, element 2i + 1)
+ * of the e2m1 codes in the nibbles of n (element i in nibble i), unscaled. */
+KE2_FN void kern_e2m1x8_to_bf16x2(uint32_t n, uint32_t *p)
 {
 	KE2_UNROLL
 	for (int h = 0; h < 2; h++) {
@@ -57,12 +58,20 @@ KE2_FN void kern_e2m1x8_to_f32(uint32_t n, float *f)
 		const uint32_t sel = m & 0x7777u, s = m & 0x8888u;
 		const uint32_t hi = KE2_PRMT(0x3F3F3F00u, 0x40404040u, sel);
 		const uint32_t lo = KE2_PRMT(0xC0800000u, 0xC0804000u, sel);
-		const uint32_t a = KE2_PRMT(lo, hi, 0x5140u) | ((s * 0x01001000u) & 0x80008000u);
-		const uint32_t b = KE2_PRMT(lo, hi, 0x7362u) | ((s * 0x00010010u) & 0x80008000u);
-		f[4 * h + 0] = KE2_U2F(a * 0x10000u);
-		f[4 * h + 1] = KE2_U2F(a & 0xFFFF0000u);
-		f[4 * h + 2] = KE2_U2F(b * 0x10000u);
-		f[4 * h + 3] = KE2_U2F(b & 0xFFFF0000u);
+		p[2 * h] = KE2_PRMT(lo, hi, 0x5140u) | ((s * 0x01001000u) & 0x80008000u);
+		p[2 * h + 1] = KE2_PRMT(lo, hi, 0x7362u) | ((s * 0x00010010u) & 0x80008000u);
+	}
+}
+
+/* f[i] = e2m1 code in nibble i of n (element i), unscaled. */
+KE2_FN void kern_e2m1x8_to_f32(uint32_t n, float *f)
+{
+	uint32_t p[4];
+	kern_e2m1x8_to_bf16x2(n, p);
+	KE2_UNROLL
+	for (int i = 0; i < 4; i++) {
+		f[2 * i] = KE2_U2F(p[i] * 0x10000u);
+		f[2 * i + 1] = KE2_U2F(p[i] & 0xFFFF0000u);
 	}
 }
 

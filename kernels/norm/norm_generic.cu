@@ -14,6 +14,7 @@
 extern "C" {
 #include "kernels/norm/norm_generic.h"
 }
+#include "kernels/device/host_bufs.cuh"
 #include "kernels/norm/lowp_cuda.cuh"
 
 #define NORM_NT 256
@@ -76,36 +77,17 @@ extern "C" enum status kern_rmsnorm_cuda_generic_host(const struct kern_rmsnorm_
 		return ST_OK;
 	size_t xb = (size_t)((a->n_rows - 1) * xs + a->dim) * sizeof(float);
 	size_t yb = (size_t)((a->n_rows - 1) * ys + a->dim) * sizeof(float);
-	float *dx = NULL, *dy = NULL, *dwf = NULL;
-	uint16_t *dwb = NULL;
-	enum status s = ST_NOMEM;
-	bool inplace = a->x == a->y;
-	if (cudaMalloc(&dx, xb) != cudaSuccess || (!inplace && cudaMalloc(&dy, yb) != cudaSuccess) ||
-	    (a->w_bf16 && cudaMalloc(&dwb, a->dim * sizeof(uint16_t)) != cudaSuccess) ||
-	    (a->w_f32 && cudaMalloc(&dwf, a->dim * sizeof(float)) != cudaSuccess))
-		goto out;
-	cudaMemcpy(dx, a->x, xb, cudaMemcpyHostToDevice);
-	if (!inplace)
-		cudaMemcpy(dy, a->y, yb, cudaMemcpyHostToDevice); /* keep the gaps between rows */
-	if (dwb)
-		cudaMemcpy(dwb, a->w_bf16, a->dim * sizeof(uint16_t), cudaMemcpyHostToDevice);
-	if (dwf)
-		cudaMemcpy(dwf, a->w_f32, a->dim * sizeof(float), cudaMemcpyHostToDevice);
-	{
-		struct kern_rmsnorm_args d = *a;
-		d.x = dx;
-		d.y = inplace ? dx : dy;
-		d.w_bf16 = dwb;
-		d.w_f32 = dwf;
-		d.stream = NULL;
-		s = kern_rmsnorm_cuda_generic(&d);
+	struct kern_hbufs b = {};
+	struct kern_rmsnorm_args d = *a;
+	if (a->x == a->y) { /* in place: one buffer, copied in and back */
+		d.x = (const float *)kern_hb_up(&b, a->x, xb > yb ? xb : yb, true);
+		d.y = (float *)d.x;
+	} else {
+		d.x = (const float *)kern_hb_up(&b, a->x, xb, false);
+		d.y = (float *)kern_hb_up(&b, a->y, yb, true); /* keeps the gaps between rows */
 	}
-	if (s == ST_OK && cudaMemcpy(a->y, inplace ? dx : dy, yb, cudaMemcpyDeviceToHost) != cudaSuccess)
-		s = ST_INVALID;
-out:
-	cudaFree(dx);
-	cudaFree(dy);
-	cudaFree(dwb);
-	cudaFree(dwf);
-	return s;
+	d.w_bf16 = (const uint16_t *)kern_hb_up(&b, a->w_bf16, a->dim * sizeof(uint16_t), false);
+	d.w_f32 = (const float *)kern_hb_up(&b, a->w_f32, a->dim * sizeof(float), false);
+	d.stream = NULL;
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_rmsnorm_cuda_generic(&d) : ST_CUDA);
 }

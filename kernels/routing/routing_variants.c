@@ -2,12 +2,11 @@
  * kernels/routing/routing_variants.c: the registry table of op "route".
  *
  * Variants (priority order, highest first):
+ *   <op>_cuda_generic  cc >= 8.0, sm_80 image (routing_generic.cu): the same args
+ *                  contract on device buffers; the portable fallback, so
+ *                  selection never fails on a GPU.
  *   <op>_cpu_ref   the CPU reference (routing_ref.c), every shape; the oracle
  *                  for GPU variants and for load-time self-checks.
- * GPU variants implement the same args contract on device buffers and are
- * added above the reference with their guards (style.md rule 9).
- * Added by generic-cuda-ops: <op>_cuda_generic, cc >= 8.0, sm_80 image
- * (routing_generic.cu): the portable fallback, so selection never fails on a GPU.
  */
 #include "kernels/routing/routing.h"
 

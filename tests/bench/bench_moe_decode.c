@@ -1,10 +1,11 @@
 /*
  * tests/bench/bench_moe_decode.c (suite bench, not run by default): GPU time
- * of the fused routed-expert decode (moe_decode_cuda, both launches: gate/up
- * + SwiGLU and down + combine) at DeepSeek-V4-Flash shapes (hidden 4096,
+ * of the fused routed-expert decode (moe_decode_cuda and moe_decode_cuda_mma,
+ * both launches: gate/up + SwiGLU and down + combine) at DeepSeek-V4-Flash shapes (hidden 4096,
  * moe_intermediate 2048, 256 experts, top-6) for T = 1, 2, 4, 8, 16, 32, 64
  * tokens routed uniformly at random (distinct experts per token), NVFP4 and
- * MXFP4, against the read bandwidth measured in the same run.
+ * MXFP4, against the read bandwidth measured in the same run; and the
+ * unfused baseline (the decode GEMV three times, SwiGLU, combine: 5 launches).
  *
  * Bytes = w1 + w3 + w2 (data and scales, as stored) of every expert the step
  * touches, once: what the step must read (activations and outputs, < 1 % at
@@ -27,6 +28,9 @@
 #include "kernels/kernels.h"
 #include "kernels/moe_gemm/moe_decode.h"
 #include "kernels/moe_gemm/moe_gemv.h"
+#if DSV4_HAVE_CUDA
+#include "kernels/act/act_generic.h"
+#endif
 #include "tests/test.h"
 
 #if DSV4_HAVE_CUDA
@@ -46,6 +50,39 @@ static int cmp_f(const void *a, const void *b)
 }
 
 static void *flush_buf, *sink;
+static float *g_h3; /* the unfused baseline's w3 output [64 * 6, I] */
+
+/* The baseline: what forward.c runs without the fused op, on the decode GEMV
+ * (moe_gemm_cuda_gemv) for w1, w3 and w2, the generic SwiGLU and combine (the
+ * bf16 rounding passes left out): 5 launches. */
+static enum status unfused(const struct kern_moe_decode_args *a)
+{
+	const int64_t P = a->n_tokens * a->top_k;
+	struct kern_moe_gemm_args g = {.n_rows = P, .n_experts = a->n_experts, .expert_offsets = a->expert_offsets,
+				       .row_src = a->row_src, .n_x_rows = a->n_tokens, .x = a->x, .x_dtype = KERN_DT_F32,
+				       .y = a->h, .y_dtype = KERN_DT_F32, .w = a->w1, .w_dev = a->w1_dev,
+				       .act_quant_block = 128};
+	enum status st = kern_moe_gemv_cuda(&g);
+	g.y = g_h3;
+	g.w = a->w3;
+	g.w_dev = a->w3_dev;
+	if (!st)
+		st = kern_moe_gemv_cuda(&g);
+	struct kern_swiglu_args sw = {.gate = a->h, .up = g_h3, .out = a->h, .row_weight = a->row_weight, .n_rows = P,
+				      .dim = I_, .limit = a->swiglu_limit, .bf16_out = a->bf16_round};
+	if (!st)
+		st = kern_swiglu_cuda_generic(&sw);
+	struct kern_moe_gemm_args d = {.n_rows = P, .n_experts = a->n_experts, .expert_offsets = a->expert_offsets,
+				       .n_x_rows = P, .x = a->h, .x_dtype = KERN_DT_F32, .y = a->y, .y_dtype = KERN_DT_F32,
+				       .w = a->w2, .w_dev = a->w2_dev, .act_quant_block = 128};
+	if (!st)
+		st = kern_moe_gemv_cuda(&d);
+	struct kern_moe_combine_args c = {.n_tokens = a->n_tokens, .top_k = a->top_k, .dim = D_, .slot_row = a->slot_row,
+					  .y = a->y, .y_dtype = KERN_DT_F32, .out = a->out, .out_dtype = KERN_DT_F32};
+	if (!st)
+		st = kern_moe_combine_cuda_generic(&c);
+	return st;
+}
 static cudaEvent_t ev0, ev1;
 
 static double read_ceiling(void)
@@ -127,11 +164,11 @@ static void *up(const void *h, size_t n)
 	return d;
 }
 
-static void bench_fmt(enum kern_wfmt f, int iters, double bps)
+static void bench_fmt(enum kern_wfmt f, kern_moe_decode_fn fn, const char *vname, int iters, double bps)
 {
 	struct experts x;
 	if (experts_make(&x, f) != ST_OK) {
-		printf("| %s | | | | | | could not allocate the experts |\n", kern_wfmt_name(f));
+		printf("| %s | %s | | | | | | | could not allocate the experts |\n", vname, kern_wfmt_name(f));
 		experts_free(&x);
 		return;
 	}
@@ -181,26 +218,26 @@ static void bench_fmt(enum kern_wfmt f, int iters, double bps)
 			.swiglu_limit = 10.0f, .bf16_round = true};
 		enum status st = ST_OK;
 		for (int i = 0; i < 3 && !st; i++)
-			st = kern_moe_decode_cuda(&a);
+			st = fn(&a);
 		if (!st && cudaDeviceSynchronize() != cudaSuccess)
 			st = ST_CUDA;
 		float *ms = malloc(sizeof(float) * (size_t)iters);
 		for (int i = 0; i < iters && !st; i++) {
 			kern_moe_gemv_bench_read(flush_buf, FLUSH_BYTES, sink, 0);
 			cudaEventRecord(ev0, 0);
-			st = kern_moe_decode_cuda(&a);
+			st = fn(&a);
 			cudaEventRecord(ev1, 0);
 			cudaEventSynchronize(ev1);
 			cudaEventElapsedTime(&ms[i], ev0, ev1);
 		}
 		if (st) {
-			printf("| %s | %lld | %d | %.1f | %s | | |\n", kern_wfmt_name(f), (long long)T, touched, bytes / 1048576.0,
-			       status_str(st));
+			printf("| %s | %s | %lld | %d | %.1f | %s | | | |\n", vname, kern_wfmt_name(f), (long long)T, touched,
+			       bytes / 1048576.0, status_str(st));
 		} else {
 			qsort(ms, (size_t)iters, sizeof *ms, cmp_f);
 			const double us = ms[iters / 2] * 1e3, roof = bytes / bps * 1e6;
-			printf("| %s | %lld | %d | %.1f | %.2f | %.0f | %.2f | %.1f %% |\n", kern_wfmt_name(f), (long long)T,
-			       touched, bytes / 1048576.0, us, bytes / (us * 1e-6) / 1e9, roof, 100.0 * roof / us);
+			printf("| %s | %s | %lld | %d | %.1f | %.2f | %.0f | %.2f | %.1f %% |\n", vname, kern_wfmt_name(f),
+			       (long long)T, touched, bytes / 1048576.0, us, bytes / (us * 1e-6) / 1e9, roof, 100.0 * roof / us);
 		}
 		fflush(stdout);
 		free(ms);
@@ -237,17 +274,25 @@ int main(int argc, char **argv)
 	if (cudaMalloc(&flush_buf, FLUSH_BYTES) != cudaSuccess || cudaMalloc(&sink, (size_t)sms * 8 * 4) != cudaSuccess)
 		return test_skip("cannot allocate the L2 flush buffer");
 	cudaMemset(flush_buf, 3, FLUSH_BYTES);
+	if (cudaMalloc((void **)&g_h3, sizeof(float) * 64 * K_ * I_) != cudaSuccess)
+		g_h3 = NULL;
 	const double bps = read_ceiling();
 	if (bps <= 0)
 		return test_skip("read ceiling not measurable");
-	printf("\n### moe_decode_cuda on %s (cc %d.%d), read ceiling %.2f TB/s measured, median of %d\n\n", dev.name,
+	printf("\n### moe_decode on %s (cc %d.%d), read ceiling %.2f TB/s measured, median of %d\n\n", dev.name,
 	       dev.cc_major, dev.cc_minor, bps / 1e12, iters);
-	printf("| format | T | experts touched | MiB read | us | GB/s | roofline us | of read roofline |\n");
-	printf("|---|---|---|---|---|---|---|---|\n");
-	bench_fmt(KERN_WFMT_NVFP4, iters, bps);
-	bench_fmt(KERN_WFMT_MXFP4, iters, bps);
+	printf("| variant | format | T | experts touched | MiB read | us | GB/s | roofline us | of read roofline |\n");
+	printf("|---|---|---|---|---|---|---|---|---|\n");
+	for (int f = 0; f < 2; f++) {
+		const enum kern_wfmt fmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4;
+		bench_fmt(fmt, kern_moe_decode_cuda, "moe_decode_cuda", iters, bps);
+		bench_fmt(fmt, kern_moe_decode_cuda_mma, "moe_decode_cuda_mma", iters, bps);
+		if (g_h3)
+			bench_fmt(fmt, unfused, "unfused (3 gemv + swiglu + combine)", iters, bps);
+	}
 	cudaFree(flush_buf);
 	cudaFree(sink);
+	cudaFree(g_h3);
 	return 0;
 }
 #else

@@ -5,6 +5,10 @@ Runs two contexts x a random pair of batch sizes with a fresh seed, and checks t
 layer between top_k and min(batch * top_k, experts), a profile with one routing call and
 two mHC posts per layer), the markdown table (a row per configuration), the per-op profile
 print (--profile), and that bad arguments are usage errors (exit 2).
+
+`--device cuda` (the gpu suite: bench_decode_tiny_gpu) runs the same on the GPU, where the timed
+steps are CUDA graphs and the profiled ones run on a second, eager executor; it skips (77)
+without a GPU.
 """
 import fcntl
 import json
@@ -43,6 +47,15 @@ def tiny_dir():
 
 
 def main():
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
+    if device != "cpu":
+        try:
+            ok = subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+        except OSError:
+            ok = False
+        if not ok:
+            print("skip: no GPU")
+            sys.exit(77)
     model = os.path.join(tiny_dir(), "tiny-nvfp4")
     cfg = json.load(open(os.path.join(model, "config.json")))
     L, E, K = cfg["num_hidden_layers"], cfg["n_routed_experts"], cfg["num_experts_per_tok"]
@@ -50,7 +63,7 @@ def main():
     batches = sorted(random.sample([1, 2, 3, 4, 5], 2))
     contexts = [256, 300]  # 300 is rounded up to a multiple of the block size
     out = tempfile.mktemp(suffix=".json")
-    cmd = [BIN, "bench", "decode", "--model", model, "--device", "cpu", "--contexts", ",".join(map(str, contexts)),
+    cmd = [BIN, "bench", "decode", "--model", model, "--device", device, "--contexts", ",".join(map(str, contexts)),
            "--batches", ",".join(map(str, batches)), "--steps", "2", "--warmup", "1", "--prefixes", "2",
            "--chunk", "256", "--bw-mib", "16", "--seed", str(seed), "--json", out, "--profile"]
     print("seed", seed, "batches", batches, flush=True)

@@ -10,8 +10,10 @@ field means absent (functions, audio, prediction, ...)."""
 import json
 import os
 import random
+import re
 import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serverproc  # noqa: E402
@@ -161,10 +163,18 @@ SPECIAL = "<\uff5cplace\u2581holder\u2581no\u25813\uff5c>"  # a special added to
 st, text, _ = req("POST", "/tokenize", {"prompt": "Hello" + SPECIAL + " world", "add_special_tokens": False})
 ids = json.loads(text)["tokens"] if st == 200 else []
 check(len(ids) >= 3, "tokenize the scripted output: %d %r" % (st, text[:200]))
+# the access log (INFO, one line per request): refusals too, with the client's X-Request-Id
+rid = "req-%08x" % rng.randrange(1 << 32)
+req("POST", C, chat(temperature=9), headers={"X-Request-Id": rid})
+log = srv.logtext()
+line = [l for l in log.splitlines() if " access: " + rid + " " in l]
+check(len(line) == 1 and " INFO " in line[0] and "/v1/chat/completions" in line[0] and "status=400" in line[0]
+      and "duration_s=" in line[0], "access log line of a refusal: %r" % line)
+check(not re.search(r"access: \S+ /health ", log), "/health polls are not logged")
 serverproc.stop_and_check(srv, check)
 
 srv = Server("--api-key", KEY, "--max-model-len", "512",
-             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(str(i) for i in ids)})
+             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(str(i) for i in ids), "DSV4_LOG_STATS_INTERVAL": "0.2"})
 for path, body, get in (
         (P, {"prompt": "x", "max_tokens": len(ids)}, lambda d: d["choices"][0]["text"]),
         (C, chat(max_tokens=len(ids)), lambda d: d["choices"][0]["message"]["content"])):
@@ -183,11 +193,39 @@ for path, body, get in (
           "%s: skip_special_tokens false keeps the special token's text: %r" % (path, outs['{"skip_special_tokens": false}']))
     check(len(set(v for k, v in outs.items() if "false" in k)) == 1,
           "%s: spaces_between_special_tokens changes nothing with this fast tokenizer, as in vLLM: %r" % (path, outs))
+# the access log line of a generation: tokens, finish reason, TTFT, status
+rid = "req-%08x" % rng.randrange(1 << 32)
+st, text, _ = req("POST", P, {"prompt": "x", "max_tokens": len(ids)}, headers={"X-Request-Id": rid})
+usage = json.loads(text)["usage"] if st == 200 else {}
+m = re.search(r" INFO +access: %s /v1/completions model=tiny-e2e status=200 prompt_tokens=(\d+) "
+              r"output_tokens=(\d+) finish=length ttft_s=[0-9.]+ duration_s=[0-9.]+$" % rid, srv.logtext(), re.M)
+check(m and int(m.group(1)) == usage.get("prompt_tokens") and int(m.group(2)) == len(ids),
+      "access log line of a generation (%r): %r" % (usage, [l for l in srv.logtext().splitlines() if rid in l]))
 # streamed: the same text arrives in deltas
 st, text, _ = req("POST", P, {"prompt": "x", "max_tokens": len(ids), "stream": True, "skip_special_tokens": False})
 pieces = [json.loads(l[6:])["choices"][0]["text"] for l in text.decode().splitlines()
           if l.startswith("data: {") and json.loads(l[6:]).get("choices")]
 check("".join(pieces) == "Hello" + SPECIAL + " world", "streamed with special tokens: %r" % pieces)
 
+# vLLM's periodic stats line: INFO while there was work (DSV4_LOG_STATS_INTERVAL, as VLLM_LOG_STATS_INTERVAL)
+stats = []
+for _ in range(200):  # up to ~20 s on a loaded machine; no timing is asserted
+    stats = re.findall(r" INFO +stats: Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: "
+                       r"([0-9.]+) tokens/s, Running: \d+ reqs, Waiting: \d+ reqs, KV cache usage: [0-9.]+%, "
+                       r"Prefix cache hit rate: [0-9.]+%$", srv.logtext(), re.M)
+    if any(float(g) > 0 for _, g in stats):
+        break
+    req("POST", P, {"prompt": "x", "max_tokens": len(ids)})
+    time.sleep(0.1)
+check(any(float(g) > 0 for _, g in stats), "a stats line shows the generation throughput: %r" % stats[-3:])
+serverproc.stop_and_check(srv, check)
+
+# --disable-log-requests: no access line; --log-stats-interval's default off switch is the env here
+srv = Server("--api-key", KEY, "--disable-log-requests", env={"DSV4_LOG_STATS_INTERVAL": "-1"})
+req("POST", P, {"prompt": "x", "max_tokens": 2})
+req("POST", C, chat(temperature=9))
+time.sleep(0.3)
+check(" access: " not in srv.logtext() and " stats: " not in srv.logtext(),
+      "--disable-log-requests and a negative stats interval log neither: %r" % srv.logtext()[-800:])
 serverproc.stop_and_check(srv, check)
 sys.exit(check.finish())

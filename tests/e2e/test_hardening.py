@@ -18,6 +18,12 @@ weights read, loopback only):
 10. Slowloris: connections trickling header bytes are shut once their request
    is older than --max-request-seconds (the idle timeout restarted with every
    byte, so they were held forever); /health answers throughout.
+2b. Three 2 MB /tokenize calls on a server with --http-threads 2: /health is
+   answered while all three still tokenize (they held both connection
+   threads; the handlers now run on the bounded worker pool).
+5b. A client that half-closes its socket after sending (shutdown(SHUT_WR))
+   gets its streamed and non-streamed answers (both were aborted as "client
+   went away"); a client that really leaves still aborts (test_serve).
 3b. Slowloris at the limits: 64 slow connections from four addresses (one of
    them the /health poller's) hold --max-connections-per-ip and
    --max-connections; every /health poll is answered (a new connection evicts
@@ -259,6 +265,75 @@ for _, h in held:
         h.close()
 stop_and_check(srv, check, "slowloris at the limits")
 
+# ---- 2b. tokenization off the connection threads ----
+# Three 2 MB /tokenize calls (seconds each) on a server with two connection
+# threads held both of them; /health waited behind. Now the handlers run on
+# the worker pool and /health answers while all three are still tokenizing.
+import threading  # noqa: E402
+
+srv = Server("--http-threads", "2")
+done_at = []
+big = json.dumps({"prompt": "a" * 2_000_000}).encode()
+
+
+def tokenize_big():
+    try:
+        st, _, _ = srv.request("POST", "/tokenize", big, headers={"Content-Type": "application/json"},
+                               timeout=300)
+    except OSError:
+        st = 0
+    done_at.append((time.time(), st))
+
+
+ths = [threading.Thread(target=tokenize_big) for _ in range(3)]
+for t in ths:
+    t.start()
+time.sleep(0.5)  # the bodies are in, the handlers tokenizing (each takes seconds)
+try:
+    hst = srv.get("/health", timeout=120)[0]
+except OSError:
+    hst = 0
+health_at = time.time()
+for t in ths:
+    t.join()
+check(hst == 200 and len(done_at) == 3 and all(st == 200 for _, st in done_at),
+      "/health %d and three 2 MB /tokenize %r" % (hst, [st for _, st in done_at]))
+check(all(health_at < t for t, _ in done_at),
+      "/health answered while every /tokenize was still running (it waited for one before): health at +%.2f s, "
+      "tokenize done at %r" % (health_at - min(t for t, _ in done_at) if done_at else 0,
+                               [round(t - health_at, 2) for t, _ in done_at]))
+stop_and_check(srv, check, "tokenize off the connection threads")
+
+# ---- 5b. a client that half-closes after sending is served ----
+srv = Server()
+for stream in (False, True):
+    for mt in (1, 24):
+        body = json.dumps({"model": "tiny-e2e", "prompt": "hi", "max_tokens": mt, "ignore_eos": True,
+                           "stream": stream}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        try:
+            while not ((stream and b"data: [DONE]" in got) or (not stream and b'"usage"' in got)):
+                b = s.recv(65536)
+                if not b:
+                    break
+                got += b
+        except OSError:
+            pass
+        s.close()
+        # interim 100 responses may precede the answer (the half-close probe)
+        final = got
+        while final.startswith(b"HTTP/1.1 100 "):
+            final = final.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in final else b""
+        done = b"data: [DONE]" in got if stream else b'"finish_reason":"length"' in got
+        check(final.startswith(b"HTTP/1.1 200") and done,
+              "half-closed client, stream %s, max_tokens %d: served (was aborted): %r" % (stream, mt, got[:120]))
+check("client went away" not in srv.logtext(), "no half-closed request was aborted")
+stop_and_check(srv, check, "half-close")
+
 # ---- 12. a bound on the JSON values of one body ----
 srv = Server()
 nested = b'{"model":"tiny-e2e","prompt":"x","max_tokens":1,"ignored":[' + b"[]," * 2_000_000 + b'[]]}'
@@ -355,6 +430,8 @@ if src:
           % (rc, st, body[:200], log[-1500:]))
     check(st == 500 and b"engine failed" in body,
           "truncated shard: the non-streamed request that failed answers 500, not 200 (got %d)" % st)
+    check(st != 500 or (json.loads(body)["error"]["type"] == "server_error" and json.loads(body)["error"]["code"] is None),
+          "truncated shard: the 500 carries OpenAI's error body (type server_error, code null): %r" % body[:200])
     check(not srv.sanitizer_report(), "truncated shard: no sanitizer report:\n" + srv.sanitizer_report())
     srv.cleanup()
 

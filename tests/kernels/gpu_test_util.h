@@ -232,6 +232,29 @@ static inline const struct kern_variant *gt_select_checked(const struct kern_op 
 	return got;
 }
 
+/* Every op of ops[n] (weight-free) has its *_cuda_generic variant compiled
+ * (run, and run_host when with_host) and selection on dev picks it. false
+ * when one is missing (reported; the test cannot go on). */
+static inline bool gt_generic_ops_picked(const struct kern_op *const *ops, size_t n, const struct kern_device *dev,
+					 bool with_host)
+{
+	bool all = true;
+	for (size_t i = 0; i < n; i++) {
+		const struct kern_variant *v = gt_cuda_generic(ops[i]), *pick = NULL;
+		const bool ok = v && v->run && (v->run_host || !with_host);
+		T_CHECKF(ok, "op %s has no compiled CUDA variant", ops[i]->name);
+		if (!ok) {
+			all = false;
+			continue;
+		}
+		struct err e = {0};
+		struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1};
+		T_CHECKF(kern_select(ops[i], &p, dev, NULL, -1, &pick, &e) == ST_OK && pick == v, "op %s: picked %s (%s)",
+			 ops[i]->name, pick ? pick->name : "none", e.msg);
+	}
+	return all;
+}
+
 /* The portable tensor-core variants of op for dev: <prefix>_bf16, which
  * must accept p, then <prefix>_fp8_<image> of the device's cc when it
  * accepts p (a build with the device's own image must offer it). Returns

@@ -24,40 +24,15 @@
  * for f32 y, 1e-2 for bf16 y. The activation codes and scales are
  * bit-identical to the reference's and the products exact, so only the
  * summation order differs (about 1e-6 in practice).
- * Exits 77 without CUDA or without a GPU. Seed printed (time-based).
+ * Exits 77 without CUDA or without a GPU. Seed printed; DSV4_TEST_SEED=<seed>
+ * (or argv[1]) repeats a run. Uses the shared helpers of gpu_test_util.h.
  */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "tests/kernels/gpu_test_util.h"
 
-#include "dsv4_config.h"
-#include "kernels/kernels.h"
 #include "kernels/linear/linear_gemv.h"
-#include "tests/test.h"
 
 #if DSV4_HAVE_CUDA
 #include <cuda_runtime_api.h>
-
-static void contains(const char *hay, const char *needle)
-{
-	T_STR_CONTAINS(hay, needle);
-}
-
-static const struct kern_variant *find(const char *name)
-{
-	for (int i = 0; i < kern_op_linear.n_variants; i++)
-		if (!strcmp(kern_op_linear.variants[i].name, name))
-			return &kern_op_linear.variants[i];
-	return NULL;
-}
-
-static void *dev_alloc(size_t n)
-{
-	void *d = NULL;
-	return cudaMalloc(&d, n ? n : 1) == cudaSuccess ? d : NULL;
-}
 
 struct shape {
 	const char *name;
@@ -66,7 +41,8 @@ struct shape {
 	int64_t ldx, ldy;  /* 0 = dense */
 };
 
-/* One shape: reference for 64 tokens, then the GEMV for T = 1 .. 64. Returns failures. */
+/* One shape: reference for 64 tokens, then the GEMV for T = 1 .. 64 on device
+ * buffers (run() on gt_stream). Returns failures. */
 static int one_shape(const struct kern_variant *v, const struct shape *sh, int idx, uint64_t *rng)
 {
 	const int64_t TM = 64, in = sh->in, out = sh->out;
@@ -78,86 +54,47 @@ static int one_shape(const struct kern_variant *v, const struct shape *sh, int i
 	T_CHECK(kern_wmat_make_random(&w, fmt, out, in, rng, &e) == ST_OK);
 	T_CHECKF(kern_prepare_weight(v, &w, &wp, &e) == ST_OK, "%s", e.msg);
 	T_CHECK(wp.fmt == KERN_WFMT_FP8_F32_B128);
-	const size_t xb = (size_t)((TM - 1) * ldx + in) * kern_dtype_bytes(xdt);
-	void *x = malloc(xb);
-	float *yr = malloc((size_t)(TM * out) * sizeof(float));
-	float *yf = malloc((size_t)(TM * out) * sizeof(float));
-	const int64_t ldy_max = (sh->ldy ? sh->ldy : out) + 3;
-	const size_t yb = (size_t)(TM * ldy_max) * sizeof(float);
-	void *yg = malloc(yb);
-	for (size_t i = 0; i < xb / kern_dtype_bytes(xdt); i++)
-		kern_store_f32(x, xdt, (int64_t)i, NAN); /* the stride gaps: never read */
-	for (int64_t t = 0; t < TM; t++)
-		for (int64_t b = 0; b < in / 128; b++) {
-			const float mag = ldexpf(1.0f, (int)(kern_rand_u64(rng) % 13) - 6);
-			for (int64_t k = b * 128; k < b * 128 + 128; k++)
-				kern_store_f32(x, xdt, t * ldx + k, kern_rand_f32(rng) * mag);
-		}
+	/* magnitudes 2^±6 per token and 128-column block; NaN in the stride gaps (never read) */
+	void *x = gt_x_rand(rng, TM, in, ldx, xdt, 6, 128);
+	const size_t xb = (size_t)(TM * ldx) * kern_dtype_bytes(xdt);
+	float *yr = gt_malloc((size_t)(TM * out) * sizeof(float));
 	struct kern_linear_args a = {.n_tokens = TM, .x = x, .x_dtype = xdt, .ldx = ldx, .y = yr,
 				     .y_dtype = KERN_DT_F32, .w = &w, .act_quant_block = sh->aq};
 	T_CHECK(kern_linear_ref(&a) == ST_OK);
 
-	void *dx = dev_alloc(xb), *dy = dev_alloc(yb);
-	void *dw = dev_alloc(kern_wmat_data_bytes(&wp)), *ds = dev_alloc(kern_wmat_scale_bytes(&wp));
-	int failed = 0;
-	if (!dx || !dy || !dw || !ds || cudaMemcpy(dx, x, xb, cudaMemcpyHostToDevice) ||
-	    cudaMemcpy(dw, wp.data, kern_wmat_data_bytes(&wp), cudaMemcpyHostToDevice) ||
-	    cudaMemcpy(ds, wp.scale, kern_wmat_scale_bytes(&wp), cudaMemcpyHostToDevice)) {
-		T_CHECKF(0, "%s: device buffers", sh->name);
-		failed++;
-	}
+	const int64_t ldy_max = (sh->ldy ? sh->ldy : out) + 3;
+	void *dx = gt_dup(x, xb), *dy = gt_dalloc((size_t)(TM * ldy_max) * sizeof(float));
 	struct kern_wmat dwm = wp;
-	dwm.data = dw;
-	dwm.scale = ds;
+	dwm.data = gt_dup(wp.data, kern_wmat_data_bytes(&wp));
+	dwm.scale = gt_dup(wp.scale, kern_wmat_scale_bytes(&wp));
 	dwm.owned = NULL;
+	int failed = 0;
 	for (int64_t T = 1; T <= TM && !failed; T++) {
 		const enum kern_dtype ydt = (enum kern_dtype)((T + idx) & 1);
 		const int64_t ldy = (sh->ldy ? sh->ldy : out) + (T % 3 == 0 ? 3 : 0);
-		for (int64_t i = 0; i < TM * ldy; i++)
-			kern_store_f32(yg, ydt, i, NAN);
+		void *yg = gt_poisoned(ydt, TM, ldy);
 		const size_t ybytes = (size_t)(TM * ldy) * kern_dtype_bytes(ydt);
+		T_CHECK(cudaMemcpy(dy, yg, ybytes, cudaMemcpyHostToDevice) == cudaSuccess);
 		struct kern_linear_args g = {.n_tokens = T, .x = dx, .x_dtype = xdt, .ldx = ldx, .y = dy, .y_dtype = ydt,
-					     .ldy = ldy, .w = &dwm, .act_quant_block = sh->aq};
-		enum status st = ST_CUDA;
-		if (cudaMemcpy(dy, yg, ybytes, cudaMemcpyHostToDevice) == cudaSuccess)
-			st = ((kern_linear_fn)v->run)(&g);
-		if (st == ST_OK && (cudaDeviceSynchronize() != cudaSuccess ||
-				    cudaMemcpy(yg, dy, ybytes, cudaMemcpyDeviceToHost) != cudaSuccess))
-			st = ST_CUDA;
-		T_CHECKF(st == ST_OK, "%s T%lld: run: %s", sh->name, (long long)T, status_str(st));
-		if (st) {
-			failed++;
-			break;
-		}
-		int stray = 0;
-		for (int64_t t = 0; t < TM; t++)
-			for (int64_t o = 0; o < ldy; o++) {
-				const float val = kern_load_f32(yg, ydt, t * ldy + o);
-				if (t < T && o < out)
-					yf[t * out + o] = val;
-				else
-					stray += !isnan(val);
-			}
-		char why[KERN_REASON_BYTES];
-		const bool ok = kern_compare_f32(yr, yf, (size_t)(T * out), 1e-6, ydt == KERN_DT_BF16 ? 1e-2 : 2e-3, why,
-						 sizeof why);
-		T_CHECKF(ok, "%s [%lld x %lld] %s aq %d T %lld x %s y %s ldx %lld ldy %lld: %s", sh->name, (long long)out,
-			 (long long)in, kern_wfmt_name(fmt), sh->aq, (long long)T, xdt ? "bf16" : "f32",
-			 ydt ? "bf16" : "f32", (long long)ldx, (long long)ldy, why);
-		T_CHECKF(stray == 0, "%s T %lld: %d elements written outside the T x out output", sh->name, (long long)T,
-			 stray);
+					     .ldy = ldy, .w = &dwm, .act_quant_block = sh->aq, .stream = gt_stream};
+		const enum status st = ((kern_linear_fn)v->run)(&g);
+		gt_down(yg, dy, ybytes);
+		char label[160];
+		snprintf(label, sizeof label, "%s [%lld x %lld] %s aq %d T %lld x %s y %s ldx %lld ldy %lld", sh->name,
+			 (long long)out, (long long)in, kern_wfmt_name(fmt), sh->aq, (long long)T, xdt ? "bf16" : "f32",
+			 ydt ? "bf16" : "f32", (long long)ldx, (long long)ldy);
+		bool ok = gt_check_rows(v->name, label, st, yr, yg, ydt, T, out, ldy, ydt == KERN_DT_BF16 ? 1e-2 : 2e-3);
+		int64_t stray = 0; /* rows T .. 63: nothing may be written there */
+		for (int64_t i = T * ldy; i < TM * ldy; i++)
+			stray += !isnan(kern_load_f32(yg, ydt, i));
+		T_CHECKF(stray == 0, "%s: %lld elements written in rows >= T", label, (long long)stray);
 		failed += !ok || stray;
+		free(yg);
 	}
 	fprintf(stderr, "%-22s [%6lld x %5lld] %-13s aq %3d x %s: T = 1..64 %s\n", sh->name, (long long)out,
 		(long long)in, kern_wfmt_name(fmt), sh->aq, xdt ? "bf16" : "f32 ", failed ? "FAILED" : "ok");
-	cudaFree(dx);
-	cudaFree(dy);
-	cudaFree(dw);
-	cudaFree(ds);
 	free(x);
 	free(yr);
-	free(yf);
-	free(yg);
 	kern_wmat_release(&wp);
 	kern_wmat_release(&w);
 	return failed;
@@ -172,24 +109,21 @@ static void expect_refusal(const struct kern_variant *v, const struct kern_devic
 	char why[KERN_REASON_BYTES] = "";
 	T_CHECKF(!kern_variant_accepts(v, &p, dev, NULL, why, sizeof why), "accepted [%lld, %lld] max_tokens %lld",
 		 (long long)out, (long long)in, (long long)max_tokens);
-	contains(why, want);
+	gt_contains(why, want);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	if (kern_device_count() == 0)
-		return test_skip("no CUDA device");
 	struct kern_device dev;
-	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK)
-		return test_skip(e.msg);
-	const struct kern_variant *v = find("linear_cuda_gemv");
+	int rc = gt_open_device(&dev);
+	if (rc)
+		return rc;
+	const struct kern_variant *v = gt_find(&kern_op_linear, "linear_cuda_gemv");
 	T_CHECK(v != NULL && v->run != NULL);
 	if (!v || !v->run)
 		return test_exit();
-	uint64_t rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
-	fprintf(stderr, "device %s (cc %d.%d, %d SMs), seed %llu\n", dev.name, dev.cc_major, dev.cc_minor, dev.sm_count,
-		(unsigned long long)rng);
+	uint64_t rng = gt_seed(argc, argv, &dev);
+	gt_stream_create();
 	const bool sm90 = dev.cc_major == 9 && dev.cc_minor == 0;
 
 	/* Guards. */
@@ -213,16 +147,15 @@ int main(void)
 		struct kern_linear_shape sh = {.in = 4096, .out = 1024, .max_tokens = plan_T[i], .act_quant_block = 128,
 					       .x_dtype = KERN_DT_F32, .y_dtype = KERN_DT_F32};
 		struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
-		struct kern_disabled dis;
-		T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
-		const struct kern_variant *got = NULL;
-		enum status st = kern_select_checked(&kern_op_linear, &p, &dev, &dis, 0, &got, &e);
-		T_CHECKF(st == ST_OK, "select max_tokens %lld: %s", (long long)plan_T[i], e.msg);
+		int dropped = 0;
+		const struct kern_variant *got = gt_select_checked(&kern_op_linear, &p, &dev, 0, &dropped);
 		const bool want_gemv = !(sm90 && plan_T[i] > 16);
-		if (st == ST_OK && want_gemv)
-			T_CHECKF(got == v, "decode plan of %lld tokens chose %s, expected linear_cuda_gemv",
-				 (long long)plan_T[i], got ? got->name : "nothing");
-		T_CHECKF(!kern_disabled_has(&dis, "linear_cuda_gemv"), "linear_cuda_gemv failed its self-check");
+		if (want_gemv)
+			T_CHECKF(got && !strcmp(got->name, v->name),
+				 "decode plan of %lld tokens chose %s, expected linear_cuda_gemv", (long long)plan_T[i],
+				 got ? got->name : "nothing");
+		T_CHECKF(dropped == 0, "max_tokens %lld: %d variant(s) failed their self-check", (long long)plan_T[i],
+			 dropped);
 	}
 
 	/* DeepSeek-V4-Flash's FP8 linears (hidden 4096, q_lora 1024, 64 heads x 512, o_groups 8 x
@@ -250,6 +183,7 @@ int main(void)
 	for (int s = 0; s < 3; s++)
 		failed += one_shape(v, &small[s], s, &rng);
 	fprintf(stderr, "%d shape(s) failed\n", failed);
+	gt_dfree_all();
 	return test_exit();
 }
 

@@ -102,11 +102,11 @@ static int one(uint64_t *rng, const struct mdc_spec *s)
 		 (long long)s->D, (long long)s->I, s->bf16_round, s->row_weight, (double)s->limit, (long long)R);
 	bool ok = st == ST_OK;
 	if (ok) {
-		ok = kern_compare_f32(h_ref, c.h, (size_t)(R * s->I), 1e-6, 1e-2, why, sizeof why);
+		ok = kern_compare_f32(h_ref, c.h, (size_t)(R * s->I), 1e-6, 3e-2, why, sizeof why);
 		T_CHECKF(ok, "h: %s: %s", name, why);
-		bool oy = kern_compare_f32(y_ref, c.y, (size_t)(R * s->D), 1e-6, 2e-2, why, sizeof why);
+		bool oy = kern_compare_f32(y_ref, c.y, (size_t)(R * s->D), 1e-6, 4e-2, why, sizeof why);
 		T_CHECKF(oy, "y: %s: %s", name, why);
-		bool oo = kern_compare_f32(out_ref, c.out, (size_t)(s->T * s->D), 1e-6, 2e-2, why, sizeof why);
+		bool oo = kern_compare_f32(out_ref, c.out, (size_t)(s->T * s->D), 1e-6, 4e-2, why, sizeof why);
 		T_CHECKF(oo, "out: %s: %s", name, why);
 		/* the combine adds y's rows in slot order in f32: exactly */
 		int bad = 0;

@@ -376,7 +376,6 @@ int main(int argc, char **argv)
 	int rc = gt_open_device(&dev);
 	if (rc)
 		return rc;
-	struct err e = {0};
 	rng = gt_seed(argc, argv, &dev);
 	gt_stream_create();
 
@@ -384,15 +383,8 @@ int main(int argc, char **argv)
 	const struct kern_op *ops[] = {&kern_op_copy_rows, &kern_op_embed, &kern_op_block_copy, &kern_op_block_fill,
 				       &kern_op_round_bf16, &kern_op_add, &kern_op_act_quant_sim,
 				       &kern_op_moe_row_weight};
-	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-		const struct kern_variant *v = gt_cuda_generic(ops[i]), *pick = NULL;
-		T_CHECKF(v && v->run && v->run_host, "op %s has no compiled CUDA variant", ops[i]->name);
-		if (!v || !v->run || !v->run_host)
-			return test_exit();
-		struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1};
-		T_CHECKF(kern_select(ops[i], &p, &dev, NULL, -1, &pick, &e) == ST_OK && pick == v, "op %s: picked %s (%s)",
-			 ops[i]->name, pick ? pick->name : "none", e.msg);
-	}
+	if (!gt_generic_ops_picked(ops, sizeof ops / sizeof ops[0], &dev, true))
+		return test_exit();
 
 	for (int mode = 0; mode < 4; mode++) {
 		t_copy_rows(37, 129, 41, 53, 0, 0, mode, 0, false);

@@ -626,7 +626,6 @@ int main(int argc, char **argv)
 	int rc = gt_open_device(&dev);
 	if (rc)
 		return rc;
-	struct err e = {0};
 	rng = gt_seed(argc, argv, &dev);
 	gt_stream_create();
 
@@ -635,15 +634,8 @@ int main(int argc, char **argv)
 				       &kern_op_ring_write, &kern_op_attn_index,
 				       &kern_op_sparse_attn, &kern_op_indexer_rotate, &kern_op_indexer_scores,
 				       &kern_op_indexer_topk, &kern_op_compressor};
-	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-		const struct kern_variant *v = gt_cuda_generic(ops[i]), *pick = NULL;
-		T_CHECKF(v && v->run, "op %s has no compiled CUDA variant", ops[i]->name);
-		if (!v || !v->run)
-			return test_exit();
-		struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1};
-		T_CHECKF(kern_select(ops[i], &p, &dev, NULL, 0, &pick, &e) == ST_OK && pick == v, "op %s: picked %s (%s)",
-			 ops[i]->name, pick ? pick->name : "none", e.msg);
-	}
+	if (!gt_generic_ops_picked(ops, sizeof ops / sizeof ops[0], &dev, false))
+		return test_exit();
 
 	for (int k = 0; k < 3; k++) {
 		t_rmsnorm(0, 7, 1, false, false, false, 0, false);

@@ -326,9 +326,9 @@ static void test_real_ops(void)
 	for (int i = 0; i < 5; i++) {
 #if DSV4_HAVE_CUDA && DSV4_HAVE_SM_80
 		/* Prefill plans (64 tokens, 384 expert rows; out 1000 is no cuBLASLt shape): the
-		 * tensor-core variants, e4m3 where the build has the device's image, else bf16
-		 * (prefill-kernels). cc 9.0 with the sm_90a image: the Hopper FP4 expert kernel
-		 * (cuda-kernels-2) still outranks the portable one. */
+		 * tensor-core variants, e4m3 where the build has the device's image, else bf16.
+		 * cc 9.0 with the sm_90a image: the Hopper FP4 expert kernel still outranks
+		 * the portable one. */
 		static const bool have_img[5] = {false, DSV4_HAVE_SM_90A, DSV4_HAVE_SM_100A, DSV4_HAVE_SM_120A,
 						 DSV4_HAVE_SM_121A};
 		static const char *const lin_fp8[5] = {"", "linear_mma_fp8_sm90a", "linear_mma_fp8_sm100a",

@@ -210,7 +210,11 @@ def serve_ids(model_dir, prompt):
                                   {"model": "tiny-0731", "prompt": prompt, "max_tokens": 6, "temperature": 0,
                                    "logprobs": 0})
         check(st == 200, f"serve {model_dir}: status {st} {body[:300]!r}")
-        return json.loads(body)["choices"][0]["text"] if st == 200 else None
+        if st != 200:
+            return None
+        ch = json.loads(body)["choices"][0]
+        # the text and the sampled tokens (logprobs 0: the tokens without alternatives)
+        return ch["text"], (ch.get("logprobs") or {}).get("tokens")
     finally:
         rc = srv.stop()
         check(rc == 0, f"serve {model_dir}: exit {rc}")
@@ -341,7 +345,7 @@ def main():
         text = "The quick brown fox"
         for variant in ("fp8", "nvfp4"):
             ja, jb = serve_ids(dirs[variant][0], text), serve_ids(dirs[variant][1], text)
-            check(ja is not None and ja == jb, f"serve {variant}: June {ja!r} vs 0731 {jb!r}")
+            check(ja is not None and ja[1] and ja == jb, f"serve {variant}: June {ja!r} vs 0731 {jb!r}")
         rc, out, err = run("inspect", dirs["fp8"][0])
         if check(rc == 0, f"inspect June fp8: rc {rc}: {err[-1000:]}"):
             check("draft: mtp (NextN), 1 layer" in out and "MTP          6(mtp.0)" in out,

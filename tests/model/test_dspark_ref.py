@@ -8,6 +8,7 @@ row's largest |logit|, plus 1e-5); drafts equal unless the reference's top-2 mar
 
   test_dspark_ref.py DSPARK_DUMP_BINARY
 """
+import fcntl
 import os
 import random
 import subprocess
@@ -25,10 +26,14 @@ BLD = os.environ.get("DSV4_BUILD_ROOT")
 
 
 def tiny_0731(variant):
-    out = os.path.join(BLD or tempfile.gettempdir(), "tiny-models-0731")
-    r = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "make_tiny_model"), "--release", "0731",
+    """<build>/tiny-models-0731/tiny-0731-<variant>, generated under the lock test_dspark.c takes too."""
+    top = os.path.join(BLD or tempfile.gettempdir(), "tiny-models-0731")
+    out = os.path.join(top, "tiny-0731-" + variant)
+    with open(top + ".lock", "a+") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, os.path.join(SRC, "scripts", "make_tiny_model"), "--release", "0731",
                         "--variant", variant, "--out", out], capture_output=True, text=True, check=True)
-    return r.stdout.strip().splitlines()[-1]
+    return out
 
 
 def read_dump(path):

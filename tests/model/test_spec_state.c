@@ -1,6 +1,7 @@
 /*
  * tests/model/test_spec_state.c: speculative decoding at the executor level
- * (model/spec.h) on the tiny June checkpoint, reference precision.
+ * (model/spec.h) on the tiny June checkpoint, reference precision; with
+ * DSV4_TEST_DEVICE=cuda (the gpu suite) the executors run on the GPU.
  *
  *  - config: --speculative-config parsing and the draft-kind check (MTP on
  *    a DSpark config is refused naming the reason, K out of range, unknown
@@ -39,7 +40,8 @@ static uint32_t V;
 static struct model_exec_cpu *mk(struct model_checkpoint *ck, bool mtp)
 {
 	struct model_exec_cpu_options o = {.ck = ck, .block_tokens = BT, .n_blocks = NB, .max_step_tokens = 64,
-					   .max_step_seqs = 4, .precision = MODEL_PREC_REFERENCE, .load_mtp = mtp};
+					   .max_step_seqs = 4, .precision = MODEL_PREC_REFERENCE, .load_mtp = mtp,
+					   .dev = fh_device()};
 	struct model_exec_cpu *x = NULL;
 	struct err e = {0};
 	T_CHECKF(model_exec_cpu_create(&x, &o, &e) == ST_OK, "create: %s", e.msg);
@@ -87,9 +89,44 @@ static uint32_t hstep(struct exec *ex, struct hseq *q, const int32_t *drafts, ui
 	return made;
 }
 
+/* n floats of a state array, on the host (downloaded from a GPU pool). */
+static const float *host_view(const struct model_state *s, const float *p, size_t n, float **buf)
+{
+	if (!s->mem.device || !p)
+		return p;
+	*buf = realloc(*buf, n * sizeof(float) + 4);
+	struct err e = {0};
+	T_CHECKF(*buf && kern_mem_download(&s->mem, *buf, p, n * sizeof(float), &e) == ST_OK, "download: %s", e.msg);
+	return *buf;
+}
+
+/* On a GPU the kernels need not give bit-identical rows for different batch
+ * shapes (a verify of k + 1 tokens against one of a + 1), so there a row
+ * differs when it is far: relative L2 distance over 0.5, what a row left by a
+ * rejected token (another token's values) shows, while rounding noise, even
+ * an FP8 step, stays far below. The CPU reference compares bit for bit. */
+static bool rows_far(const float *x, const float *y, size_t n, size_t w)
+{
+	for (size_t r = 0; r + w <= n; r += w) {
+		double dd = 0, yy = 0;
+		for (size_t i = r; i < r + w; i++) {
+			if (x[i] == y[i])
+				continue;
+			if (!isfinite(x[i]) || !isfinite(y[i]))
+				return true;
+			dd += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+			yy += (double)y[i] * y[i];
+		}
+		if (dd > 0.25 * yy + 1e-12)
+			return true;
+	}
+	return false;
+}
+
 /* The block pool of two executors, bit for bit; returns the first differing layer or -1. */
 static int state_diff(const struct model_state *a, const struct model_state *b, const char **what)
 {
+	static float *ba, *bb;
 	size_t W = a->window, d = (size_t)a->head_dim, nb = a->n_blocks;
 	for (int l = 0; l < a->n_layers; l++) {
 		const struct model_layer_state *x = &a->ls[l], *y = &b->ls[l];
@@ -106,11 +143,16 @@ static int state_diff(const struct model_state *a, const struct model_state *b, 
 			{"icmp_kv", x->icmp_kv, y->icmp_kv, nb * (size_t)x->icmp_state_floats},
 			{"icmp_score", x->icmp_score, y->icmp_score, nb * (size_t)x->icmp_state_floats},
 		};
-		for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++)
-			if (arr[i].p && arr[i].len && memcmp(arr[i].p, arr[i].q, arr[i].len * sizeof(float))) {
+		for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++) {
+			if (!arr[i].p || !arr[i].len)
+				continue;
+			const float *x = host_view(a, arr[i].p, arr[i].len, &ba), *y = host_view(b, arr[i].q, arr[i].len, &bb);
+			if (!a->mem.device ? memcmp(x, y, arr[i].len * sizeof(float)) != 0
+					   : rows_far(x, y, arr[i].len, d)) {
 				*what = arr[i].n;
 				return l;
 			}
+		}
 	}
 	return -1;
 }
@@ -250,6 +292,10 @@ static void test_config(struct model_checkpoint *ck)
  * expected count >= 5 (the rest pooled). */
 static void test_rule(struct model_checkpoint *ck)
 {
+	if (fh_on_gpu()) {
+		fprintf(stderr, "general rule: a host function, tested by the CPU run of this test\n");
+		return;
+	}
 	struct model_exec_cpu *x = mk(ck, true);
 	if (!x)
 		return;
@@ -314,56 +360,65 @@ static void test_rule(struct model_checkpoint *ck)
 	}
 	free(top);
 	V = VS; /* from here on */
-	uint64_t seed = (uint64_t)time(NULL);
-	double qsum = 0;
-	for (uint32_t v = 0; v < V; v++)
-		qsum += qf[v];
-	const uint32_t N = 40000;
-	uint32_t acc = 0;
-	for (uint32_t i = 0; i < N; i++) {
-		/* d ~ q by inversion */
-		double u = kern_sample_uniform(seed, 3 * i) * qsum, c = 0;
-		int32_t d = (int32_t)V - 1;
+	uint64_t seed0 = (uint64_t)time(NULL);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		uint64_t seed = seed0 + 0x9E3779B97F4A7C15ull * (uint64_t)attempt;
+		double qsum = 0;
+		for (uint32_t v = 0; v < V; v++)
+			qsum += qf[v];
+		const uint32_t N = 40000;
+		uint32_t acc = 0;
+		for (uint32_t v = 0; v < V; v++)
+			cnt[v] = 0;
+		for (uint32_t i = 0; i < N; i++) {
+			/* d ~ q by inversion */
+			double u = kern_sample_uniform(seed, 3 * i) * qsum, c = 0;
+			int32_t d = (int32_t)V - 1;
+			for (uint32_t v = 0; v < V; v++) {
+				c += qf[v];
+				if (u < c) {
+					d = (int32_t)v;
+					break;
+				}
+			}
+			if (!(qf[d] > 0))
+				continue;
+			int32_t tok;
+			bool a;
+			T_CHECK(spec_rule_general(pf, qf, V, d, kern_sample_uniform(seed, 3 * i + 1),
+						  kern_sample_uniform(seed, 3 * i + 2), &tok, &a) == ST_OK);
+			acc += a;
+			cnt[tok] += 1;
+		}
+		double chi = 0, pool_e = 0, pool_o = 0;
+		int dof = -1;
 		for (uint32_t v = 0; v < V; v++) {
-			c += qf[v];
-			if (u < c) {
-				d = (int32_t)v;
-				break;
+			double ex = p[v] * N;
+			if (ex >= 5) {
+				chi += (cnt[v] - ex) * (cnt[v] - ex) / ex;
+				dof++;
+			} else {
+				pool_e += ex;
+				pool_o += cnt[v];
 			}
 		}
-		if (!(qf[d] > 0))
-			continue;
-		int32_t tok;
-		bool a;
-		T_CHECK(spec_rule_general(pf, qf, V, d, kern_sample_uniform(seed, 3 * i + 1),
-					  kern_sample_uniform(seed, 3 * i + 2), &tok, &a) == ST_OK);
-		acc += a;
-		cnt[tok] += 1;
-	}
-	double chi = 0, pool_e = 0, pool_o = 0;
-	int dof = -1;
-	for (uint32_t v = 0; v < V; v++) {
-		double ex = p[v] * N;
-		if (ex >= 5) {
-			chi += (cnt[v] - ex) * (cnt[v] - ex) / ex;
+		if (pool_e > 0) {
+			chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
 			dof++;
-		} else {
-			pool_e += ex;
-			pool_o += cnt[v];
 		}
+		/* p-value >= 0.01: chi2 below the 0.99 quantile (Wilson-Hilferty) */
+		double z = 2.326348, k = dof > 0 ? dof : 1;
+		double crit = k * pow(1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), 3);
+		fprintf(stderr, "general rule: %u draws, accepted %.3f, chi2 %.1f on %d dof (0.99 quantile %.1f)\n", N,
+			(double)acc / N, chi, dof, crit);
+		T_CHECK(dof >= 5);
+		T_CHECK(acc > N / 20 && acc < N); /* both branches ran */
+		if (chi < crit)
+			break;
+		/* a correct rule exceeds the 0.99 quantile once in a hundred runs: a
+		 * second fresh sample must then pass (a false failure: 1 in 10,000) */
+		T_CHECKF(attempt == 0, "chi-square over the 0.99 quantile twice");
 	}
-	if (pool_e > 0) {
-		chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-		dof++;
-	}
-	/* p-value >= 0.01: chi2 below the 0.99 quantile (Wilson-Hilferty) */
-	double z = 2.326348, k = dof > 0 ? dof : 1;
-	double crit = k * pow(1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), 3);
-	fprintf(stderr, "general rule: %u draws, accepted %.3f, chi2 %.1f on %d dof (0.99 quantile %.1f)\n", N,
-		(double)acc / N, chi, dof, crit);
-	T_CHECK(dof >= 5);
-	T_CHECK(chi < crit);
-	T_CHECK(acc > N / 20 && acc < N); /* both branches ran */
 	free(lp);
 	free(lq);
 	free(p);
