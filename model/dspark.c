@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/quant/quant.h"
 #include "model/exec_cpu.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -157,17 +156,25 @@ static int32_t argmax(const float *row, uint32_t n)
 	return (int32_t)best;
 }
 
+static inline float bf16f(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
 /* logits += w2 . w1[prev] (the Markov head; bf16 weights, fp32 sums). */
 static void markov(struct dspark *m, const struct model_layer *ly, int32_t prev, float *logits)
 {
 	const uint16_t *w1 = ly->markov_w1 + (size_t)prev * m->rank;
 	for (uint32_t j = 0; j < m->rank; j++)
-		m->mk[j] = kern_bf16_to_f32(w1[j]);
+		m->mk[j] = bf16f(w1[j]);
 	for (uint32_t v = 0; v < m->vocab; v++) {
 		const uint16_t *w2 = ly->markov_w2 + (size_t)v * m->rank;
 		float s = 0;
 		for (uint32_t j = 0; j < m->rank; j++)
-			s += kern_bf16_to_f32(w2[j]) * m->mk[j];
+			s += bf16f(w2[j]) * m->mk[j];
 		logits[v] += s;
 	}
 }
@@ -214,7 +221,8 @@ static enum status dsp_propose(void *ctx, struct spec_draft_batch *b, struct err
 		const float *cx[MODEL_MAX_DRAFT_LAYERS];
 		for (uint32_t k = 0; k < m->n_stages; k++)
 			cx[k] = m->ctx[k];
-		struct model_fwd_dspark_block blk = {.n_seqs = n, .block_tokens = m->B, .ids = m->bids, .pos = m->bpos,
+		struct model_fwd_dspark_block blk = {.n_seqs = n, .block_tokens = m->B, .n_head = m->K, .ids = m->bids,
+						     .pos = m->bpos,
 						     .ctx_kv = cx, .ctx_off = m->ctx_off};
 		enum status st = model_fwd_dspark_draft(m->f, &blk, m->logits, e);
 		if (st)
@@ -224,7 +232,7 @@ static enum status dsp_propose(void *ctx, struct spec_draft_batch *b, struct err
 			uint32_t K = d->n_propose < m->K ? d->n_propose : m->K;
 			int32_t prev = d->next_ids[d->n_commit - 1];
 			for (uint32_t t = 0; t < K; t++) {
-				float *lg = m->logits + ((size_t)j * m->B + t) * m->vocab;
+				float *lg = m->logits + ((size_t)j * m->K + t) * m->vocab;
 				markov(m, last, prev, lg);
 				prev = d->drafts[t] = argmax(lg, m->vocab);
 				memcpy(m->last + ((size_t)idx[j] * m->K + t) * m->vocab, lg, m->vocab * sizeof(float));

@@ -1505,10 +1505,13 @@ enum status model_fwd_dspark_draft(struct model_fwd *f, const struct model_fwd_d
 	TAKE(f, f->pos, T);
 	memcpy(f->ids, b->ids, T * sizeof(int32_t));
 	memcpy(f->pos, b->pos, T * sizeof(int32_t));
-	uint32_t *rows;
-	TAKE(f, rows, T);
-	for (uint64_t i = 0; i < T; i++)
-		rows[i] = (uint32_t)i;
+	if (!b->n_head || b->n_head > b->block_tokens)
+		return err_set(e, ST_INVALID, "DSpark: %u head rows of a %u-row block", b->n_head, b->block_tokens);
+	uint32_t *rows, nr = b->n_seqs * b->n_head;
+	TAKE(f, rows, nr);
+	for (uint32_t s = 0; s < b->n_seqs; s++)
+		for (uint32_t i = 0; i < b->n_head; i++)
+			rows[s * b->n_head + i] = s * b->block_tokens + i;
 	if ((st = meta_flush(f, e)) || (st = embed(f, f->x, f->n, e)))
 		return st;
 	int64_t D = f->D;
@@ -1528,7 +1531,7 @@ enum status model_fwd_dspark_draft(struct model_fwd *f, const struct model_fwd_d
 		t = f->x, f->x = f->x2, f->x2 = t;
 	}
 	const struct model_layer *last = dspark_stage(f, f->w->n_dspark - 1);
-	return head(f, last, &last->mtp_hc_head, last->mtp_norm, f->x, rows, (uint32_t)T, logits, e);
+	return head(f, last, &last->mtp_hc_head, last->mtp_norm, f->x, rows, nr, logits, e);
 }
 
 /* ---- speculative decoding: verify rollback (docs/speculation.md) ----

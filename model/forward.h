@@ -98,10 +98,11 @@ const struct kern_mem *model_fwd_mem(const struct model_fwd *f);
  * model_fwd_dspark_draft: the draft block of each sequence (block_tokens
  * rows: ids, positions) through the stages, each row's attention seeing
  * the sequence's context rows ctx_kv[stage][ctx_off[s] .. ctx_off[s+1]) and
- * every row of its block; logits [n_seqs * block_tokens, vocab] of the last
+ * every row of its block; logits [n_seqs * n_head, vocab] of the last
  * stage's head (before the Markov head). */
 struct model_fwd_dspark_block {
 	uint32_t n_seqs, block_tokens;
+	uint32_t n_head;                /* logits of the first n_head rows of each block (1..block_tokens) */
 	const int32_t *ids, *pos;       /* [n_seqs * block_tokens] */
 	const float *const *ctx_kv;     /* [n_stages] -> [ctx_off[n_seqs], head_dim] */
 	const uint32_t *ctx_off;        /* [n_seqs + 1] */
