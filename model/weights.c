@@ -595,7 +595,7 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	model_formats_from_checkpoint(opt->ck, fmts);
 	struct model_plan_options po = {.dev = opt->dev, .disabled = opt->disabled,
 					.max_step_tokens = opt->max_step_tokens, .quant_sim = opt->quant_sim,
-					.load_mtp = opt->load_mtp, .plan_dspark = opt->load_mtp && !opt->dev,
+					.load_mtp = opt->load_mtp, .plan_dspark = opt->load_mtp && (!opt->dev || opt->dev->index < 0),
 					.world_size = ws, .selfcheck = opt->selfcheck};
 	enum status st = model_plan_build(cfg, fmts, &po, &w->kernels, e);
 	free(fmts);
