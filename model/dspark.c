@@ -15,11 +15,13 @@
  * block rows) and the last stage's head, then the Markov head in order:
  * logits_i += w2 . w1[prev], d_i = argmax, prev = d_i.
  *
- * A commit that does not continue the ring (the first one after a
- * prefix-cache hit, or a recompute after preemption) starts the rings
- * afresh at its first position: positions before it are not in them (the
- * target does not recompute cached positions), so the first drafts after a
- * hit see less context; the verify rule keeps the output exact regardless.
+ * Prefix-cache hits: when committed positions complete a block (block
+ * mode), the rings as they are then are kept with the block id; a sequence
+ * whose first commit starts at a block boundary after a hit takes them from
+ * the block before it, so its rings are those a run from position 0 would
+ * hold. Without such a snapshot (slot mode, or a block it never saw
+ * completed) the rings start afresh there; the verify rule keeps the output
+ * exact regardless, the drafts only see less context.
  */
 #include "model/dspark.h"
 
@@ -37,14 +39,21 @@ struct dsp_seq {
 	float *ring;                 /* [n_stages, W, d] */
 };
 
+struct dsp_snap {
+	uint32_t pos_begin, pos_end; /* the rings' positions when the block was completed */
+	float *ring;                 /* [n_stages, W, d] or NULL */
+};
+
 struct dspark {
 	struct model_exec_cpu *x;
 	struct model_fwd *f;
 	const struct model_weights *w;
-	uint32_t K, B, W, d, D, vocab, rank, n_stages, n_targets, max_tokens, max_seqs;
+	uint32_t K, B, BT, W, d, D, vocab, rank, n_stages, n_targets, max_tokens, max_seqs;
 	int32_t noise;
 	struct dsp_seq *seqs;
 	uint32_t n_seqs_cap;
+	struct dsp_snap *snaps;      /* [n_blocks]: the rings at the end of each completed block */
+	uint32_t n_blocks;
 	/* commit buffers */
 	float *cap, *main_x, *kv;    /* [max_tokens, n_targets*D], [max_tokens, D], [max_tokens, d] */
 	int32_t *pos;                /* [max_tokens] */
@@ -113,38 +122,76 @@ static enum status dsp_flush(struct dspark *m, uint32_t nt, struct err *e)
 	return ST_OK;
 }
 
+/* The rings of s at the end of a block go with the block (block mode), for
+ * a sequence that starts on it after a prefix-cache hit. */
+static enum status dsp_snap_save(struct dspark *m, const struct dsp_seq *s, uint32_t blk, struct err *e)
+{
+	if (blk >= m->n_blocks)
+		return err_set(e, ST_INVALID, "DSpark drafter: block %u of %u", blk, m->n_blocks);
+	struct dsp_snap *q = &m->snaps[blk];
+	size_t n = (size_t)m->n_stages * m->W * m->d;
+	if (!q->ring && !(q->ring = malloc(n * sizeof(float))))
+		return err_set(e, ST_NOMEM, "DSpark drafter: block snapshot");
+	memcpy(q->ring, s->ring, n * sizeof(float));
+	q->pos_begin = s->pos_begin;
+	q->pos_end = s->pos_end;
+	return ST_OK;
+}
+
 static enum status dsp_commit(void *ctx, const struct spec_draft_batch *b, struct err *e)
 {
 	struct dspark *m = ctx;
 	const float *cap = model_fwd_dspark_captures(m->f);
 	size_t cw = (size_t)m->n_targets * m->D;
-	uint32_t nt = 0;
 	enum status st;
 	for (uint32_t i = 0; i < b->n_seqs; i++) {
 		const struct spec_draft_seq *d = &b->seqs[i];
 		if (!d->n_commit)
 			continue;
+		const struct exec_seq *sq = &b->step->seqs[d->seq_index];
+		const uint32_t *bt = b->step->block_ids + sq->block_table_start;
+		bool block_mode = sq->state_slot == EXEC_NO_SLOT;
 		struct dsp_seq *s = dsp_find(m, d->seq_id, true);
 		if (!s)
 			return err_set(e, ST_NOMEM, "DSpark drafter: sequence state");
-		if (s->pos_end != d->pos0) /* new, after a prefix hit, or a recompute: the rings start afresh */
-			s->pos_begin = d->pos0;
-		s->pos_end = d->pos0 + d->n_commit;
-		uint32_t si = (uint32_t)(s - m->seqs);
-		/* the rows of positions that stay in the ring (the last W) */
-		uint32_t t0 = d->n_commit > m->W ? d->n_commit - m->W : 0;
-		for (uint32_t t = t0; t < d->n_commit; t++) {
-			if (nt == m->max_tokens) {
-				if ((st = dsp_flush(m, nt, e)))
-					return st;
-				nt = 0;
+		if (s->pos_end != d->pos0) {
+			/* new, after a prefix-cache hit, or a recompute: the rings of the
+			 * block before pos0 when it carries them, else afresh at pos0 */
+			s->pos_begin = s->pos_end = d->pos0;
+			uint32_t k = d->pos0 / m->BT;
+			const struct dsp_snap *q = block_mode && d->pos0 && d->pos0 % m->BT == 0 && k <= sq->n_blocks &&
+							   bt[k - 1] < m->n_blocks
+						   ? &m->snaps[bt[k - 1]]
+						   : NULL;
+			if (q && q->ring && q->pos_end == d->pos0) {
+				memcpy(s->ring, q->ring, (size_t)m->n_stages * m->W * m->d * sizeof(float));
+				s->pos_begin = q->pos_begin;
 			}
-			memcpy(m->cap + (size_t)nt * cw, cap + (size_t)(d->row0 + t) * cw, cw * sizeof(float));
-			m->pos[nt] = (int32_t)(d->pos0 + t);
-			m->rseq[nt++] = si;
+		}
+		uint32_t si = (uint32_t)(s - m->seqs);
+		/* segments that end at block boundaries (the snapshot) or fill the buffers */
+		for (uint32_t t = 0; t < d->n_commit;) {
+			uint32_t p = d->pos0 + t, end = (p / m->BT + 1) * m->BT - d->pos0;
+			if (end > d->n_commit)
+				end = d->n_commit;
+			if (end - t > m->max_tokens)
+				end = t + m->max_tokens;
+			uint32_t nt = end - t;
+			memcpy(m->cap, cap + (size_t)(d->row0 + t) * cw, (size_t)nt * cw * sizeof(float));
+			for (uint32_t r = 0; r < nt; r++) {
+				m->pos[r] = (int32_t)(p + r);
+				m->rseq[r] = si;
+			}
+			if ((st = dsp_flush(m, nt, e)))
+				return st;
+			s->pos_end = d->pos0 + end;
+			if (block_mode && s->pos_end % m->BT == 0 && s->pos_end / m->BT <= sq->n_blocks &&
+			    (st = dsp_snap_save(m, s, bt[s->pos_end / m->BT - 1], e)))
+				return st;
+			t = end;
 		}
 	}
-	return dsp_flush(m, nt, e);
+	return ST_OK;
 }
 
 static int32_t argmax(const float *row, uint32_t n)
@@ -260,6 +307,9 @@ static void dsp_destroy(void *ctx)
 	for (uint32_t i = 0; i < m->n_seqs_cap; i++)
 		free(m->seqs[i].ring);
 	free(m->seqs);
+	for (uint32_t i = 0; m->snaps && i < m->n_blocks; i++)
+		free(m->snaps[i].ring);
+	free(m->snaps);
 	free(m->cap);
 	free(m->main_x);
 	free(m->kv);
@@ -311,6 +361,7 @@ enum status spec_dspark_drafter_create(struct spec_drafter *out, struct model_ex
 	m->w = w;
 	m->K = max_draft;
 	m->B = (uint32_t)cfg->dspark.block_size;
+	m->BT = ex->info.block_tokens;
 	m->W = (uint32_t)cfg->sliding_window;
 	m->d = (uint32_t)cfg->head_dim;
 	m->D = (uint32_t)cfg->hidden_size;
@@ -320,6 +371,8 @@ enum status spec_dspark_drafter_create(struct spec_drafter *out, struct model_ex
 	m->n_targets = (uint32_t)cfg->dspark.n_target_layers;
 	m->noise = (int32_t)cfg->dspark.noise_token_id;
 	m->max_tokens = ex->info.max_step_tokens;
+	m->n_blocks = ex->info.n_blocks;
+	m->snaps = calloc(m->n_blocks ? m->n_blocks : 1, sizeof *m->snaps);
 	m->ch = m->max_tokens / m->B;
 	if (m->ch > 16)
 		m->ch = 16;
@@ -344,7 +397,7 @@ enum status spec_dspark_drafter_create(struct spec_drafter *out, struct model_ex
 	m->mk = malloc(m->rank * sizeof(float));
 	m->last = malloc(S * m->K * m->vocab * sizeof(float));
 	m->has_last = calloc(S, sizeof(bool));
-	if (!ok || !m->ctx_off || !m->logits || !m->mk || !m->last || !m->has_last) {
+	if (!ok || !m->snaps || !m->ctx_off || !m->logits || !m->mk || !m->last || !m->has_last) {
 		dsp_destroy(m);
 		return err_set(e, ST_NOMEM, "DSpark drafter buffers");
 	}

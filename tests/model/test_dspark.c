@@ -180,8 +180,11 @@ static uint32_t run_spec(struct exec *ex, struct hseq *a, uint32_t upto, uint32_
 	return acc;
 }
 
+static int rings_diff(void *da, void *db, uint64_t id, int n_stages, uint32_t W, uint32_t d);
+
 static void test_greedy(struct model_checkpoint *ck, const char *name)
 {
+	const struct model_config *cfg = model_checkpoint_config(ck);
 	struct hseq c, c2;
 	seq_init(&c, 1);
 	seq_init(&c2, 2);
@@ -190,7 +193,8 @@ static void test_greedy(struct model_checkpoint *ck, const char *name)
 	run_plain(ck, &c2, NP + NGEN);
 	for (uint32_t K = 1; K <= KMAX; K++) {
 		struct model_exec_cpu *x = mk(ck, true);
-		struct model_spec_exec *sx = mk_spec(x, K, false, NULL, NULL);
+		void *dx = NULL;
+		struct model_spec_exec *sx = mk_spec(x, K, false, NULL, &dx);
 		if (!sx) {
 			model_exec_cpu_destroy(x);
 			return;
@@ -215,6 +219,25 @@ static void test_greedy(struct model_checkpoint *ck, const char *name)
 			 "%s K=%u: after a prefix hit speculative greedy differs from plain", name, K);
 		fprintf(stderr, "%s K=%u: %u steps for %u tokens (%u drafts accepted); prefix hit: %u steps, %u accepted\n",
 			name, K, steps, a.n_tok - NP, acc, steps2, acc2);
+		if (K == KMAX) {
+			/* the hit's drafter rings (taken from block 0's snapshot) equal those of a run from position 0 */
+			struct model_exec_cpu *xr = mk(ck, true);
+			void *dr = NULL;
+			struct model_spec_exec *sr = mk_spec(xr, K, true, NULL, &dr);
+			struct hseq r;
+			seq_init(&r, 2);
+			memcpy(r.toks, c2.toks, NP * sizeof(int32_t));
+			uint32_t sr_steps = 0;
+			if (sr)
+				run_spec(model_spec_exec_exec(sr), &r, a2.n_tok, &sr_steps);
+			int k = sr ? rings_diff(dx, dr, 2, (int)cfg->n_draft_layers, (uint32_t)cfg->sliding_window,
+						(uint32_t)cfg->head_dim)
+				   : 0;
+			T_CHECKF(r.n_tok == a2.n_tok && k < 0, "%s: after a prefix hit the drafter rings of stage %d differ "
+				 "from a run from position 0", name, k);
+			model_spec_exec_destroy(sr);
+			model_exec_cpu_destroy(xr);
+		}
 		model_spec_exec_destroy(sx);
 		model_exec_cpu_destroy(x);
 	}
