@@ -490,7 +490,7 @@ static enum status lin(const struct model_fwd *f, const struct model_lin *l, con
 				     .y_dtype = KERN_DT_F32, .ldy = ldy, .w = &l->w,
 				     .act_quant_block = l->act_quant_block, .stream = f->mem.stream,
 				     .workspace = f->lt_ws, .workspace_bytes = f->lt_ws_bytes, .ctx = f->opt.kctx};
-	OK(layer, l->run(&a));
+	OK(layer, (l->run_dec && T <= l->dec_tokens ? l->run_dec : l->run)(&a));
 	if (!ldy)
 		trace(f, l->v->name, layer, y, T * l->w.rows);
 	if (round && f->opt.bf16_round) {
@@ -992,7 +992,7 @@ static enum status attention(struct model_fwd *f, const struct model_layer *ly, 
 					   .idx_len = f->idx_len, .idx_stride = f->idx_stride, .sink = ly->attn_sink,
 					   .softmax_scale = (float)(1.0 / sqrt((double)d)), .pos = pos,
 					   .omega = ly->omega, .rope_dim = (int)r, .n_tokens = T, .n_heads = (int)H,
-					   .head_dim = (int)d, .bf16_out = f->opt.bf16_round, .stream = sm};
+					   .head_dim = (int)d, .bf16_out = f->opt.bf16_round, .stream = sm, .ctx = f->opt.kctx};
 	int ns = 0;
 	if (ly->ratio) {
 		aa.kv[ns] = q->cmp;

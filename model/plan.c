@@ -235,6 +235,9 @@ static bool site_shape(const struct planner *P, const struct model_layer_plan *l
 	return t.has;
 }
 
+/* Decode-sized steps: at most this many tokens (a batch of decodes). */
+#define LIN_DEC_TOKENS 16
+
 /* Select the linear (or expert GEMM) of one site; where names it in errors. */
 static enum status plan_lin(struct planner *P, int layer, const char *where, bool moe, enum kern_wfmt f, int64_t out,
 			    int64_t in, bool allow_aq, struct model_lin_plan *x, struct err *e)
@@ -256,7 +259,21 @@ static enum status plan_lin(struct planner *P, int layer, const char *where, boo
 		return err_prefix(e, "%s", where);
 	}
 	*x = (struct model_lin_plan){.v = v, .op = op, .wfmt = f, .out = out, .in = in, .act_quant_block = aq};
-	return row_add(P->p, layer, op, v, e);
+	if ((st = row_add(P->p, layer, op, v, e)))
+		return st;
+	/* a decode slot: the variant a step of at most LIN_DEC_TOKENS tokens
+	 * would get, kept when it differs and reads what v's prepare() writes */
+	if (!moe && o->max_step_tokens > LIN_DEC_TOKENS) {
+		const struct kern_variant *vd = NULL;
+		ls.max_tokens = LIN_DEC_TOKENS;
+		if (select_variant(P, op, &pr, -1, &vd, NULL) == ST_OK && vd != v && vd->prepare == v->prepare &&
+		    vd->backend == v->backend) {
+			x->v_dec = vd;
+			x->dec_tokens = LIN_DEC_TOKENS;
+			return row_add(P->p, layer, op, vd, e);
+		}
+	}
+	return ST_OK;
 }
 
 /* The fused routed-expert pass of small steps (op moe_decode), where a GPU
@@ -431,12 +448,17 @@ static void pb_lins(struct plan_buf *b, const struct model_lin_plan *ls, int n)
 			continue;
 		bool seen = false;
 		for (int j = 0; j < i; j++)
-			seen |= ls[j].v == ls[i].v && ls[j].wfmt == ls[i].wfmt;
+			seen |= ls[j].v == ls[i].v && ls[j].v_dec == ls[i].v_dec && ls[j].wfmt == ls[i].wfmt;
 		if (seen)
 			continue;
 		char key[KERN_NAME_BYTES + 32];
 		snprintf(key, sizeof key, "%s[%s]", ls[i].op->name, kern_wfmt_name(ls[i].wfmt));
 		pb_add(b, " %s=%s", key, ls[i].v->name);
+		if (ls[i].v_dec) {
+			char lim[32];
+			snprintf(lim, sizeof lim, "%lld", (long long)ls[i].dec_tokens);
+			pb_add(b, "(<=%s tokens: %s)", lim, ls[i].v_dec->name);
+		}
 	}
 }
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "model/dspark.h"
 #include "model/exec_cpu.h"
 #include "model/forward.h"
@@ -278,6 +279,8 @@ enum status model_spec_exec_create(struct model_spec_exec **out, const struct mo
 		model_spec_exec_destroy(sx);
 		return err_set(e, ST_NOMEM, "speculation buffers for %zu rows", R);
 	}
+	log_msg(LOG_INFO, "spec", "speculative decoding: %s drafter, up to %u drafts per sequence and step",
+		sx->drafter.ops->name, sx->K);
 	*out = sx;
 	return ST_OK;
 }

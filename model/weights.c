@@ -157,6 +157,8 @@ static enum status lin_setup(const struct model_lin_plan *pl, const char *name, 
 	out->v = pl->v;
 	out->run = (kern_linear_fn)pl->v->run;
 	out->act_quant_block = pl->act_quant_block;
+	out->run_dec = pl->v_dec ? (kern_linear_fn)pl->v_dec->run : NULL;
+	out->dec_tokens = pl->dec_tokens;
 	return ST_OK;
 }
 

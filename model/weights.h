@@ -93,6 +93,12 @@ struct model_lin_plan {
 	enum kern_wfmt wfmt;          /* the stored format v was chosen for */
 	int64_t out, in;              /* this rank's logical [out, in] */
 	int act_quant_block;          /* 128 or 0, as struct model_lin */
+	/* Steps of at most dec_tokens tokens run v_dec, a variant chosen for a
+	 * decode-sized step (the portable GEMV where a tile kernel takes the
+	 * plan): only when it consumes the layout v's prepare() makes, so one
+	 * copy of the weight serves both. NULL: v runs every step. */
+	const struct kern_variant *v_dec;
+	int64_t dec_tokens;
 };
 
 struct model_layer_plan {
@@ -173,6 +179,8 @@ struct model_lin {
 	const struct kern_variant *v;
 	kern_linear_fn run;
 	int act_quant_block;
+	kern_linear_fn run_dec;       /* steps of <= dec_tokens tokens (model_lin_plan.v_dec), or NULL */
+	int64_t dec_tokens;
 };
 
 /* The routed experts of one layer: arrays [n_experts] of views, one GEMM

@@ -382,6 +382,14 @@ bool metrics_stats_line(char *buf, size_t cap, const struct metrics_engine_stats
 		 "Waiting: %d reqs, KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
 		 dp / dt_s, dg / dt_s, cur->n_running, cur->n_waiting, 100.0 * cur->kv_usage,
 		 dq ? 100.0 * (double)dh / (double)dq : 0.0);
+	if (cur->spec_k) { /* speculative decoding: the interval's acceptance (vLLM's SpecDecoding line) */
+		uint64_t nd = cur->spec_drafts - prev->spec_drafts, nt = cur->spec_draft_tokens - prev->spec_draft_tokens;
+		uint64_t na = cur->spec_accepted_tokens - prev->spec_accepted_tokens;
+		size_t at = strlen(buf);
+		if (at < cap)
+			snprintf(buf + at, cap - at, ", Draft acceptance rate: %.1f%%, Mean acceptance length: %.2f",
+				 nt ? 100.0 * (double)na / (double)nt : 0.0, nd ? 1.0 + (double)na / (double)nd : 0.0);
+	}
 	return dp > 0 || dg > 0 || cur->n_running > 0 || cur->n_waiting > 0;
 }
 

@@ -64,6 +64,7 @@ struct kern_sparse_attn_args {
 	int head_dim;                         /* 512 */
 	bool bf16_out;                        /* round o to bf16 values */
 	void *stream;                         /* cudaStream_t for CUDA variants; ignored by the CPU reference */
+	void *ctx;                            /* struct kern_ctx * of the executor (its scratch), or NULL: the default */
 };
 
 /* CPU reference. ST_INVALID for NULL pointers, bad dims, or an index outside

@@ -3,6 +3,9 @@
  * "ring_write".
  *
  * Variants (priority order, highest first):
+ *   sparse_attn_cuda_decode  cc >= 8.0, sm_80 image (attn_decode.cu): steps of
+ *                  <= 64 tokens read each row once per 32 heads; others go
+ *                  to the generic kernel.
  *   <op>_cuda_generic  cc >= 8.0, sm_80 image (attention_generic.cu): the same args
  *                  contract on device buffers; the portable fallback, so
  *                  selection never fails on a GPU.
@@ -14,6 +17,7 @@
 #include "dsv4_config.h"
 #if DSV4_HAVE_CUDA
 #include "kernels/attention/attention_generic.h"
+#include "kernels/attention/attn_decode.h"
 #endif
 
 static const struct kern_variant sparse_attn_variants[] = {
@@ -37,6 +41,20 @@ static const struct kern_variant sparse_attn_variants[] = {
 		.run = KERN_FN(kern_sparse_attn_cuda_generic),
 #endif
 		.desc = "portable CUDA sparse MQA: block per (token, head), online softmax per warp",
+	},
+	/* ---- decode cuda ops ---- */
+	{
+		.name = "sparse_attn_cuda_decode",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.priority = 20,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_sparse_attn_cuda_decode),
+#endif
+		.desc = "portable CUDA decode sparse MQA (T <= 64): 32 heads per CTA, rows split over CTAs + "
+			"combine; larger steps run the generic kernel",
 	},
 };
 

@@ -16,6 +16,7 @@ extern "C" {
 #include "kernels/sampling/logprobs_generic.h"
 }
 
+#include "kernels/device/host_bufs.cuh"
 #include "kernels/sampling/sampling_cuda.cuh"
 
 #define LNT 256
@@ -143,21 +144,11 @@ extern "C" enum status kern_token_logprobs_cuda_generic_host(const struct kern_t
 		return ST_INVALID;
 	const size_t nl = (size_t)(a->n_rows - 1) * (size_t)a->ld + a->vocab;
 	const size_t ws = kern_token_logprobs_workspace_bytes(a->n_rows, a->n_top);
-	float *dl = NULL;
-	void *dw = NULL;
-	enum status st = ST_CUDA;
-	if (cudaMalloc((void **)&dl, nl * sizeof(float)) == cudaSuccess && cudaMalloc(&dw, ws) == cudaSuccess &&
-	    cudaMemcpy(dl, a->logits, nl * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess) {
-		struct kern_token_logprobs_args d = *a;
-		d.logits = dl;
-		d.work = dw;
-		d.work_bytes = ws;
-		d.stream = 0;
-		st = kern_token_logprobs_cuda_generic(&d);
-	}
-	cudaFree(dl);
-	cudaFree(dw);
-	if (st == ST_CUDA)
-		cudaGetLastError();
-	return st;
+	struct kern_hbufs b = {};
+	struct kern_token_logprobs_args d = *a;
+	d.logits = (const float *)kern_hb_up(&b, a->logits, nl * sizeof(float), false);
+	d.work = kern_hb_alloc(&b, ws);
+	d.work_bytes = ws;
+	d.stream = 0;
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_token_logprobs_cuda_generic(&d) : ST_CUDA);
 }

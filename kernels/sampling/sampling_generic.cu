@@ -41,6 +41,7 @@ extern "C" {
 #define SNT 512
 #define SEEN_IN_PROMPT 0x80000000u
 #define P_ONE_BITS 0x3F800000u
+#include "kernels/device/host_bufs.cuh"
 #include "kernels/sampling/sampling_cuda.cuh"
 
 #define P_KEY_MASK 0x3FFFFFFFull
@@ -467,21 +468,11 @@ extern "C" enum status kern_sample_cuda_generic_host(const struct kern_sample_ba
 	const size_t nl = (size_t)(a->n_rows - 1) * (size_t)a->ld + a->vocab;
 	const size_t ws = kern_sample_batch_workspace_bytes(a->vocab, a->n_rows,
 							    kern_sample_batch_aux_count(a->params, a->hist, a->n_rows));
-	float *dl = NULL;
-	void *dw = NULL;
-	enum status st = ST_CUDA;
-	if (cudaMalloc((void **)&dl, nl * sizeof(float)) == cudaSuccess && cudaMalloc(&dw, ws) == cudaSuccess &&
-	    cudaMemcpy(dl, a->logits, nl * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess) {
-		struct kern_sample_batch_args d = *a;
-		d.logits = dl;
-		d.work = dw;
-		d.work_bytes = ws;
-		d.stream = 0;
-		st = kern_sample_cuda_generic(&d);
-	}
-	cudaFree(dl);
-	cudaFree(dw);
-	if (st == ST_CUDA)
-		cudaGetLastError();
-	return st;
+	struct kern_hbufs b = {};
+	struct kern_sample_batch_args d = *a;
+	d.logits = (const float *)kern_hb_up(&b, a->logits, nl * sizeof(float), false);
+	d.work = kern_hb_alloc(&b, ws);
+	d.work_bytes = ws;
+	d.stream = 0;
+	return kern_hb_finish(&b, b.ce == cudaSuccess ? kern_sample_cuda_generic(&d) : ST_CUDA);
 }

@@ -6,13 +6,15 @@ a stop string taken from the plain answer) from a plain server and from one
 speculating with MTP, K = 2: identical text and finish reasons. /metrics,
 read by prometheus-client's parser, has the spec-decode counters (drafts
 and draft tokens moved, accepted <= draft tokens, one per-position series
-per draft). `"method": "dspark"` on the June checkpoint and an unknown key
+per draft), and the periodic stats line shows the acceptance rate.
+`"method": "dspark"` on the June checkpoint and an unknown key
 are refused at start with the reason.
 """
 import json
 import os
 import subprocess
 import sys
+import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -75,7 +77,7 @@ stop_and_check(plain, check, "plain server")
 plain.cleanup()
 
 spec = Server(*common, "--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": K}),
-              model="tiny", env=ENV)
+              model="tiny", env=dict(ENV, DSV4_LOG_STATS_INTERVAL="0.5"))
 got = answers(spec)
 got_stop = answers(spec, stops)
 for i in range(len(PROMPTS)):
@@ -92,6 +94,8 @@ check(0 <= acc <= draft_toks, "accepted %s of %s" % (acc, draft_toks))
 check(sorted(s.labels.get("position") for s in per_pos) == [str(i) for i in range(K)],
       "per-position series: %r" % [s.labels for s in per_pos])
 check(sum(s.value for s in per_pos) == acc, "per position sums to accepted")
+time.sleep(1.5)  # the periodic stats line (every 0.5 s here) carries the acceptance
+check("Draft acceptance rate:" in spec.logtext(), "the stats line shows the draft acceptance rate")
 stop_and_check(spec, check, "speculating server")
 spec.cleanup()
 

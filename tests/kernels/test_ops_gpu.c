@@ -629,10 +629,11 @@ int main(int argc, char **argv)
 	rng = gt_seed(argc, argv, &dev);
 	gt_stream_create();
 
-	/* every op's generic CUDA variant is compiled and is what selection picks here */
+	/* every op's generic CUDA variant is compiled and is what selection picks here
+	 * (sparse_attn picks its decode row: tests/kernels/test_attn_decode_gpu.c) */
 	const struct kern_op *ops[] = {&kern_op_rmsnorm, &kern_op_swiglu, &kern_op_rope, &kern_op_route,
 				       &kern_op_ring_write, &kern_op_attn_index,
-				       &kern_op_sparse_attn, &kern_op_indexer_rotate, &kern_op_indexer_scores,
+				       &kern_op_indexer_rotate, &kern_op_indexer_scores,
 				       &kern_op_indexer_topk, &kern_op_compressor};
 	if (!gt_generic_ops_picked(ops, sizeof ops / sizeof ops[0], &dev, false))
 		return test_exit();

@@ -88,6 +88,12 @@ static void one(const char *dir, const char *variant, int major, int minor, int6
 				seen = !strcmp(w.plan.entries[i].op, need[k]);
 			T_CHECKF(seen, "%s cc %d.%d: no %s row in the plan", variant, major, minor, need[k]);
 		}
+		/* attention runs the portable decode row (it hands steps over 64 tokens to the generic kernel) */
+		for (int i = 0; i < w.plan.n; i++)
+			if (!strcmp(w.plan.entries[i].op, "sparse_attn"))
+				T_CHECKF(!strcmp(w.plan.entries[i].variant, "sparse_attn_cuda_decode"),
+					 "%s cc %d.%d: sparse_attn row is %s", variant, major, minor,
+					 w.plan.entries[i].variant);
 		if (max_step_tokens < 64) { /* a decode plan: the FP8 GEMV in every layer, no tile variant */
 			int n_layers = 0, with_gemv = 0, tiles = 0;
 			for (int i = 0; i < w.plan.n; i++)

@@ -160,13 +160,17 @@ for name in ("deepseek-v4-flash", "deepseek-v4-flash-nvfp4", "deepseek-v4-flash-
         for T in ("1", "32"):
             p = run(m, "--simulate-cc", cc, "--max-num-batched-tokens", T)
             if have_cuda:
-                lin = [l.split() for l in p.stdout.splitlines() if l.startswith("  ") and l.split()[1] == "linear"]
+                lin = [r for r in (l.split() for l in p.stdout.splitlines() if is_row(l)) if r[1] == "linear"]
                 gemv_layers = {r[0] for r in lin if r[2] == "linear_cuda_gemv"}
                 layers = {r[0] for r in lin if r[0] != "-1"}
                 other = {r[2] for r in lin if r[2] not in ("linear_cuda_gemv", "linear_cuda_generic_bf16")}
                 check(p.returncode == 0 and layers and gemv_layers == layers and not other,
                       f"{name} cc {cc} T {T}: every FP8 linear on linear_cuda_gemv "
                       f"({p.returncode}, {len(gemv_layers)}/{len(layers)} layers, others {sorted(other)})")
+                # and attention runs the portable decode row (attn_decode.cu)
+                att = {l.split()[2] for l in p.stdout.splitlines()
+                       if l.startswith("  ") and l.split()[1] == "sparse_attn"}
+                check(att == {"sparse_attn_cuda_decode"}, f"{name} cc {cc} T {T}: sparse_attn rows {sorted(att)}")
             else:
                 check(p.returncode == 1 and "no variant fits" in p.stderr, f"{name} cc {cc} T {T}: exit 1")
 m = os.path.join(SRC, "tests", "model", "data", "deepseek-v4-flash")
