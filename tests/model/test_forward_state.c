@@ -334,7 +334,13 @@ int main(void)
 			float *c32 = chunked(x32, ids[0], N_PROMPT, ch, nc);
 			double d32 = fh_max_abs_diff(l32, c32, (size_t)N_PROMPT * F);
 			fprintf(stderr, "fp32 precision, random chunking (%d chunks): max |stream diff| %.3g\n", nc, d32);
-			T_CHECKF(d32 <= TOL, "fp32 chunking %g", d32);
+			/* on a GPU, chunks of <= 64 tokens run attention's split-softmax
+			 * decode kernel (sparse_attn_cuda_decode) and the one-piece
+			 * prefill the generic one: the same sums in another order, so
+			 * fp32 rounding differs (1.1e-5 seen on the H200); the
+			 * reference-precision checks above stay exact */
+			double tol32 = fh_on_gpu() ? 1e-4 : TOL;
+			T_CHECKF(d32 <= tol32, "fp32 chunking %g (bound %g)", d32, tol32);
 			free(c32);
 			free(l32);
 			model_exec_cpu_destroy(x32);
