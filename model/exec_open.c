@@ -425,7 +425,7 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 		model_exec_open_destroy(x);
 		return st;
 	}
-	x->xo.load_mtp |= sc.method == MODEL_DRAFT_MTP;
+	x->xo.load_mtp |= sc.method == MODEL_DRAFT_MTP || sc.method == MODEL_DRAFT_DSPARK; /* the draft model */
 	if (world == 1) {
 		if ((st = model_exec_cpu_create(&x->cpu, &x->xo, e))) {
 			model_exec_open_destroy(x);

@@ -88,6 +88,34 @@ const float *model_fwd_mtp_streams(const struct model_fwd *f);
 /* Where the forward's buffers live (host or the executor's device). */
 const struct kern_mem *model_fwd_mem(const struct model_fwd *f);
 
+/* ---- DSpark (0731 release; model/dspark.h; host memory only) ----
+ * model_fwd_dspark_enable: from now on every model_fwd_run also keeps the
+ * target layers' outputs (dspark_target_layer_ids), each averaged over the
+ * hc streams: model_fwd_dspark_captures() [n_tokens, n_targets * D] of the
+ * last run. model_fwd_dspark_main: main_x = main_norm(main_proj(cap)) [T, D].
+ * model_fwd_dspark_kv: stage's kv_norm(wkv(x)) with RoPE at pos and the FP8
+ * simulation of the rest (quant_sim) [T, head_dim]: a context row.
+ * model_fwd_dspark_draft: the draft block of each sequence (block_tokens
+ * rows: ids, positions) through the stages, each row's attention seeing
+ * the sequence's context rows ctx_kv[stage][ctx_off[s] .. ctx_off[s+1]) and
+ * every row of its block; logits [n_seqs * n_head, vocab] of the last
+ * stage's head (before the Markov head). */
+struct model_fwd_dspark_block {
+	uint32_t n_seqs, block_tokens;
+	uint32_t n_head;                /* logits of the first n_head rows of each block (1..block_tokens) */
+	const int32_t *ids, *pos;       /* [n_seqs * block_tokens] */
+	const float *const *ctx_kv;     /* [n_stages] -> [ctx_off[n_seqs], head_dim] */
+	const uint32_t *ctx_off;        /* [n_seqs + 1] */
+};
+enum status model_fwd_dspark_enable(struct model_fwd *f, struct err *e) DSV4_WUR;
+const float *model_fwd_dspark_captures(const struct model_fwd *f);
+enum status model_fwd_dspark_main(struct model_fwd *f, const float *cap, uint32_t T, float *main_x,
+				  struct err *e) DSV4_WUR;
+enum status model_fwd_dspark_kv(struct model_fwd *f, int stage, const float *x, const int32_t *pos, uint32_t T,
+				float *kv, struct err *e) DSV4_WUR;
+enum status model_fwd_dspark_draft(struct model_fwd *f, const struct model_fwd_dspark_block *b, float *logits,
+				   struct err *e) DSV4_WUR;
+
 /* ---- Speculative decoding: verify rollback (docs/speculation.md) ----
  * model_fwd_spec_enable: buffers for up to max_stash_tokens kept tokens a step.
  * model_fwd_spec_save: before a step (the same pointer, run next): n_q[s] =

@@ -123,7 +123,7 @@ typedef void (*spec_draft_hook_fn)(void *ctx, const struct exec_seq *sq, uint32_
 
 struct model_spec_exec_options {
 	struct model_exec_cpu *x;  /* borrowed, must outlive it; loaded with load_mtp for MTP */
-	struct spec_config cfg;    /* method MTP (DSpark: ST_UNSUPPORTED until its drafter lands) */
+	struct spec_config cfg;    /* method MTP or DSpark (model/dspark.h; x loaded with load_mtp) */
 	/* (optional) the drafter to use instead of the method's own (DSpark's,
 	 * or a test's); owned by the executor from create on, destroyed with it */
 	struct spec_drafter drafter;

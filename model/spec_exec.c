@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "model/dspark.h"
 #include "model/exec_cpu.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -219,7 +220,7 @@ static enum status spx_check(const struct model_spec_exec_options *opt, struct e
 	enum status st = spec_config_check(&opt->cfg, w->cfg, e);
 	if (st)
 		return st;
-	if (!opt->drafter.ops && opt->cfg.method != MODEL_DRAFT_MTP)
+	if (!opt->drafter.ops && opt->cfg.method != MODEL_DRAFT_MTP && opt->cfg.method != MODEL_DRAFT_DSPARK)
 		return err_set(e, ST_UNSUPPORTED, "speculation: method %s has no drafter yet (mtp does)",
 			       model_draft_kind_str(opt->cfg.method));
 	if (!opt->cfg.num_speculative_tokens || opt->cfg.num_speculative_tokens > EXEC_SPEC_MAX_DRAFT)
@@ -257,7 +258,9 @@ enum status model_spec_exec_create(struct model_spec_exec **out, const struct mo
 	sx->max_seqs = sx->inner->info.max_step_seqs;
 	sx->max_tokens = sx->inner->info.max_step_tokens;
 	sx->drafter = opt->drafter;
-	if ((!sx->drafter.ops && (st = spec_mtp_drafter_create(&sx->drafter, opt->x, sx->K, e))) ||
+	if ((!sx->drafter.ops && (st = opt->cfg.method == MODEL_DRAFT_DSPARK /* model/dspark.h */
+					       ? spec_dspark_drafter_create(&sx->drafter, opt->x, sx->K, e)
+					       : spec_mtp_drafter_create(&sx->drafter, opt->x, sx->K, e))) ||
 	    (st = model_fwd_spec_enable(model_exec_cpu_fwd(opt->x), sx->max_seqs * (sx->K + 1), e))) {
 		model_spec_exec_destroy(sx);
 		return st;

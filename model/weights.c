@@ -527,6 +527,34 @@ static enum status layer_load_mtp(struct loader *L, const struct model_layer_pla
 	return hc_site(L, name, (int)L->w->cfg->hc_mult, 1, &ly->mtp_hc_head, e);
 }
 
+/* A DSpark stage's own tensors (dsv4-0731.md): stage 0 the input projection
+ * of the target captures, the last stage the head and the Markov head. */
+static enum status layer_load_dspark(struct loader *L, const char *lp, struct model_layer *ly, struct err *e)
+{
+	const struct model_config *cfg = L->w->cfg;
+	const uint64_t D = (uint64_t)cfg->hidden_size, V = (uint64_t)cfg->vocab_size;
+	const int stage = ly->layer - (int)cfg->num_hidden_layers;
+	char name[192];
+	enum status st;
+	if (stage == 0) {
+		struct kern_wmat m;
+		snprintf(name, sizeof name, "%s.main_proj", lp);
+		if ((st = wmat_of(L, name, &m, e)) ||
+		    (st = lin_setup(&L->w->kernels.dspark_main_proj, name, &m, &ly->main_proj, e)) ||
+		    (st = plain_at(L, lp, "main_norm.weight", MODEL_DTYPE_BF16, D, VPTR(&ly->main_norm), e)))
+			return st;
+	}
+	if (stage != cfg->n_draft_layers - 1)
+		return ST_OK;
+	uint64_t r = (uint64_t)cfg->dspark.markov_rank;
+	if ((st = plain_at(L, lp, "norm.weight", MODEL_DTYPE_BF16, D, VPTR(&ly->mtp_norm), e)) ||
+	    (st = plain_at(L, lp, "markov_head.markov_w1.weight", MODEL_DTYPE_BF16, V * r, VPTR(&ly->markov_w1), e)) ||
+	    (st = plain_at(L, lp, "markov_head.markov_w2.weight", MODEL_DTYPE_BF16, V * r, VPTR(&ly->markov_w2), e)))
+		return st;
+	snprintf(name, sizeof name, "%s.hc_head", lp);
+	return hc_site(L, name, (int)cfg->hc_mult, 1, &ly->mtp_hc_head, e);
+}
+
 /* One layer of the plan: its identity, op pointers, then its tensors step
  * by step. */
 static enum status layer_load(struct loader *L, const struct model_layer_plan *pl, struct model_layer *ly,
@@ -540,12 +568,15 @@ static enum status layer_load(struct loader *L, const struct model_layer_plan *p
 	ly->kind = model_config_attn_kind(cfg, layer);
 	ly->ratio = cfg->compress_ratios[layer];
 	ly->hash = model_config_is_hash_layer(cfg, layer);
-	ly->mtp = model_config_is_mtp_layer(cfg, layer);
+	ly->dspark = model_config_is_dspark_layer(cfg, layer);
+	ly->mtp = model_config_is_mtp_layer(cfg, layer) && !ly->dspark;
 	layer_ops_set(pl, &ly->ops);
 	enum status st;
 	if ((st = layer_load_common(L, lp, ly, e)) || (st = layer_load_attn(L, pl, lp, ly, e)) ||
 	    (st = layer_load_compressors(L, pl, lp, ly, e)) || (st = layer_load_moe(L, pl, lp, ly, e)))
 		return st;
+	if (ly->dspark)
+		return layer_load_dspark(L, lp, ly, e);
 	return ly->mtp ? layer_load_mtp(L, pl, lp, ly, e) : ST_OK;
 }
 
@@ -566,7 +597,8 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	model_formats_from_checkpoint(opt->ck, fmts);
 	struct model_plan_options po = {.dev = opt->dev, .disabled = opt->disabled,
 					.max_step_tokens = opt->max_step_tokens, .quant_sim = opt->quant_sim,
-					.load_mtp = opt->load_mtp, .world_size = ws, .selfcheck = opt->selfcheck};
+					.load_mtp = opt->load_mtp, .plan_dspark = opt->load_mtp && (!opt->dev || opt->dev->index < 0),
+					.world_size = ws, .selfcheck = opt->selfcheck};
 	enum status st = model_plan_build(cfg, fmts, &po, &w->kernels, e);
 	free(fmts);
 	if (st)
@@ -585,7 +617,8 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 	w->vocab_begin = opt->rank * w->vocab_local;
 	w->n_layers = w->kernels.n_layers;
 	w->n_mtp = w->kernels.n_mtp;
-	w->layers = calloc((size_t)(w->n_layers + w->n_mtp), sizeof *w->layers);
+	w->n_dspark = w->kernels.n_dspark;
+	w->layers = calloc((size_t)(w->n_layers + w->n_mtp + w->n_dspark), sizeof *w->layers);
 	if (!w->layers) {
 		st = err_set(e, ST_NOMEM, "layers");
 		goto fail;
@@ -620,7 +653,7 @@ enum status model_weights_load(struct model_weights *w, const struct model_weigh
 		GOP(MODEL_GOP_TOKEN_LOGPROBS, token_logprobs);
 #undef GOP
 	}
-	for (int l = 0; l < w->n_layers + w->n_mtp; l++)
+	for (int l = 0; l < w->n_layers + w->n_mtp + w->n_dspark; l++)
 		if ((st = layer_load(&L, &w->kernels.layers[l], &w->layers[l], e))) {
 			err_prefix(e, "layer %d", l);
 			goto fail;
@@ -640,11 +673,12 @@ void model_weights_free(struct model_weights *w)
 {
 	if (!w)
 		return;
-	for (int l = 0; w->layers && l < w->n_layers + w->n_mtp; l++) {
+	for (int l = 0; w->layers && l < w->n_layers + w->n_mtp + w->n_dspark; l++) {
 		struct model_layer *ly = &w->layers[l];
 		struct model_lin *ls[] = {&ly->wq_a, &ly->wq_b, &ly->wkv, &ly->wo_b, &ly->cmp_wkv, &ly->cmp_wgate,
 					  &ly->idx_wq_b, &ly->idx_wproj, &ly->idx_cmp_wkv, &ly->idx_cmp_wgate,
-					  &ly->gate, &ly->sh_w1, &ly->sh_w3, &ly->sh_w2, &ly->e_proj, &ly->h_proj};
+					  &ly->gate, &ly->sh_w1, &ly->sh_w3, &ly->sh_w2, &ly->e_proj, &ly->h_proj,
+					  &ly->main_proj};
 		for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
 			lin_free(ls[i]);
 		for (int g = 0; g < MODEL_MAX_O_GROUPS; g++)
@@ -679,7 +713,7 @@ size_t model_weights_linear_workspace_bytes(const struct model_weights *w, int64
 {
 	size_t mx = 0;
 	const struct model_plan *p = &w->kernels;
-	for (int l = -1; l < p->n_layers + p->n_mtp; l++)
+	for (int l = -1; l < p->n_layers + p->n_mtp + p->n_dspark; l++)
 		for (int s = 0; s < MODEL_LIN_COUNT; s++) {
 			const struct model_lin_plan *pl = l < 0 ? (s ? NULL : &p->head) : &p->layers[l].lin[s];
 			if (!pl || !pl->v || pl->op != &kern_op_linear)

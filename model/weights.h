@@ -271,17 +271,23 @@ struct model_layer {
 	struct model_experts experts; /* this rank's experts only: index k is expert expert_begin + k */
 	struct model_lin sh_w1, sh_w3, sh_w2;
 
-	/* MTP only */
+	/* MTP only (a DSpark last stage uses mtp_norm and mtp_hc_head for its head too) */
 	struct model_lin e_proj, h_proj;
 	const uint16_t *enorm, *hnorm, *mtp_norm;
 	struct model_hc mtp_hc_head;
+	/* DSpark stages (model/dspark.h): main_proj/main_norm on stage 0, the
+	 * Markov head (bf16 [vocab, rank] each) on the last one */
+	bool dspark;
+	struct model_lin main_proj;
+	const uint16_t *main_norm, *markov_w1, *markov_w2;
 };
 
 struct model_weights {
 	const struct model_config *cfg; /* the checkpoint's */
 	int n_layers;                   /* main layers */
 	int n_mtp;                      /* MTP layers loaded (0 or 1) */
-	struct model_layer *layers;     /* [n_layers + n_mtp] */
+	struct model_layer *layers;     /* [n_layers + n_mtp + n_dspark] */
+	int n_dspark;                   /* DSpark stages loaded (load_mtp on a 0731 checkpoint), host only */
 	const uint16_t *embed;          /* bf16 [vocab_local, D]: this rank's rows [vocab_begin, +vocab_local) */
 	struct model_lin head;          /* bf16 [vocab_local, D] rows of this rank, fp32 GEMM */
 	const uint16_t *norm;           /* bf16 [D] */
@@ -312,7 +318,7 @@ struct model_weights_options {
 	const struct kern_disabled *disabled;   /* NULL: none */
 	int64_t max_step_tokens;                /* for the GEMM shape guards */
 	bool quant_sim;                         /* act_quant before FP8/FP4 GEMMs */
-	bool load_mtp;
+	bool load_mtp;                          /* the draft model: the NextN MTP layer, or the DSpark stages */
 	int rank, world_size;                   /* tensor parallel; world_size must divide heads,
 						 * o_groups, experts and the vocabulary */
 	bool selfcheck;                         /* model_plan_options.selfcheck */

@@ -232,7 +232,8 @@ const char *load_args_exec_usage(void)
 	       "                               authenticates every link; rank 0 creates it (mode 0600) if absent,\n"
 	       "                               copy it to every worker node\n"
 	       "  --speculative-config JSON    speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'\n"
-	       "                               (mtp: the June checkpoint's MTP layer, 1..3 tokens; one rank;\n"
+	       "                               (mtp: the June checkpoint's MTP layer, 1..3 tokens; dspark:\n"
+	       "                               the 0731 checkpoint's DSpark stages, 1..5 tokens, CPU; one rank;\n"
 	       "                               docs/speculation.md)\n";
 }
 

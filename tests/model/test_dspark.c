@@ -1,0 +1,390 @@
+/*
+ * tests/model/test_dspark.c: DSpark speculation (model/dspark.h) at the
+ * executor level on the tiny 0731 FP8 and NVFP4 checkpoints (generated into
+ * the build directory's tiny-models-0731), reference precision, CPU.
+ *
+ *  - greedy: K = 1..5, the speculating executor with the drafter's own
+ *    drafts produces the plain executor's greedy tokens token for token, a
+ *    random 40-token prompt and 30 tokens on (blocks of 32 and 64, the
+ *    32-token window and both compress ratios' windows crossed); then a second
+ *    sequence with the same first 32 prompt tokens starts from the first's
+ *    block 0 (a prefix-cache hit: its first step begins at position 32) and
+ *    is equal to its own plain run too.
+ *  - rollback: drafts replaced by the true continuation corrupted at draft
+ *    j (j = 0..K in turn): after every step the drafter's rings (every
+ *    stage, every position they hold) and the block pool are bit-identical
+ *    to those of an executor given only the accepted drafts that never
+ *    proposed (its drafter commits but never runs a block).
+ *  - refusals: K = 0 / 6 and a drafter on an executor without the stages.
+ */
+#include <fcntl.h>
+#include <sys/file.h>
+
+#include "model/dspark.h"
+#include "model/exec_cpu.h"
+#include "model/forward.h"
+#include "model/spec.h"
+#include "model/state.h"
+#include "tests/model/fwd_harness.h"
+#include "tests/test.h"
+
+#define BT 32
+#define NB 8
+#define NP 40
+#define NGEN 30
+#define KMAX 5
+
+static uint32_t V;
+
+/* tiny-0731-<variant>, generated once per build directory under a lock */
+static struct model_checkpoint *open_0731(const char *variant)
+{
+	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
+	if (!src || !bld)
+		return NULL;
+	char dir[1200], lock[1300], cmd[4096], path[1400];
+	snprintf(dir, sizeof dir, "%s/tiny-models-0731", bld);
+	snprintf(lock, sizeof lock, "%s.lock", dir);
+	snprintf(path, sizeof path, "%s/tiny-0731-%s", dir, variant);
+	int fd = open(lock, O_CREAT | O_RDWR, 0644);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	snprintf(cmd, sizeof cmd,
+		 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --release 0731 --variant %s --out '%s' >/dev/null",
+		 src, src, variant, path);
+	int rc = system(cmd);
+	flock(fd, LOCK_UN);
+	close(fd);
+	if (rc)
+		return NULL;
+	struct model_checkpoint_options o = {.dir = path};
+	struct model_checkpoint *ck = NULL;
+	struct err e = {0};
+	if (model_checkpoint_create(&ck, &o, &e)) {
+		fprintf(stderr, "open %s: %s\n", path, e.msg);
+		return NULL;
+	}
+	return ck;
+}
+
+static struct model_exec_cpu *mk(struct model_checkpoint *ck, bool stages)
+{
+	struct model_exec_cpu_options o = {.ck = ck, .block_tokens = BT, .n_blocks = NB, .max_step_tokens = 64,
+					   .max_step_seqs = 4, .precision = MODEL_PREC_REFERENCE, .load_mtp = stages};
+	struct model_exec_cpu *x = NULL;
+	struct err e = {0};
+	T_CHECKF(model_exec_cpu_create(&x, &o, &e) == ST_OK, "create: %s", e.msg);
+	return x;
+}
+
+/* A speculating executor with a DSpark drafter of K; *dctx its drafter's ctx. */
+static struct model_spec_exec *mk_spec(struct model_exec_cpu *x, uint32_t K, bool no_propose, spec_draft_hook_fn hook,
+				       void **dctx)
+{
+	struct err e = {0};
+	struct spec_drafter dr;
+	if (!x)
+		return NULL;
+	T_CHECKF(spec_dspark_drafter_create(&dr, x, K, &e) == ST_OK, "drafter: %s", e.msg);
+	if (!dr.ops)
+		return NULL;
+	if (dctx)
+		*dctx = dr.ctx;
+	struct model_spec_exec_options o = {.x = x, .cfg = {MODEL_DRAFT_DSPARK, K}, .drafter = dr,
+					    .no_propose = no_propose, .draft_hook = hook};
+	struct model_spec_exec *sx = NULL;
+	T_CHECKF(model_spec_exec_create(&sx, &o, &e) == ST_OK, "spec: %s", e.msg);
+	return sx;
+}
+
+struct hseq {
+	uint64_t id;
+	int32_t toks[NP + NGEN + 16];
+	uint32_t n_tok, n_cached;
+	uint32_t blocks[NB];
+	struct kern_sampling_params sp;
+};
+
+static uint32_t hstep(struct exec *ex, struct hseq *q, const int32_t *drafts, uint32_t n_draft, struct exec_sample *o)
+{
+	int32_t ids[64], pos[64];
+	uint32_t n = 0;
+	for (uint32_t p = q->n_cached; p < q->n_tok; p++)
+		ids[n++] = q->toks[p];
+	for (uint32_t i = 0; i < n_draft; i++)
+		ids[n++] = drafts[i];
+	for (uint32_t i = 0; i < n; i++)
+		pos[i] = (int32_t)(q->n_cached + i);
+	uint32_t ctx = q->n_cached + n;
+	struct exec_seq es = {.seq_id = q->id, .n_cached_tokens = q->n_cached, .n_context_tokens = ctx,
+			      .n_blocks = (ctx + BT - 1) / BT, .state_slot = EXEC_NO_SLOT, .sample = true,
+			      .sampling = &q->sp, .prompt_ids = q->toks, .n_prompt = NP, .output_ids = q->toks + NP,
+			      .n_output = q->n_tok - NP, .n_draft = n_draft};
+	uint32_t qs[2] = {0, n};
+	struct exec_step st = {.n_tokens = n, .token_ids = ids, .positions = pos, .n_seqs = 1, .seqs = &es,
+			       .query_start = qs, .block_ids = q->blocks, .n_block_ids = NB, .n_sample = 1};
+	memset(o, 0, sizeof *o);
+	struct err e = {0};
+	enum status rc = ex->ops->step(ex->ctx, &st, o, &e);
+	T_CHECKF(rc == ST_OK, "step at %u: %s", q->n_cached, e.msg);
+	if (rc)
+		return 0;
+	uint32_t made = 1 + o->n_extra;
+	q->n_cached = q->n_tok + o->n_extra;
+	for (uint32_t i = 0; i < made; i++)
+		q->toks[q->n_tok++] = i ? o->extra[i - 1].token_id : o->out.token_id;
+	return made;
+}
+
+static void seq_init(struct hseq *q, uint64_t id)
+{
+	memset(q, 0, sizeof *q);
+	q->id = id;
+	for (uint32_t i = 0; i < NP; i++)
+		q->toks[i] = 3 + rand() % 100000;
+	q->n_tok = NP;
+	for (uint32_t i = 0; i < NB; i++)
+		q->blocks[i] = i;
+	q->sp = (struct kern_sampling_params){.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+}
+
+/* plain greedy: one token per step after the prefill */
+static void run_plain(struct model_checkpoint *ck, struct hseq *c, uint32_t upto)
+{
+	struct model_exec_cpu *x = mk(ck, false);
+	struct exec_sample o;
+	while (x && c->n_tok < upto)
+		if (!hstep(model_exec_cpu_exec(x), c, NULL, 0, &o))
+			break;
+	model_exec_cpu_destroy(x);
+}
+
+/* speculative greedy with the drafter's own drafts; returns accepted drafts */
+static uint32_t run_spec(struct exec *ex, struct hseq *a, uint32_t upto, uint32_t *n_steps)
+{
+	struct exec_sample o;
+	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
+	uint32_t nd = 0, acc = 0;
+	*n_steps = 0;
+	while (a->n_tok < upto) {
+		if (!hstep(ex, a, drafts, nd, &o))
+			break;
+		acc += o.n_extra;
+		nd = o.n_next_draft;
+		memcpy(drafts, o.next_draft, sizeof drafts);
+		++*n_steps;
+	}
+	return acc;
+}
+
+static int rings_diff(void *da, void *db, uint64_t id, int n_stages, uint32_t W, uint32_t d);
+
+static void test_greedy(struct model_checkpoint *ck, const char *name)
+{
+	const struct model_config *cfg = model_checkpoint_config(ck);
+	struct hseq c, c2;
+	seq_init(&c, 1);
+	seq_init(&c2, 2);
+	memcpy(c2.toks, c.toks, BT * sizeof(int32_t)); /* the first block's tokens are shared */
+	run_plain(ck, &c, NP + NGEN);
+	run_plain(ck, &c2, NP + NGEN);
+	for (uint32_t K = 1; K <= KMAX; K++) {
+		struct model_exec_cpu *x = mk(ck, true);
+		void *dx = NULL;
+		struct model_spec_exec *sx = mk_spec(x, K, false, NULL, &dx);
+		if (!sx) {
+			model_exec_cpu_destroy(x);
+			return;
+		}
+		T_CHECK(model_spec_exec_exec(sx)->info.max_draft_tokens == K);
+		struct hseq a, a2;
+		seq_init(&a, 1);
+		memcpy(a.toks, c.toks, NP * sizeof(int32_t));
+		uint32_t steps = 0, acc = run_spec(model_spec_exec_exec(sx), &a, NP + NGEN, &steps);
+		uint32_t n = a.n_tok < c.n_tok ? a.n_tok : c.n_tok;
+		T_CHECKF(n >= NP + NGEN && !memcmp(a.toks, c.toks, n * sizeof(int32_t)),
+			 "%s K=%u: speculative greedy differs from plain", name, K);
+		/* the prefix hit: sequence 2 on block 0 of sequence 1, its own blocks after it */
+		seq_init(&a2, 2);
+		memcpy(a2.toks, c2.toks, NP * sizeof(int32_t));
+		a2.blocks[0] = 0;
+		for (uint32_t i = 1; i < NB; i++)
+			a2.blocks[i] = NB / 2 + i - 1 < NB ? NB / 2 + i - 1 : 0;
+		a2.n_cached = BT;
+		uint32_t steps2 = 0, acc2 = run_spec(model_spec_exec_exec(sx), &a2, NP + 10, &steps2);
+		T_CHECKF(a2.n_tok >= NP + 10 && !memcmp(a2.toks, c2.toks, a2.n_tok * sizeof(int32_t)),
+			 "%s K=%u: after a prefix hit speculative greedy differs from plain", name, K);
+		fprintf(stderr, "%s K=%u: %u steps for %u tokens (%u drafts accepted); prefix hit: %u steps, %u accepted\n",
+			name, K, steps, a.n_tok - NP, acc, steps2, acc2);
+		if (K == KMAX) {
+			/* the hit's drafter rings (taken from block 0's snapshot) equal those of a run from position 0 */
+			struct model_exec_cpu *xr = mk(ck, true);
+			void *dr = NULL;
+			struct model_spec_exec *sr = mk_spec(xr, K, true, NULL, &dr);
+			struct hseq r;
+			seq_init(&r, 2);
+			memcpy(r.toks, c2.toks, NP * sizeof(int32_t));
+			uint32_t sr_steps = 0;
+			if (sr)
+				run_spec(model_spec_exec_exec(sr), &r, a2.n_tok, &sr_steps);
+			int k = sr ? rings_diff(dx, dr, 2, (int)cfg->n_draft_layers, (uint32_t)cfg->sliding_window,
+						(uint32_t)cfg->head_dim)
+				   : 0;
+			T_CHECKF(r.n_tok == a2.n_tok && k < 0, "%s: after a prefix hit the drafter rings of stage %d differ "
+				 "from a run from position 0", name, k);
+			model_spec_exec_destroy(sr);
+			model_exec_cpu_destroy(xr);
+		}
+		model_spec_exec_destroy(sx);
+		model_exec_cpu_destroy(x);
+	}
+}
+
+/* ---- rollback: drafter rings and block pool bit-identical ---- */
+
+static const int32_t *g_truth;
+static uint32_t g_next, g_corrupt;
+static void hook(void *ctx, const struct exec_seq *sq, uint32_t n_new, int32_t *d, uint32_t n)
+{
+	(void)ctx;
+	T_CHECK(NP + sq->n_output + n_new == g_next);
+	for (uint32_t i = 0; i < n; i++) {
+		d[i] = g_truth[g_next + i];
+		if (i == g_corrupt)
+			d[i] = (d[i] + 1 + (int32_t)(g_next % 17)) % (int32_t)V;
+	}
+}
+
+static int rings_diff(void *da, void *db, uint64_t id, int n_stages, uint32_t W, uint32_t d)
+{
+	for (int k = 0; k < n_stages; k++) {
+		const float *ra, *rb;
+		uint32_t a0, a1, b0, b1;
+		struct err e = {0};
+		if (spec_dspark_ring(da, id, k, &ra, &a0, &a1, &e) || spec_dspark_ring(db, id, k, &rb, &b0, &b1, &e))
+			return k;
+		if (a0 != b0 || a1 != b1)
+			return k;
+		for (uint32_t p = a0; p < a1; p++)
+			if (memcmp(ra + (size_t)(p % W) * d, rb + (size_t)(p % W) * d, d * sizeof(float)))
+				return k;
+	}
+	return -1;
+}
+
+static int state_diff(const struct model_state *a, const struct model_state *b)
+{
+	size_t W = a->window, d = (size_t)a->head_dim, nb = a->n_blocks;
+	for (int l = 0; l < a->n_layers; l++) {
+		const struct model_layer_state *x = &a->ls[l], *y = &b->ls[l];
+		if (memcmp(x->ring, y->ring, nb * W * d * sizeof(float)) ||
+		    (x->cmp && memcmp(x->cmp, y->cmp, nb * (size_t)x->per_block * d * sizeof(float))) ||
+		    (x->cmp_kv && memcmp(x->cmp_kv, y->cmp_kv, nb * (size_t)x->cmp_state_floats * sizeof(float))) ||
+		    (x->ikeys &&
+		     memcmp(x->ikeys, y->ikeys, nb * (size_t)x->per_block * (size_t)a->index_head_dim * sizeof(float))))
+			return l;
+	}
+	return -1;
+}
+
+static void test_rollback(struct model_checkpoint *ck)
+{
+	const uint32_t K = KMAX;
+	const struct model_config *cfg = model_checkpoint_config(ck);
+	struct hseq c, a, b;
+	seq_init(&c, 7);
+	run_plain(ck, &c, NP + NGEN + K + 2);
+	g_truth = c.toks;
+	a = b = c;
+	a.n_tok = b.n_tok = NP;
+	a.n_cached = b.n_cached = 0;
+	struct model_exec_cpu *xa = mk(ck, true), *xb = mk(ck, true);
+	void *da = NULL, *db = NULL;
+	struct model_spec_exec *sa = mk_spec(xa, K, false, hook, &da), *sb = mk_spec(xb, K, true, NULL, &db);
+	if (!sa || !sb)
+		goto out;
+	struct exec_sample o;
+	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
+	uint32_t nd, steps = 0, accepted_at[KMAX + 1] = {0}, bad_ring = 0, bad_state = 0;
+	g_corrupt = 0;
+	g_next = NP + 1;
+	hstep(model_spec_exec_exec(sa), &a, NULL, 0, &o);
+	nd = o.n_next_draft;
+	memcpy(drafts, o.next_draft, sizeof drafts);
+	hstep(model_spec_exec_exec(sb), &b, NULL, 0, &o);
+	T_CHECK(o.n_next_draft == 0);
+	while (a.n_tok < NP + NGEN) {
+		uint32_t want = steps % (K + 1);
+		T_CHECKF(nd == K, "A proposed %u drafts at %u", nd, a.n_tok);
+		g_next = a.n_tok + (want < nd ? want : nd) + 1;
+		g_corrupt = (steps + 1) % (K + 1);
+		uint32_t made = hstep(model_spec_exec_exec(sa), &a, drafts, nd, &o);
+		if (!made)
+			break;
+		accepted_at[o.n_extra]++;
+		T_CHECKF(o.n_extra == (want < nd ? want : nd), "step %u: accepted %u, expected %u", steps, o.n_extra, want);
+		nd = o.n_next_draft;
+		memcpy(drafts, o.next_draft, sizeof drafts);
+		uint32_t made_b = hstep(model_spec_exec_exec(sb), &b, a.toks + b.n_tok, made - 1, &o);
+		T_CHECKF(made_b == made, "B made %u of %u", made_b, made);
+		int k = rings_diff(da, db, 7, (int)cfg->n_draft_layers, (uint32_t)cfg->sliding_window,
+				   (uint32_t)cfg->head_dim);
+		if (k >= 0 && bad_ring++ < 3)
+			fprintf(stderr, "step %u (position %u): drafter ring of stage %d differs\n", steps, a.n_cached, k);
+		int l = state_diff(model_exec_cpu_state(xa), model_exec_cpu_state(xb));
+		if (l >= 0 && bad_state++ < 3)
+			fprintf(stderr, "step %u (position %u): layer %d state differs\n", steps, a.n_cached, l);
+		steps++;
+	}
+	T_CHECK(!memcmp(a.toks, c.toks, a.n_tok * sizeof(int32_t)));
+	fprintf(stderr, "rollback: %u steps to %u tokens; accepted 0..5: %u %u %u %u %u %u; ring mismatches %u, "
+			"state mismatches %u\n", steps, a.n_tok, accepted_at[0], accepted_at[1], accepted_at[2],
+		accepted_at[3], accepted_at[4], accepted_at[5], bad_ring, bad_state);
+	T_CHECK(bad_ring == 0 && bad_state == 0);
+	for (uint32_t j = 0; j <= K; j++)
+		T_CHECKF(accepted_at[j] > 0, "no step accepted %u drafts", j);
+out:
+	model_spec_exec_destroy(sa);
+	model_spec_exec_destroy(sb);
+	model_exec_cpu_destroy(xa);
+	model_exec_cpu_destroy(xb);
+}
+
+static void test_refusals(struct model_checkpoint *ck)
+{
+	struct err e = {0};
+	struct spec_drafter dr;
+	struct model_exec_cpu *x = mk(ck, false);
+	T_CHECK(x && spec_dspark_drafter_create(&dr, x, 3, &e) == ST_INVALID && strstr(e.msg, "stages"));
+	model_exec_cpu_destroy(x);
+	x = mk(ck, true);
+	T_CHECK(x && spec_dspark_drafter_create(&dr, x, 0, &e) == ST_INVALID);
+	T_CHECK(x && spec_dspark_drafter_create(&dr, x, 6, &e) == ST_INVALID);
+	model_exec_cpu_destroy(x);
+}
+
+int main(void)
+{
+	unsigned seed = (unsigned)time(NULL);
+	fprintf(stderr, "seed %u\n", seed);
+	srand(seed);
+	const char *variants[] = {"fp8", "nvfp4"};
+	for (int i = 0; i < 2; i++) {
+		struct model_checkpoint *ck = open_0731(variants[i]);
+		if (!ck) {
+			fprintf(stderr, "no tiny 0731 checkpoint %s\n", variants[i]);
+			return 1;
+		}
+		V = (uint32_t)model_checkpoint_config(ck)->vocab_size;
+		if (i == 0) {
+			test_refusals(ck);
+			test_rollback(ck);
+		}
+		test_greedy(ck, variants[i]);
+		model_checkpoint_destroy(ck);
+	}
+	return test_exit();
+}

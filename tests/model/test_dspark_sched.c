@@ -1,0 +1,233 @@
+/*
+ * tests/model/test_dspark_sched.c: DSpark speculation through the scheduler
+ * on the CPU executor and the tiny 0731 FP8 checkpoint (reference
+ * precision, blocks of 32 tokens, ring 32; model/dspark.h).
+ *
+ * Eight greedy requests (prompts of 40-70 tokens, four sharing a 64-token
+ * prefix), 24 tokens each; the reference is the plain executor, all eight
+ * at once. With DSpark speculation the tokens and output counts must be
+ * identical:
+ *   own:     the drafter's own drafts, K = 5, all eight at once;
+ *   truth:   a hook replaces the drafts by the reference continuation with
+ *            random corruptions (accepted runs cross block boundaries and
+ *            windows), K = 3, all eight at once;
+ *   prefix:  K = 5 with the drafter's drafts, caching on, one request after
+ *            another: the sharing requests hit the cache (the drafter takes
+ *            its rings from the hit block);
+ *   preempt: K = 4, truth drafts, a pool of 5 blocks: preemptions.
+ * Block invariants hold after every step; at the end no block is used.
+ */
+#include <fcntl.h>
+#include <sys/file.h>
+
+#include "model/exec_cpu.h"
+#include "model/spec.h"
+#include "scheduler/scheduler.h"
+#include "tests/model/fwd_harness.h"
+#include "tests/test.h"
+
+#define NR 8
+#define MT 24
+#define BT 32
+
+struct col {
+	int32_t t[MT + 8];
+	uint32_t n, n_out;
+	int finished;
+};
+
+static void on_ev(void *u, struct sched_event *ev)
+{
+	struct col *c = u;
+	if (ev->kind == SCHED_EV_TOKEN && c->n < MT + 8)
+		c->t[c->n++] = ev->token_id;
+	else if (ev->kind == SCHED_EV_FINISH) {
+		c->finished++;
+		c->n_out = ev->n_output_tokens;
+	}
+	sched_event_clear(ev);
+}
+
+static int32_t prompts[NR][80];
+static uint32_t n_prompt[NR];
+static struct col ref[NR];
+static uint64_t g_seed;
+
+static void truth_hook(void *ctx, const struct exec_seq *sq, uint32_t n_new, int32_t *d, uint32_t n)
+{
+	(void)ctx;
+	for (int r = 0; r < NR; r++) {
+		if (sq->n_prompt != n_prompt[r] || memcmp(sq->prompt_ids, prompts[r], n_prompt[r] * sizeof(int32_t)))
+			continue;
+		uint32_t at = sq->n_output + n_new;
+		for (uint32_t i = 0; i < n && at + i < MT; i++) {
+			d[i] = ref[r].t[at + i];
+			if (kern_sample_uniform(g_seed, ((uint64_t)r << 32) + (at + i) * 8 + n) < 0.25)
+				d[i] = (d[i] + 1) % 1000;
+		}
+		return;
+	}
+}
+
+struct run_cfg {
+	const char *name;
+	uint32_t K;
+	bool truth, caching, sequential;
+	uint32_t n_blocks;
+};
+
+static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, struct col *out, struct sched_stats *st)
+{
+	memset(out, 0, NR * sizeof *out);
+	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = BT, .n_blocks = cfg->n_blocks,
+					    .max_step_tokens = 128, .max_step_seqs = NR, .load_mtp = cfg->K > 0};
+	struct model_exec_cpu *x = NULL;
+	struct model_spec_exec *sx = NULL;
+	struct sched *s = NULL;
+	struct err e = {0};
+	int rc = -1;
+	uint32_t steps = 0;
+	T_CHECKF(model_exec_cpu_create(&x, &xo, &e) == ST_OK, "%s: exec: %s", cfg->name, e.msg);
+	if (!x)
+		return -1;
+	struct exec *ex = model_exec_cpu_exec(x);
+	if (cfg->K) {
+		struct model_spec_exec_options so = {.x = x, .cfg = {MODEL_DRAFT_DSPARK, cfg->K},
+						     .draft_hook = cfg->truth ? truth_hook : NULL};
+		T_CHECKF(model_spec_exec_create(&sx, &so, &e) == ST_OK, "%s: spec: %s", cfg->name, e.msg);
+		if (!sx)
+			goto out;
+		ex = model_spec_exec_exec(sx);
+	}
+	struct sched_options so = {.max_num_seqs = NR, .max_num_batched_tokens = 128,
+				   .disable_prefix_caching = !cfg->caching};
+	T_CHECKF(sched_create(&s, &so, ex, &e) == ST_OK, "%s: sched: %s", cfg->name, e.msg);
+	if (!s)
+		goto out;
+	for (int r = 0; r < NR; r++) {
+		struct sched_request_params p = {.prompt_ids = prompts[r], .n_prompt = n_prompt[r],
+						 .sampling = sched_sampling_defaults(), .max_tokens = MT,
+						 .ignore_eos = true, .on_event = on_ev, .user = &out[r]};
+		p.sampling.temperature = 0.0f;
+		enum sched_refusal why;
+		if (sched_submit(s, &p, NULL, &why, &e)) {
+			T_CHECKF(0, "%s: submit %d: %s", cfg->name, r, e.msg);
+			goto out;
+		}
+		bool drain = cfg->sequential || r == NR - 1;
+		while (drain && sched_has_work(s)) {
+			if (sched_step(s, NULL, &e) != ST_OK) {
+				T_CHECKF(0, "%s: step: %s", cfg->name, e.msg);
+				goto out;
+			}
+			steps++;
+			if (sched_check_invariants(s, &e) != ST_OK) {
+				T_CHECKF(0, "%s: invariants after step %u: %s", cfg->name, steps, e.msg);
+				goto out;
+			}
+		}
+	}
+	sched_stats_get(s, st);
+	fprintf(stderr, "%s: %u steps; drafts %llu, draft tokens %llu, accepted %llu, prefix hits %llu tokens, "
+			"preemptions %llu\n", cfg->name, steps, (unsigned long long)st->spec_num_drafts,
+		(unsigned long long)st->spec_num_draft_tokens, (unsigned long long)st->spec_num_accepted_tokens,
+		(unsigned long long)st->prefix_cache_hits_tokens, (unsigned long long)st->n_preemptions);
+	T_CHECKF(st->n_blocks_used == 0, "%s: %u blocks still used", cfg->name, st->n_blocks_used);
+	rc = 0;
+out:
+	sched_destroy(s);
+	model_spec_exec_destroy(sx);
+	model_exec_cpu_destroy(x);
+	return rc;
+}
+
+static void same(const char *name, const struct col *a)
+{
+	int bad = 0;
+	for (int r = 0; r < NR; r++) {
+		bool ok = a[r].finished == 1 && a[r].n == ref[r].n && a[r].n_out == ref[r].n_out &&
+			  !memcmp(a[r].t, ref[r].t, a[r].n * sizeof(int32_t));
+		if (!ok && bad++ < 3)
+			fprintf(stderr, "%s: request %d: %u tokens vs reference %u\n", name, r, a[r].n, ref[r].n);
+	}
+	T_CHECKF(bad == 0, "%s: %d requests differ from the plain run", name, bad);
+}
+
+static struct model_checkpoint *open_0731_fp8(void)
+{
+	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
+	if (!src || !bld)
+		return NULL;
+	char lock[1200], cmd[4096], path[1300];
+	snprintf(lock, sizeof lock, "%s/tiny-models-0731.lock", bld);
+	snprintf(path, sizeof path, "%s/tiny-models-0731/tiny-0731-fp8", bld);
+	int fd = open(lock, O_CREAT | O_RDWR, 0644);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	snprintf(cmd, sizeof cmd,
+		 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --release 0731 --variant fp8 --out '%s' >/dev/null",
+		 src, src, path);
+	int rc = system(cmd);
+	flock(fd, LOCK_UN);
+	close(fd);
+	struct model_checkpoint_options o = {.dir = path};
+	struct model_checkpoint *ck = NULL;
+	struct err e = {0};
+	if (rc || model_checkpoint_create(&ck, &o, &e))
+		return NULL;
+	return ck;
+}
+
+int main(void)
+{
+	struct model_checkpoint *ck = open_0731_fp8();
+	if (!ck) {
+		fprintf(stderr, "no tiny 0731 checkpoint\n");
+		return 1;
+	}
+	unsigned seed = (unsigned)time(NULL);
+	fprintf(stderr, "seed %u\n", seed);
+	srand(seed);
+	g_seed = (uint64_t)rand();
+	int32_t shared[64];
+	for (int i = 0; i < 64; i++)
+		shared[i] = 3 + rand() % 100000;
+	for (int r = 0; r < NR; r++) {
+		bool sh = r % 2 == 1;
+		n_prompt[r] = sh ? 66 + (uint32_t)r : 40 + (uint32_t)r * 4;
+		for (uint32_t i = 0; i < n_prompt[r]; i++)
+			prompts[r][i] = sh && i < 64 ? shared[i] : 3 + rand() % 100000;
+	}
+	struct sched_stats st;
+	struct run_cfg rc = {.name = "plain", .n_blocks = 40};
+	if (run(ck, &rc, ref, &st))
+		goto done;
+	for (int r = 0; r < NR; r++)
+		T_CHECK(ref[r].n == MT);
+	static struct col got[NR];
+	const struct run_cfg runs[] = {
+		{.name = "own K=5", .K = 5, .n_blocks = 40},
+		{.name = "truth K=3", .K = 3, .truth = true, .n_blocks = 40, .caching = true},
+		{.name = "prefix K=5", .K = 5, .n_blocks = 40, .caching = true, .sequential = true},
+		{.name = "preempt K=4", .K = 4, .truth = true, .n_blocks = 5},
+	};
+	for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+		if (run(ck, &runs[i], got, &st))
+			break;
+		same(runs[i].name, got);
+		T_CHECK(st.spec_num_drafts > 0 && st.spec_num_accepted_tokens <= st.spec_num_draft_tokens);
+		if (runs[i].truth)
+			T_CHECKF(st.spec_num_accepted_tokens > st.spec_num_drafts / 2, "%s: few accepted", runs[i].name);
+		if (runs[i].sequential)
+			T_CHECKF(st.prefix_cache_hits_tokens >= 3 * 64, "%s: prefix hits %llu tokens", runs[i].name,
+				 (unsigned long long)st.prefix_cache_hits_tokens);
+		if (runs[i].n_blocks == 5)
+			T_CHECKF(st.n_preemptions > 0, "%s: no preemption", runs[i].name);
+	}
+done:
+	model_checkpoint_destroy(ck);
+	return test_exit();
+}
