@@ -66,6 +66,7 @@ struct serve_args {
 	/* ---- cli: vLLM's common flags ---- */
 	bool disable_prefix_caching; /* --no-enable-prefix-caching */
 	bool disable_log_requests;   /* --disable-log-requests: read by the access log (server/api) */
+	double log_stats_interval_s; /* --log-stats-interval S (0: the engine's default); --disable-log-stats: -1 */
 	bool enforce_eager;          /* --enforce-eager: no CUDA graphs (model_exec_open_options) */
 	bool gpu_memory_utilization_set;
 	const char *notes[24];       /* one log line each, after the log is up: flags accepted with no effect */
@@ -111,6 +112,8 @@ static void usage(FILE *f)
 		"  --no-enable-prefix-caching   compute every prompt token\n"
 		"  --enforce-eager              never use CUDA graphs (steps run eagerly)\n"
 		"  --disable-log-requests       no per-request line in the log (--enable-log-requests: the default)\n"
+		"  --log-stats-interval S       seconds between the periodic stats lines (default 10, or\n"
+		"                               $DSV4_LOG_STATS_INTERVAL); --disable-log-stats: none\n"
 		"  --http-threads N             HTTP worker threads (default 8)\n"
 		"  --disable-kernel A,B         remove kernel variants from selection (also $DSV4_DISABLED_KERNELS)\n"
 		"  --kernel-selfcheck           check each chosen kernel against the CPU reference at load\n"
@@ -170,6 +173,7 @@ enum {
 	/* ---- cli: vLLM's common flags ---- */
 	O_TRUST, O_DTYPE, O_AUTO_TOOL, O_TOOL_PARSER, O_REASONING, O_PREFIX_ON, O_PREFIX_OFF, O_KV_DTYPE,
 	O_NO_LOG_REQ, O_LOG_REQ, O_UVICORN, O_EAGER, O_EXPERT_PAR, O_TOK_MODE, O_SWAP, O_PP, O_DP,
+	O_STATS_INTERVAL, O_NO_STATS,
 };
 
 /* A vLLM flag accepted with no effect here: one log line later (the log
@@ -219,6 +223,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{"no-enable-prefix-caching", no_argument, NULL, O_PREFIX_OFF},
 		{"kv-cache-dtype", required_argument, NULL, O_KV_DTYPE},
 		{"disable-log-requests", no_argument, NULL, O_NO_LOG_REQ},
+		{"log-stats-interval", required_argument, NULL, O_STATS_INTERVAL},
+		{"disable-log-stats", no_argument, NULL, O_NO_STATS},
 		{"enable-log-requests", no_argument, NULL, O_LOG_REQ},
 		{"uvicorn-log-level", required_argument, NULL, O_UVICORN},
 		{"enforce-eager", no_argument, NULL, O_EAGER},
@@ -374,6 +380,13 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		}
 		case O_NO_LOG_REQ:
 			a->disable_log_requests = true;
+			break;
+		case O_STATS_INTERVAL:
+			if (!parse_double(v, 0.1, 86400, &a->log_stats_interval_s))
+				return bad("--log-stats-interval '%s': expected seconds in 0.1..86400", v);
+			break;
+		case O_NO_STATS:
+			a->log_stats_interval_s = -1;
 			break;
 		case O_LOG_REQ:
 			a->disable_log_requests = false;
@@ -692,6 +705,7 @@ int cmd_serve(int argc, char **argv)
 		.bound_fd = bound_fd,
 		.disable_prefix_caching = a.disable_prefix_caching,
 		.disable_log_requests = a.disable_log_requests,
+		.log_stats_interval_s = a.log_stats_interval_s,
 	};
 	struct engine *en = NULL;
 	if (engine_create(&en, &eo, &e)) {

@@ -173,8 +173,8 @@ check(len(line) == 1 and " INFO " in line[0] and "/v1/chat/completions" in line[
 check(not re.search(r"access: \S+ /health ", log), "/health polls are not logged")
 serverproc.stop_and_check(srv, check)
 
-srv = Server("--api-key", KEY, "--max-model-len", "512",
-             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(str(i) for i in ids), "DSV4_LOG_STATS_INTERVAL": "0.2"})
+srv = Server("--api-key", KEY, "--max-model-len", "512", "--log-stats-interval", "0.2",
+             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(str(i) for i in ids)})
 for path, body, get in (
         (P, {"prompt": "x", "max_tokens": len(ids)}, lambda d: d["choices"][0]["text"]),
         (C, chat(max_tokens=len(ids)), lambda d: d["choices"][0]["message"]["content"])):
@@ -207,7 +207,7 @@ pieces = [json.loads(l[6:])["choices"][0]["text"] for l in text.decode().splitli
           if l.startswith("data: {") and json.loads(l[6:]).get("choices")]
 check("".join(pieces) == "Hello" + SPECIAL + " world", "streamed with special tokens: %r" % pieces)
 
-# vLLM's periodic stats line: INFO while there was work (DSV4_LOG_STATS_INTERVAL, as VLLM_LOG_STATS_INTERVAL)
+# vLLM's periodic stats line: INFO while there was work, every --log-stats-interval seconds
 stats = []
 for _ in range(200):  # up to ~20 s on a loaded machine; no timing is asserted
     stats = re.findall(r" INFO +stats: Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: "
@@ -220,12 +220,12 @@ for _ in range(200):  # up to ~20 s on a loaded machine; no timing is asserted
 check(any(float(g) > 0 for _, g in stats), "a stats line shows the generation throughput: %r" % stats[-3:])
 serverproc.stop_and_check(srv, check)
 
-# --disable-log-requests: no access line; --log-stats-interval's default off switch is the env here
-srv = Server("--api-key", KEY, "--disable-log-requests", env={"DSV4_LOG_STATS_INTERVAL": "-1"})
+# --disable-log-requests: no access line; --disable-log-stats: no stats line
+srv = Server("--api-key", KEY, "--disable-log-requests", "--disable-log-stats")
 req("POST", P, {"prompt": "x", "max_tokens": 2})
 req("POST", C, chat(temperature=9))
 time.sleep(0.3)
 check(" access: " not in srv.logtext() and " stats: " not in srv.logtext(),
-      "--disable-log-requests and a negative stats interval log neither: %r" % srv.logtext()[-800:])
+      "--disable-log-requests and --disable-log-stats log neither: %r" % srv.logtext()[-800:])
 serverproc.stop_and_check(srv, check)
 sys.exit(check.finish())
