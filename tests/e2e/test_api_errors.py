@@ -166,8 +166,12 @@ check(len(ids) >= 3, "tokenize the scripted output: %d %r" % (st, text[:200]))
 # the access log (INFO, one line per request): refusals too, with the client's X-Request-Id
 rid = "req-%08x" % rng.randrange(1 << 32)
 req("POST", C, chat(temperature=9), headers={"X-Request-Id": rid})
-log = srv.logtext()
-line = [l for l in log.splitlines() if " access: " + rid + " " in l]
+for _ in range(100):  # written after the reply's last byte (see below)
+    log = srv.logtext()
+    line = [l for l in log.splitlines() if " access: " + rid + " " in l]
+    if line:
+        break
+    time.sleep(0.1)
 check(len(line) == 1 and " INFO " in line[0] and "/v1/chat/completions" in line[0] and "status=400" in line[0]
       and "duration_s=" in line[0], "access log line of a refusal: %r" % line)
 check(not re.search(r"access: \S+ /health ", log), "/health polls are not logged")
@@ -197,8 +201,14 @@ for path, body, get in (
 rid = "req-%08x" % rng.randrange(1 << 32)
 st, text, _ = req("POST", P, {"prompt": "x", "max_tokens": len(ids)}, headers={"X-Request-Id": rid})
 usage = json.loads(text)["usage"] if st == 200 else {}
-m = re.search(r" INFO +access: %s /v1/completions model=tiny-e2e status=200 prompt_tokens=(\d+) "
-              r"output_tokens=(\d+) finish=length ttft_s=[0-9.]+ duration_s=[0-9.]+$" % rid, srv.logtext(), re.M)
+# the line is written when the request's bookkeeping ends, which can follow the last byte the
+# client reads (slow under ASan): wait for it, up to ~10 s; no timing is asserted
+for _ in range(100):
+    m = re.search(r" INFO +access: %s /v1/completions model=tiny-e2e status=200 prompt_tokens=(\d+) "
+                  r"output_tokens=(\d+) finish=length ttft_s=[0-9.]+ duration_s=[0-9.]+$" % rid, srv.logtext(), re.M)
+    if m:
+        break
+    time.sleep(0.1)
 check(m and int(m.group(1)) == usage.get("prompt_tokens") and int(m.group(2)) == len(ids),
       "access log line of a generation (%r): %r" % (usage, [l for l in srv.logtext().splitlines() if rid in l]))
 # streamed: the same text arrives in deltas
