@@ -92,6 +92,7 @@ static enum status decode(struct model_exec_open *x, const int32_t *prompt, int3
 
 int main(void)
 {
+	fh_device(); /* DSV4_TEST_DEVICE=cuda without a usable GPU: skipped (77), as every gpu test */
 	check_world();
 	fh_rng_state = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
 	printf("seed %llu\n", (unsigned long long)fh_rng_state);
