@@ -340,10 +340,7 @@ extern "C" enum status kern_sparse_attn_cuda_decode(const struct kern_sparse_att
 	const int64_t T = a->n_tokens;
 	const int H = a->n_heads, d = a->head_dim;
 	const int n_hb = (H + AD_HB - 1) / AD_HB;
-	int dev = 0, n_sm = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n_sm <= 0)
-		n_sm = 108;
+	const int n_sm = kern_device_sm_count();
 	/* splits: about one CTA per SM (the split kernel's registers allow one
 	 * 8-warp CTA per SM), at least AD_MIN_ROWS index slots each */
 	const int64_t base = T * n_hb;

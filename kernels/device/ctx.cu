@@ -87,6 +87,26 @@ extern "C" void *kern_ctx_stream(const struct kern_ctx *c)
 	return c ? (void *)c->stream : NULL;
 }
 
+extern "C" int kern_device_sm_count(void)
+{
+	static int cache[CTX_DEFAULT_DEVICES]; /* 0: not read yet; racing readers write the same value */
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
+		cudaGetLastError();
+		return 1;
+	}
+	if (dev < CTX_DEFAULT_DEVICES && cache[dev] > 0)
+		return cache[dev];
+	int n = 0;
+	if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+		cudaGetLastError();
+		n = 1;
+	}
+	if (dev < CTX_DEFAULT_DEVICES)
+		cache[dev] = n;
+	return n;
+}
+
 extern "C" int kern_ctx_device(const struct kern_ctx *c)
 {
 	return c ? c->device : -1;

@@ -45,6 +45,10 @@ struct kern_ctx *kern_ctx_default(void);
 struct kern_ctx *kern_ctx_or_default(void *c);
 
 void *kern_ctx_stream(const struct kern_ctx *c);
+/* The current device's multiprocessor count, queried once per device and
+ * kept (a hardware constant: kernels size their grids by it on every call);
+ * 1 when it cannot be read. */
+int kern_device_sm_count(void);
 int kern_ctx_device(const struct kern_ctx *c);
 
 /* Make the scratch at least `bytes` large (allocates; synchronises the device

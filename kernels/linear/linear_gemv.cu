@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 extern "C" {
+#include "kernels/device/ctx.h"
 #include "kernels/linear/linear_gemv.h"
 }
 #include "kernels/quant/quant_cuda.cuh"
@@ -392,21 +393,6 @@ __global__ void __launch_bounds__(GV_THREADS, TC <= 2 ? 2 : 1) linear_gemv_strea
 }
 
 /* SM count of the current device (cached per device index). */
-static int gv_sm_count(void)
-{
-	static int cache[64];
-	int dev = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0)
-		return 1;
-	if (dev < 64 && cache[dev] > 0)
-		return cache[dev];
-	int n = 0;
-	if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-		n = 1;
-	if (dev < 64)
-		cache[dev] = n;
-	return n;
-}
 
 /* The chunked form (x staged K chunk by K chunk): CTAs of 4 * (8 / wk) rows. */
 template <int TC>
@@ -419,7 +405,7 @@ static cudaError_t gv_launch_chunked(gv_params P, cudaStream_t stream)
 	P.kc = kc;
 	/* Rows per CTA: 16 while that gives at least two CTAs per SM, else fewer
 	 * (more warps along K); never more warps along K than the chunk has steps. */
-	const int64_t need = 2 * (int64_t)gv_sm_count();
+	const int64_t need = 2 * (int64_t)kern_device_sm_count();
 	int wk = 2;
 	while (wk < GV_WARPS && (P.out + GV_RB * (GV_WARPS / wk) - 1) / (GV_RB * (GV_WARPS / wk)) * P.n_chunks < need)
 		wk *= 2;
@@ -512,7 +498,7 @@ static cudaError_t gv_launch(gv_params P, cudaStream_t stream)
 	P.kc = (int)in_r;
 	const int nsteps = (int)((P.in + GV_STEP - 1) / GV_STEP);
 	const int64_t n_groups = (P.out + GV_RB - 1) / GV_RB;
-	const int64_t target = (int64_t)gv_sm_count() * per_sm; /* one wave */
+	const int64_t target = (int64_t)kern_device_sm_count() * per_sm; /* one wave */
 	/* Warps along K: as few as give every CTA of the wave a set of 8 / wk row
 	 * groups (fewer partial sums), at most the number of K steps. */
 	int wk = 1;

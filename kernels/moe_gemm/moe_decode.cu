@@ -839,8 +839,8 @@ static enum status md_run(const struct kern_moe_decode_args *a, bool mma)
 		cudaGetLastError();
 		return ST_CUDA;
 	}
-	static int sm_cache[64], smem_cache[64];
-	const int sms = md_dev_attr(dev, cudaDevAttrMultiProcessorCount, sm_cache, 1);
+	static int smem_cache[64];
+	const int sms = kern_device_sm_count();
 	const int optin = md_dev_attr(dev, cudaDevAttrMaxSharedMemoryPerBlockOptin, smem_cache, 48 << 10);
 	const size_t tail = (size_t)(E + 1) * 2 * sizeof(int);
 	int rc = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
