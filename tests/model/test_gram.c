@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/chat.h"
 #include "model/gram.h"
 #include "model/output_parser.h"
 #include "model/tokenizer.h"
@@ -401,7 +402,9 @@ static void check_tools(const struct gram_vocab *v, const struct model_tokenizer
 			T_CHECK(model_oparse_feed(p, w.text, w.len) == ST_OK);
 			T_CHECK(model_oparse_finish(p) == ST_OK);
 			model_oparse_destroy(p);
-			if (w.done && (mode != 2 || strstr(w.text, "DSML"))) {
+			/* in auto mode free text may contain DSML pieces (a walk once wrote "/</ï½DSMLï½"
+			 * and stopped): only a walk that opened a tool-call block must parse into calls */
+			if (w.done && (mode != 2 || strstr(w.text, "<" MODEL_CHAT_DSML "tool_calls>"))) {
 				n_complete++;
 				T_CHECK(c.n >= 1);
 				if (mode != 2)
