@@ -12,11 +12,26 @@
 #include <string.h>
 
 #include "model/exec.h"
+#include "model/exec_cpu.h"
 #include "model/spec.h"
 #include "tests/test.h"
 
 #define SH_MAX_TOKENS 128
 #define SH_MAX_BLOCKS 8
+
+/* A reference-precision executor of n_blocks blocks of block_tokens on dev
+ * (NULL: the CPU), with the draft layers (MTP or DSpark stages) when with_draft. */
+static inline struct model_exec_cpu *sh_exec(struct model_checkpoint *ck, uint32_t block_tokens, uint32_t n_blocks,
+					     bool with_draft, const struct kern_device *dev)
+{
+	struct model_exec_cpu_options o = {.ck = ck, .block_tokens = block_tokens, .n_blocks = n_blocks,
+					   .max_step_tokens = 64, .max_step_seqs = 4, .precision = MODEL_PREC_REFERENCE,
+					   .load_mtp = with_draft, .dev = dev};
+	struct model_exec_cpu *x = NULL;
+	struct err e = {0};
+	T_CHECKF(model_exec_cpu_create(&x, &o, &e) == ST_OK, "create: %s", e.msg);
+	return x;
+}
 
 /* One sequence: block ids 0..n_blocks-1 in order unless a test changes them. */
 struct sh_seq {

@@ -36,12 +36,7 @@ static uint32_t V;
 
 static struct model_exec_cpu *mk(struct model_checkpoint *ck, bool stages)
 {
-	struct model_exec_cpu_options o = {.ck = ck, .block_tokens = BT, .n_blocks = NB, .max_step_tokens = 64,
-					   .max_step_seqs = 4, .precision = MODEL_PREC_REFERENCE, .load_mtp = stages};
-	struct model_exec_cpu *x = NULL;
-	struct err e = {0};
-	T_CHECKF(model_exec_cpu_create(&x, &o, &e) == ST_OK, "create: %s", e.msg);
-	return x;
+	return sh_exec(ck, BT, NB, stages, NULL);
 }
 
 /* A speculating executor with a DSpark drafter of K; *dctx its drafter's ctx. */
