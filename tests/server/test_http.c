@@ -149,35 +149,32 @@ static void reset_chunks(int delay_ms)
 	g_chunks.delay_ms = delay_ms;
 }
 
-int main(void)
+/* The head of an authorised POST to path with Connection: close, then the
+ * extra header lines in extra (each ending in \r\n) and the blank line. */
+static int post_head(char *buf, size_t cap, const char *path, const char *extra)
+{
+	return snprintf(buf, cap,
+			"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n%s\r\n",
+			path, extra);
+}
+
+/* A bad host and a busy port are errors, not crashes. */
+static void test_bind_errors(const struct http_options *ho)
 {
 	struct err e;
-	struct api *api = NULL;
-	struct api_options ao = {.served_model_name = "tiny-dsv4", .api_key = "sekret", .max_model_len = 4096};
-	T_CHECK(api_create(&api, &ao, &e) == ST_OK);
-	reset_chunks(20);
-	T_CHECK(api_route(api, "POST", "/v1/stream", "/v1/stream", route_stream, &g_chunks) == ST_OK);
-	T_CHECK(api_route(api, "POST", "/v1/echo", "/v1/echo", route_echo, NULL) == ST_OK);
-	T_CHECK(metrics_add_kernel_info(api_metrics(api), "layers.0", "fp8_linear", "cpu_ref") == ST_OK);
-	struct http_options ho = {.host = "127.0.0.1", .port = 0, .n_threads = 4, .max_body_bytes = 1 << 16};
-	api_http_bind(api, &ho);
-	struct http_server *srv = NULL;
-	T_CHECK(http_server_create(&srv, &ho, &e) == ST_OK);
-	if (!srv)
-		return test_exit();
-	g_port = http_server_port(srv);
-	T_CHECK(g_port > 0);
-
-	/* A bad host and a busy port are errors, not crashes. */
 	struct http_server *bad = NULL;
-	struct http_options hb = ho;
+	struct http_options hb = *ho;
 	hb.host = "not-an-ip";
 	T_CHECK(http_server_create(&bad, &hb, &e) == ST_INVALID);
 	T_STR_CONTAINS(e.msg, "not-an-ip");
 	hb.host = "127.0.0.1";
 	hb.port = g_port;
 	T_CHECK(http_server_create(&bad, &hb, &e) == ST_IO);
+}
 
+/* /health while loading (503), then ready (200). */
+static void test_health_ready(struct api *api)
+{
 	char *r = get("/health", NULL);
 	T_CHECK(status_of(r) == 503);
 	T_STR_CONTAINS(r, "loading");
@@ -186,8 +183,12 @@ int main(void)
 	r = get("/health", NULL);
 	T_CHECK(status_of(r) == 200);
 	free(r);
+}
 
-	r = get("/v1/models", NULL);
+/* The API key (401), the models routes, request ids, 404 and 405. */
+static void test_models_and_errors(void)
+{
+	char *r = get("/v1/models", NULL);
 	T_CHECK(status_of(r) == 401);
 	T_STR_CONTAINS(r, "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_api_key\"");
 	free(r);
@@ -215,51 +216,59 @@ int main(void)
 	r = get("/v1/echo", "Authorization: Bearer sekret\r\n");
 	T_CHECK(status_of(r) == 405);
 	free(r);
+}
 
-	/* Bodies: echoed exactly; over the limit -> 413 (declared or streamed). */
+/* Bodies: echoed exactly; over the limit -> 413 (declared or streamed). */
+static void test_bodies(void)
+{
 	const char *body = "{\"hello\": \"w\\u00f6rld\"}";
-	char req[2048];
-	int n = snprintf(req, sizeof req,
-			 "POST /v1/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n"
-			 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
-	r = roundtrip(req, (size_t)n, 1 << 20);
+	char req[2048], cl[64];
+	snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", strlen(body));
+	int n = post_head(req, sizeof req, "/v1/echo", cl);
+	n += snprintf(req + n, sizeof req - (size_t)n, "%s", body);
+	char *r = roundtrip(req, (size_t)n, 1 << 20);
 	T_CHECK(status_of(r) == 200);
 	T_CHECK(r && strstr(r, "\r\n\r\n") && !strcmp(strstr(r, "\r\n\r\n") + 4, body));
 	free(r);
-	n = snprintf(req, sizeof req,
-		     "POST /v1/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n"
-		     "Content-Length: 99999999\r\n\r\nxx");
+	n = post_head(req, sizeof req, "/v1/echo", "Content-Length: 99999999\r\n");
+	n += snprintf(req + n, sizeof req - (size_t)n, "xx");
 	r = roundtrip(req, (size_t)n, 1 << 20);
 	T_CHECK(status_of(r) == 413);
 	free(r);
 	size_t big = (1 << 16) + 100;
 	char *bigreq = malloc(big + 512);
-	n = snprintf(bigreq, 512,
-		     "POST /v1/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n"
-		     "Transfer-Encoding: chunked\r\n\r\n%zx\r\n", big);
+	n = post_head(bigreq, 512, "/v1/echo", "Transfer-Encoding: chunked\r\n");
+	n += snprintf(bigreq + n, 512 - (size_t)n, "%zx\r\n", big);
 	memset(bigreq + n, 'a', big);
 	memcpy(bigreq + n + big, "\r\n0\r\n\r\n", 7);
 	r = roundtrip(bigreq, (size_t)n + big + 7, 1 << 20);
 	T_CHECK(status_of(r) == 413);
 	free(r);
 	free(bigreq);
+}
 
-	/* A raw NUL inside a body is refused before any handler parses a prefix of it. */
+/* A raw NUL inside a body is refused before any handler parses a prefix of it. */
+static void test_nul_body(void)
+{
 	static const char nulbody[] = "{\"a\": [1\0]}";
-	n = snprintf(req, sizeof req,
-		     "POST /v1/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n"
-		     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", sizeof nulbody - 1);
+	char req[2048], hdr[128];
+	snprintf(hdr, sizeof hdr, "Content-Type: application/json\r\nContent-Length: %zu\r\n", sizeof nulbody - 1);
+	int n = post_head(req, sizeof req, "/v1/echo", hdr);
 	memcpy(req + n, nulbody, sizeof nulbody - 1);
-	r = roundtrip(req, (size_t)n + sizeof nulbody - 1, 1 << 20);
+	char *r = roundtrip(req, (size_t)n + sizeof nulbody - 1, 1 << 20);
 	T_CHECK(status_of(r) == 400);
 	T_STR_CONTAINS(r, "NUL byte at offset 8");
 	free(r);
+}
 
-	/* A stream fed by another thread arrives whole and in order. */
-	n = snprintf(req, sizeof req,
-		     "POST /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer sekret\r\n"
-		     "Content-Length: 0\r\n\r\n");
-	r = roundtrip(req, (size_t)n, 1 << 20);
+/* A stream fed by another thread arrives whole and in order; then a client
+ * that leaves mid-stream: close(aborted = true) runs, even though the
+ * producer is slow (the housekeeper notices). */
+static void test_stream(void)
+{
+	char req[2048];
+	int n = post_head(req, sizeof req, "/v1/stream", "Content-Length: 0\r\n");
+	char *r = roundtrip(req, (size_t)n, 1 << 20);
 	T_CHECK(status_of(r) == 200);
 	T_STR_CONTAINS(r, "text/event-stream");
 	const char *p = r;
@@ -275,8 +284,6 @@ int main(void)
 		usleep(10000);
 	T_CHECK(atomic_load(&g_chunks.closed) && !atomic_load(&g_chunks.aborted));
 
-	/* A client that leaves mid-stream: close(aborted = true) runs, even
-	 * though the producer is slow (the housekeeper notices). */
 	reset_chunks(400);
 	r = roundtrip(req, (size_t)n, 10); /* read a few bytes and hang up */
 	free(r);
@@ -285,8 +292,12 @@ int main(void)
 	T_CHECK(atomic_load(&g_chunks.closed));
 	T_CHECK(atomic_load(&g_chunks.aborted));
 	pthread_join(g_chunks.th, NULL);
+}
 
-	r = get("/metrics", NULL);
+/* The counters the requests above left, in the Prometheus text. */
+static void test_metrics(void)
+{
+	char *r = get("/metrics", NULL);
 	T_CHECK(status_of(r) == 200);
 	T_STR_CONTAINS(r, "# TYPE dsv4:num_requests_running gauge");
 	T_STR_CONTAINS(r, "dsv4:http_requests_total{model_name=\"tiny-dsv4\",route=\"/health\",status=\"200\"} 1");
@@ -295,9 +306,37 @@ int main(void)
 	T_STR_CONTAINS(r, "dsv4_kernel_info{layer=\"layers.0\",op=\"fp8_linear\",kernel=\"cpu_ref\"} 1");
 	T_STR_CONTAINS(r, "dsv4:http_requests_client_disconnected_total{model_name=\"tiny-dsv4\"} 1");
 	free(r);
+}
+
+int main(void)
+{
+	struct err e;
+	struct api *api = NULL;
+	struct api_options ao = {.served_model_name = "tiny-dsv4", .api_key = "sekret", .max_model_len = 4096};
+	T_CHECK(api_create(&api, &ao, &e) == ST_OK);
+	reset_chunks(20);
+	T_CHECK(api_route(api, "POST", "/v1/stream", "/v1/stream", route_stream, &g_chunks) == ST_OK);
+	T_CHECK(api_route(api, "POST", "/v1/echo", "/v1/echo", route_echo, NULL) == ST_OK);
+	T_CHECK(metrics_add_kernel_info(api_metrics(api), "layers.0", "fp8_linear", "cpu_ref") == ST_OK);
+	struct http_options ho = {.host = "127.0.0.1", .port = 0, .n_threads = 4, .max_body_bytes = 1 << 16};
+	api_http_bind(api, &ho);
+	struct http_server *srv = NULL;
+	T_CHECK(http_server_create(&srv, &ho, &e) == ST_OK);
+	if (!srv)
+		return test_exit();
+	g_port = http_server_port(srv);
+	T_CHECK(g_port > 0);
+
+	test_bind_errors(&ho);
+	test_health_ready(api);
+	test_models_and_errors();
+	test_bodies();
+	test_nul_body();
+	test_stream();
+	test_metrics();
 
 	api_set_state(api, API_DRAINING);
-	r = get("/health", NULL);
+	char *r = get("/health", NULL);
 	T_CHECK(status_of(r) == 503);
 	T_STR_CONTAINS(r, "draining");
 	free(r);
