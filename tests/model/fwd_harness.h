@@ -20,6 +20,7 @@
 
 #include "model/checkpoint.h"
 #include "model/exec_cpu.h"
+#include "tests/test.h"
 #include "tests/tiny_dir.h"
 
 /* The checkpoint in directory path; NULL (with a line on stderr) when it does not open. */
@@ -43,6 +44,18 @@ static inline struct model_checkpoint *fh_open(const char *variant)
 	char path[1200];
 	snprintf(path, sizeof path, "%s/tiny-%s", d, variant);
 	return fh_open_dir(path);
+}
+
+/* tiny-<variant> for a test's main: 0 with *ck set, or the code the test
+ * exits with: 77 (skipped) without the tiny checkpoints (they need the venv),
+ * 1 when the checkpoint does not open. */
+static inline int fh_open_for_main(const char *variant, struct model_checkpoint **ck)
+{
+	if (!fh_tiny_dir())
+		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
+	*ck = fh_open(variant);
+	T_CHECK(*ck != NULL);
+	return *ck ? 0 : test_exit();
 }
 
 /* <build>/tiny-models-0731/tiny-0731-<variant>, generated under the lock that

@@ -177,15 +177,11 @@ static double compare(const char *name, int r, const struct col *ref, const stru
 
 int main(void)
 {
-	if (!fh_tiny_dir())
-		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
-	struct model_checkpoint *ck = fh_open("bf16");
-	T_CHECK(ck != NULL);
-	if (!ck)
-		return test_exit();
-	const char *seed_env = getenv("DSV4_TEST_SEED");
-	uint64_t rng = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
-	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat)\n", (unsigned long long)rng);
+	struct model_checkpoint *ck = NULL;
+	int exit_code = fh_open_for_main("bf16", &ck);
+	if (exit_code)
+		return exit_code;
+	uint64_t rng = test_seed();
 	static const uint32_t lens[NR] = {91, 86, 88, 58, 90, 60, 62, 87}; /* decodes cross a block boundary */
 	for (int r = 0; r < NR; r++) {
 		plen[r] = lens[r];
