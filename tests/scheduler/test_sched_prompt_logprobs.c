@@ -162,11 +162,11 @@ int main(void)
 	int exit_code = fh_open_for_main("bf16", &ck);
 	if (exit_code)
 		return exit_code;
-	uint64_t rng = test_seed();
 	enum { NR = 3 };
 	static int32_t prompts[NR][MAXP];
 	uint32_t plen[NR];
 	static struct ref rf[NR];
+	uint64_t rng = test_seed();
 	for (int r = 0; r < NR; r++) {
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		plen[r] = 70 + (uint32_t)((rng >> 33) % 40); /* over two blocks: the cache and the parent path */

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -58,6 +59,20 @@ static char *get(const char *path, const char *extra_headers)
 }
 
 static int status_of(const char *reply) { return reply && strlen(reply) > 12 ? atoi(reply + 9) : -1; }
+
+/* GET path (with the extra header lines hdrs) answers status, with every
+ * string of the NULL-terminated list after it in the reply. */
+static void expect_get(const char *path, const char *hdrs, int status, ...)
+{
+	char *r = get(path, hdrs);
+	T_CHECKF(status_of(r) == status, "GET %s: status %d, expected %d", path, status_of(r), status);
+	va_list ap;
+	va_start(ap, status);
+	for (const char *needle = va_arg(ap, const char *); needle; needle = va_arg(ap, const char *))
+		T_STR_CONTAINS(r, needle);
+	va_end(ap);
+	free(r);
+}
 
 /* ---- a streamed route: a producer thread writes 5 chunks, waking the stream ---- */
 
@@ -175,47 +190,23 @@ static void test_bind_errors(const struct http_options *ho)
 /* /health while loading (503), then ready (200). */
 static void test_health_ready(struct api *api)
 {
-	char *r = get("/health", NULL);
-	T_CHECK(status_of(r) == 503);
-	T_STR_CONTAINS(r, "loading");
-	free(r);
+	expect_get("/health", NULL, 503, "loading", NULL);
 	api_set_state(api, API_READY);
-	r = get("/health", NULL);
-	T_CHECK(status_of(r) == 200);
-	free(r);
+	expect_get("/health", NULL, 200, NULL);
 }
 
 /* The API key (401), the models routes, request ids, 404 and 405. */
 static void test_models_and_errors(void)
 {
-	char *r = get("/v1/models", NULL);
-	T_CHECK(status_of(r) == 401);
-	T_STR_CONTAINS(r, "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_api_key\"");
-	free(r);
-	r = get("/v1/models", "Authorization: Bearer wrong\r\n");
-	T_CHECK(status_of(r) == 401);
-	free(r);
-	r = get("/v1/models", "Authorization: Bearer sekret\r\nX-Request-Id: abc-123\r\n");
-	T_CHECK(status_of(r) == 200);
-	T_STR_CONTAINS(r, "\"id\":\"tiny-dsv4\"");
-	T_STR_CONTAINS(r, "\"max_model_len\":4096");
-	T_STR_CONTAINS(r, "X-Request-Id: abc-123");
-	free(r);
-	r = get("/v1/models/tiny-dsv4", "Authorization: Bearer sekret\r\n");
-	T_CHECK(status_of(r) == 200);
-	free(r);
-	r = get("/v1/models/other", "Authorization: Bearer sekret\r\n");
-	T_CHECK(status_of(r) == 404);
-	T_STR_CONTAINS(r, "model_not_found");
-	free(r);
-	r = get("/nope", NULL);
-	T_CHECK(status_of(r) == 404);
-	T_STR_CONTAINS(r, "\"error\":{\"message\":");
-	T_STR_CONTAINS(r, "X-Request-Id: dsv4-");
-	free(r);
-	r = get("/v1/echo", "Authorization: Bearer sekret\r\n");
-	T_CHECK(status_of(r) == 405);
-	free(r);
+	expect_get("/v1/models", NULL, 401,
+		   "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_api_key\"", NULL);
+	expect_get("/v1/models", "Authorization: Bearer wrong\r\n", 401, NULL);
+	expect_get("/v1/models", "Authorization: Bearer sekret\r\nX-Request-Id: abc-123\r\n", 200, "\"id\":\"tiny-dsv4\"",
+		   "\"max_model_len\":4096", "X-Request-Id: abc-123", NULL);
+	expect_get("/v1/models/tiny-dsv4", "Authorization: Bearer sekret\r\n", 200, NULL);
+	expect_get("/v1/models/other", "Authorization: Bearer sekret\r\n", 404, "model_not_found", NULL);
+	expect_get("/nope", NULL, 404, "\"error\":{\"message\":", "X-Request-Id: dsv4-", NULL);
+	expect_get("/v1/echo", "Authorization: Bearer sekret\r\n", 405, NULL);
 }
 
 /* Bodies: echoed exactly; over the limit -> 413 (declared or streamed). */
@@ -297,15 +288,12 @@ static void test_stream(void)
 /* The counters the requests above left, in the Prometheus text. */
 static void test_metrics(void)
 {
-	char *r = get("/metrics", NULL);
-	T_CHECK(status_of(r) == 200);
-	T_STR_CONTAINS(r, "# TYPE dsv4:num_requests_running gauge");
-	T_STR_CONTAINS(r, "dsv4:http_requests_total{model_name=\"tiny-dsv4\",route=\"/health\",status=\"200\"} 1");
-	T_STR_CONTAINS(r, "dsv4:http_requests_total{model_name=\"tiny-dsv4\",route=\"/health\",status=\"503\"} 1");
-	T_STR_CONTAINS(r, "dsv4:time_to_first_token_seconds_bucket{model_name=\"tiny-dsv4\",le=\"+Inf\"} 0");
-	T_STR_CONTAINS(r, "dsv4_kernel_info{layer=\"layers.0\",op=\"fp8_linear\",kernel=\"cpu_ref\"} 1");
-	T_STR_CONTAINS(r, "dsv4:http_requests_client_disconnected_total{model_name=\"tiny-dsv4\"} 1");
-	free(r);
+	expect_get("/metrics", NULL, 200, "# TYPE dsv4:num_requests_running gauge",
+		   "dsv4:http_requests_total{model_name=\"tiny-dsv4\",route=\"/health\",status=\"200\"} 1",
+		   "dsv4:http_requests_total{model_name=\"tiny-dsv4\",route=\"/health\",status=\"503\"} 1",
+		   "dsv4:time_to_first_token_seconds_bucket{model_name=\"tiny-dsv4\",le=\"+Inf\"} 0",
+		   "dsv4_kernel_info{layer=\"layers.0\",op=\"fp8_linear\",kernel=\"cpu_ref\"} 1",
+		   "dsv4:http_requests_client_disconnected_total{model_name=\"tiny-dsv4\"} 1", NULL);
 }
 
 int main(void)
@@ -336,10 +324,7 @@ int main(void)
 	test_metrics();
 
 	api_set_state(api, API_DRAINING);
-	char *r = get("/health", NULL);
-	T_CHECK(status_of(r) == 503);
-	T_STR_CONTAINS(r, "draining");
-	free(r);
+	expect_get("/health", NULL, 503, "draining", NULL);
 
 	http_server_destroy(srv);
 	api_destroy(api);
