@@ -431,6 +431,31 @@ static void fresh_copy(char *dir, char *p, const char *what, json_t *c, const ch
 	snprintf(p, PATH_LEN, "%s/%s", dir, file);
 }
 
+/* A broken copy made by one edit of one file of a fresh checkpoint (a
+ * shard's header, or a JSON file), and what its refusal must say. */
+struct edit_case {
+	const char *what, *file;
+	bool shard; /* edit the shard header (fx_edit_shard), else the JSON (fx_edit_json) */
+	void (*edit)(json_t *root, void *ctx);
+	struct edit ed;
+	enum status want;
+	const char *a, *b, *c; /* the message contains each that is not NULL */
+};
+
+static void run_edit_cases(json_t *c, const struct edit_case *cs, size_t n)
+{
+	char dir[DIR_LEN], p[PATH_LEN];
+	for (size_t i = 0; i < n; i++) {
+		struct edit ed = cs[i].ed;
+		fresh_copy(dir, p, cs[i].what, c, cs[i].file);
+		if (cs[i].shard)
+			fx_edit_shard(p, cs[i].edit, &ed);
+		else
+			fx_edit_json(p, cs[i].edit, &ed);
+		refused(dir, cs[i].want, cs[i].a, cs[i].b, cs[i].c);
+	}
+}
+
 /* Broken shard files: missing, truncated, corrupt headers, overlapping data, wrong dtypes and shapes. */
 static void test_broken_shards(void)
 {
@@ -467,36 +492,24 @@ static void test_broken_shards(void)
 	fclose(f);
 	refused(dir, ST_INVALID, S1, "header length", "corrupt");
 
-	/* overlapping offsets (same size: attn_norm of layer 0 over ffn_norm) */
-	fresh_copy(dir, p, "overlap", c, S1);
-	struct edit ed = {.name = "layers.0.attn_norm.weight", .name2 = "layers.0.ffn_norm.weight"};
-	fx_edit_shard(p, edit_overlap, &ed);
-	refused(dir, ST_INVALID, S1, "overlap", "tensor layers.0.");
-
-	/* a dtype changed to another of the same width */
-	fresh_copy(dir, p, "dtype", c, S2);
-	ed = (struct edit){.name = "layers.3.attn.q_norm.weight", .name2 = "F16"};
-	fx_edit_shard(p, edit_dtype, &ed);
-	refused(dir, ST_INVALID, S2, "tensor layers.3.attn.q_norm.weight: dtype F16, expected BF16", NULL);
-
-	/* the scale of an FP8 linear with the wrong dtype */
-	fresh_copy(dir, p, "scale-dtype", c, S1);
-	ed = (struct edit){.name = "layers.1.attn.wkv.scale", .name2 = "U8"};
-	fx_edit_shard(p, edit_dtype, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.1.attn.wkv.scale: dtype U8, expected F8_E8M0", "FP8 linear");
-
-	/* a linear in a dtype that is no storage format */
-	fresh_copy(dir, p, "weight-dtype", c, S1);
-	ed = (struct edit){.name = "layers.1.attn.wkv.weight", .name2 = "I8"}; /* MXFP4 is for experts only */
-	fx_edit_shard(p, edit_dtype, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.1.attn.wkv.weight: dtype I8 is not a storage format", NULL);
-
-	/* a shape that does not match the config (same byte count) */
-	fresh_copy(dir, p, "shape", c, S1);
-	ed = (struct edit){.name = "layers.0.attn.wo_a.weight", .a = 64, .b = 256};
-	fx_edit_shard(p, edit_shape, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.0.attn.wo_a.weight: shape [64, 256], expected [128, 128]",
-		NULL);
+	const struct edit_case cs[] = {
+		/* overlapping offsets (same size: attn_norm of layer 0 over ffn_norm) */
+		{"overlap", S1, true, edit_overlap, {.name = "layers.0.attn_norm.weight", .name2 = "layers.0.ffn_norm.weight"},
+		 ST_INVALID, S1, "overlap", "tensor layers.0."},
+		/* a dtype changed to another of the same width */
+		{"dtype", S2, true, edit_dtype, {.name = "layers.3.attn.q_norm.weight", .name2 = "F16"}, ST_INVALID, S2,
+		 "tensor layers.3.attn.q_norm.weight: dtype F16, expected BF16", NULL},
+		/* the scale of an FP8 linear with the wrong dtype */
+		{"scale-dtype", S1, true, edit_dtype, {.name = "layers.1.attn.wkv.scale", .name2 = "U8"}, ST_INVALID, S1,
+		 "tensor layers.1.attn.wkv.scale: dtype U8, expected F8_E8M0", "FP8 linear"},
+		/* a linear in a dtype that is no storage format (MXFP4 is for experts only) */
+		{"weight-dtype", S1, true, edit_dtype, {.name = "layers.1.attn.wkv.weight", .name2 = "I8"}, ST_INVALID, S1,
+		 "tensor layers.1.attn.wkv.weight: dtype I8 is not a storage format", NULL},
+		/* a shape that does not match the config (same byte count) */
+		{"shape", S1, true, edit_shape, {.name = "layers.0.attn.wo_a.weight", .a = 64, .b = 256}, ST_INVALID, S1,
+		 "tensor layers.0.attn.wo_a.weight: shape [64, 256], expected [128, 128]", NULL},
+	};
+	run_edit_cases(c, cs, ARRAY_LEN(cs));
 
 	json_decref(c);
 }
@@ -522,35 +535,24 @@ static void test_broken_index(void)
 	fx_edit_shard(p, edit_rename_tensor, &ed);
 	refused(dir, ST_INVALID, S1, "tensor layers.2.attn.indexer.compressor.apex: not listed in", NULL);
 
-	/* in the index but not in its shard */
-	fresh_copy(dir, p, "index-extra", c, IDX);
-	ed = (struct edit){.name = "layers.0.attn.phantom", .file = S1};
-	fx_edit_json(p, edit_index_set, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.0.attn.phantom: listed in", "not in this shard");
-
-	/* in a shard, but the index says another shard */
-	fresh_copy(dir, p, "index-wrong-shard", c, IDX);
-	ed = (struct edit){.name = "layers.4.ffn_norm.weight", .file = S1};
-	fx_edit_json(p, edit_index_set, &ed);
-	refused(dir, ST_INVALID, S2, "tensor layers.4.ffn_norm.weight", "lists it in model-00001");
-
-	/* in a shard but not in the index */
-	fresh_copy(dir, p, "index-missing", c, IDX);
-	ed = (struct edit){.name = "layers.4.ffn_norm.weight"};
-	fx_edit_json(p, edit_index_del, &ed);
-	refused(dir, ST_INVALID, S2, "tensor layers.4.ffn_norm.weight: not listed in", NULL);
-
-	/* an index naming a file outside the directory */
-	fresh_copy(dir, p, "index-path", c, IDX);
-	ed = (struct edit){.name = "embed.weight", .file = "../evil.safetensors"};
-	fx_edit_json(p, edit_index_set, &ed);
-	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor embed.weight", "plain file name");
-
-	/* total_size disagrees */
-	fresh_copy(dir, p, "total-size", c, IDX);
-	ed = (struct edit){.a = 12345};
-	fx_edit_json(p, edit_index_total, &ed);
-	refused(dir, ST_INVALID, "model.safetensors.index.json", "total_size 12345", NULL);
+	const struct edit_case cs[] = {
+		/* in the index but not in its shard */
+		{"index-extra", IDX, false, edit_index_set, {.name = "layers.0.attn.phantom", .file = S1}, ST_INVALID, S1,
+		 "tensor layers.0.attn.phantom: listed in", "not in this shard"},
+		/* in a shard, but the index says another shard */
+		{"index-wrong-shard", IDX, false, edit_index_set, {.name = "layers.4.ffn_norm.weight", .file = S1},
+		 ST_INVALID, S2, "tensor layers.4.ffn_norm.weight", "lists it in model-00001"},
+		/* in a shard but not in the index */
+		{"index-missing", IDX, false, edit_index_del, {.name = "layers.4.ffn_norm.weight"}, ST_INVALID, S2,
+		 "tensor layers.4.ffn_norm.weight: not listed in", NULL},
+		/* an index naming a file outside the directory */
+		{"index-path", IDX, false, edit_index_set, {.name = "embed.weight", .file = "../evil.safetensors"},
+		 ST_INVALID, "model.safetensors.index.json", "tensor embed.weight", "plain file name"},
+		/* total_size disagrees */
+		{"total-size", IDX, false, edit_index_total, {.a = 12345}, ST_INVALID, "model.safetensors.index.json",
+		 "total_size 12345", NULL},
+	};
+	run_edit_cases(c, cs, ARRAY_LEN(cs));
 
 	/* index without weight_map; index that is not JSON */
 	fresh_copy(dir, p, "index-no-map", c, IDX);
@@ -600,22 +602,18 @@ static void test_broken_config(void)
 	refused(dir, ST_INVALID, "tensor layers.5.ffn.shared_experts.w2.weight: missing", "shared experts linear",
 		"model.safetensors.index.json");
 
-	/* expert_dtype fp8 with MXFP4 experts */
-	fresh_copy(dir, p, "expert-dtype-fp8", c, "config.json");
-	fx_edit_json(p, edit_expert_fp8, NULL);
-	refused(dir, ST_INVALID, "tensor layers.0.ffn.experts.0.w1.weight", "expert_dtype fp8", S1);
-
-	/* config.json changed: a shape no longer matches */
-	fresh_copy(dir, p, "config-shape", c, "config.json");
-	ed = (struct edit){.name = "o_lora_rank", .a = 16};
-	fx_edit_json(p, edit_config_int, &ed);
-	refused(dir, ST_INVALID, "tensor layers.0.attn.wo_a.weight: shape [128, 128], expected [64, 128]", S1, NULL);
-
-	/* config.json: an inconsistent field */
-	fresh_copy(dir, p, "config-topk", c, "config.json");
-	ed = (struct edit){.name = "index_topk", .a = 0};
-	fx_edit_json(p, edit_config_int, &ed);
-	refused(dir, ST_INVALID, "config.json: field index_topk", NULL, NULL);
+	const struct edit_case cs[] = {
+		/* expert_dtype fp8 with MXFP4 experts */
+		{"expert-dtype-fp8", "config.json", false, edit_expert_fp8, {0}, ST_INVALID,
+		 "tensor layers.0.ffn.experts.0.w1.weight", "expert_dtype fp8", S1},
+		/* config.json changed: a shape no longer matches */
+		{"config-shape", "config.json", false, edit_config_int, {.name = "o_lora_rank", .a = 16}, ST_INVALID,
+		 "tensor layers.0.attn.wo_a.weight: shape [128, 128], expected [64, 128]", S1, NULL},
+		/* config.json: an inconsistent field */
+		{"config-topk", "config.json", false, edit_config_int, {.name = "index_topk", .a = 0}, ST_INVALID,
+		 "config.json: field index_topk", NULL, NULL},
+	};
+	run_edit_cases(c, cs, ARRAY_LEN(cs));
 
 	/* config.json missing; no directory */
 	fresh_copy(dir, p, "no-config", c, "config.json");
