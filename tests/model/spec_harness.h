@@ -121,4 +121,57 @@ static inline void sh_hook(void *ctx, const struct exec_seq *sq, uint32_t n_new,
 	}
 }
 
+/* Executor A (speculating, its drafts replaced by sh_hook's) and executor B
+ * (proposing nothing) driven in lockstep over sequences a and b: A's verify
+ * step i has its drafts corrupted so that i % (K + 1) of them are accepted,
+ * then B verifies exactly the drafts A accepted. */
+struct sh_lockstep {
+	struct exec *ea, *eb;
+	struct sh_seq *a, *b;
+	uint32_t max_drafts; /* K: A proposes K drafts a step */
+	bool check_b_accepts_all; /* also check that B accepts every draft it is given */
+	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
+	uint32_t n_drafts; /* A's proposal for its next step */
+	uint32_t steps;    /* verify steps done: the caller counts them after its own checks */
+	uint32_t accepted_at[EXEC_SPEC_MAX_DRAFT + 1];
+};
+
+/* The prefill of both; A's first proposal is kept for its first verify step. */
+static inline void sh_lockstep_prefill(struct sh_lockstep *ls)
+{
+	struct exec_sample o;
+	sh_hook_st.corrupt = 0;
+	sh_hook_st.next = ls->a->n_prompt + 1;
+	sh_step(ls->ea, ls->a, NULL, 0, &o);
+	ls->n_drafts = o.n_next_draft;
+	memcpy(ls->drafts, o.next_draft, sizeof ls->drafts);
+	sh_step(ls->eb, ls->b, NULL, 0, &o);
+	T_CHECKF(o.n_next_draft == 0, "B proposes nothing");
+}
+
+/* One verify step of A, then B's with A's accepted drafts; returns the
+ * tokens A made (0 after a failed step). */
+static inline uint32_t sh_lockstep_step(struct sh_lockstep *ls)
+{
+	struct exec_sample o;
+	struct sh_seq *a = ls->a, *b = ls->b;
+	const uint32_t K = ls->max_drafts, nd = ls->n_drafts;
+	const uint32_t want = ls->steps % (K + 1); /* drafts accepted this step (corrupted when proposed) */
+	T_CHECKF(nd == K, "A proposed %u drafts at %u", nd, a->n_tok);
+	/* the proposal made during this step is for the tokens after its last one */
+	sh_hook_st.next = a->n_tok + (want < nd ? want : nd) + 1;
+	sh_hook_st.corrupt = (ls->steps + 1) % (K + 1);
+	uint32_t made = sh_step(ls->ea, a, ls->drafts, nd, &o);
+	if (!made)
+		return 0;
+	ls->accepted_at[o.n_extra]++;
+	T_CHECKF(o.n_extra == (want < nd ? want : nd), "step %u: accepted %u, expected %u", ls->steps, o.n_extra, want);
+	ls->n_drafts = o.n_next_draft;
+	memcpy(ls->drafts, o.next_draft, sizeof ls->drafts);
+	uint32_t made_b = sh_step(ls->eb, b, a->toks + b->n_tok, made - 1, &o);
+	T_CHECKF(made_b == made && (!ls->check_b_accepts_all || o.n_extra == made - 1), "B made %u of %u", made_b,
+		 made);
+	return made;
+}
+
 #endif

@@ -206,46 +206,31 @@ static void test_rollback(struct model_checkpoint *ck)
 	struct model_spec_exec *sa = mk_spec(xa, K, false, sh_hook, &da), *sb = mk_spec(xb, K, true, NULL, &db);
 	if (!sa || !sb)
 		goto out;
-	struct exec_sample o;
-	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
-	uint32_t nd, steps = 0, accepted_at[KMAX + 1] = {0}, bad_ring = 0, bad_state = 0;
-	sh_hook_st.corrupt = 0;
-	sh_hook_st.next = NP + 1;
-	sh_step(model_spec_exec_exec(sa), &a, NULL, 0, &o);
-	nd = o.n_next_draft;
-	memcpy(drafts, o.next_draft, sizeof drafts);
-	sh_step(model_spec_exec_exec(sb), &b, NULL, 0, &o);
-	T_CHECK(o.n_next_draft == 0);
+	struct sh_lockstep ls = {.ea = model_spec_exec_exec(sa), .eb = model_spec_exec_exec(sb), .a = &a, .b = &b,
+				 .max_drafts = K};
+	uint32_t bad_ring = 0, bad_state = 0;
+	sh_lockstep_prefill(&ls);
 	while (a.n_tok < NP + NGEN) {
-		uint32_t want = steps % (K + 1);
-		T_CHECKF(nd == K, "A proposed %u drafts at %u", nd, a.n_tok);
-		sh_hook_st.next = a.n_tok + (want < nd ? want : nd) + 1;
-		sh_hook_st.corrupt = (steps + 1) % (K + 1);
-		uint32_t made = sh_step(model_spec_exec_exec(sa), &a, drafts, nd, &o);
-		if (!made)
+		if (!sh_lockstep_step(&ls))
 			break;
-		accepted_at[o.n_extra]++;
-		T_CHECKF(o.n_extra == (want < nd ? want : nd), "step %u: accepted %u, expected %u", steps, o.n_extra, want);
-		nd = o.n_next_draft;
-		memcpy(drafts, o.next_draft, sizeof drafts);
-		uint32_t made_b = sh_step(model_spec_exec_exec(sb), &b, a.toks + b.n_tok, made - 1, &o);
-		T_CHECKF(made_b == made, "B made %u of %u", made_b, made);
 		int k = rings_diff(da, db, 7, (int)cfg->n_draft_layers, (uint32_t)cfg->sliding_window,
 				   (uint32_t)cfg->head_dim);
 		if (k >= 0 && bad_ring++ < 3)
-			fprintf(stderr, "step %u (position %u): drafter ring of stage %d differs\n", steps, a.n_cached, k);
+			fprintf(stderr, "step %u (position %u): drafter ring of stage %d differs\n", ls.steps, a.n_cached,
+				k);
 		int l = state_diff(model_exec_cpu_state(xa), model_exec_cpu_state(xb));
 		if (l >= 0 && bad_state++ < 3)
-			fprintf(stderr, "step %u (position %u): layer %d state differs\n", steps, a.n_cached, l);
-		steps++;
+			fprintf(stderr, "step %u (position %u): layer %d state differs\n", ls.steps, a.n_cached, l);
+		ls.steps++;
 	}
 	T_CHECK(!memcmp(a.toks, c.toks, a.n_tok * sizeof(int32_t)));
+	const uint32_t *acc = ls.accepted_at;
 	fprintf(stderr, "rollback: %u steps to %u tokens; accepted 0..5: %u %u %u %u %u %u; ring mismatches %u, "
-			"state mismatches %u\n", steps, a.n_tok, accepted_at[0], accepted_at[1], accepted_at[2],
-		accepted_at[3], accepted_at[4], accepted_at[5], bad_ring, bad_state);
+			"state mismatches %u\n", ls.steps, a.n_tok, acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], bad_ring,
+		bad_state);
 	T_CHECK(bad_ring == 0 && bad_state == 0);
 	for (uint32_t j = 0; j <= K; j++)
-		T_CHECKF(accepted_at[j] > 0, "no step accepted %u drafts", j);
+		T_CHECKF(ls.accepted_at[j] > 0, "no step accepted %u drafts", j);
 out:
 	model_spec_exec_destroy(sa);
 	model_spec_exec_destroy(sb);

@@ -136,47 +136,28 @@ static void test_rollback(struct model_checkpoint *ck)
 	if (!sa || !sb)
 		goto out;
 	T_CHECK(model_spec_exec_exec(sa)->info.max_draft_tokens == K);
-	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
-	uint32_t n_drafts = 0, steps = 0, accepted_at[K + 1] = {0}, bad_state = 0, bad_tok = 0;
-	sh_hook_st.corrupt = 0;
-	sh_hook_st.next = NP + 1;
-	/* prefill both */
-	sh_step(model_spec_exec_exec(sa), &a, NULL, 0, &o);
-	n_drafts = o.n_next_draft;
-	memcpy(drafts, o.next_draft, sizeof drafts);
-	sh_step(model_spec_exec_exec(sb), &b, NULL, 0, &o);
-	T_CHECKF(o.n_next_draft == 0, "B proposes nothing");
+	struct sh_lockstep ls = {.ea = model_spec_exec_exec(sa), .eb = model_spec_exec_exec(sb), .a = &a, .b = &b,
+				 .max_drafts = K, .check_b_accepts_all = true};
+	uint32_t bad_state = 0, bad_tok = 0;
+	sh_lockstep_prefill(&ls);
 	while (a.n_tok < NP + NGEN) {
-		uint32_t want = steps % (K + 1); /* drafts accepted this step (corrupted when proposed) */
-		T_CHECKF(n_drafts == K, "A proposed %u drafts at %u", n_drafts, a.n_tok);
-		/* the proposal made during this step is for the tokens after its last one */
-		sh_hook_st.next = a.n_tok + (want < n_drafts ? want : n_drafts) + 1;
-		sh_hook_st.corrupt = (steps + 1) % (K + 1);
-		uint32_t made = sh_step(model_spec_exec_exec(sa), &a, drafts, n_drafts, &o);
-		if (!made)
+		if (!sh_lockstep_step(&ls))
 			break;
-		accepted_at[o.n_extra]++;
-		T_CHECKF(o.n_extra == (want < n_drafts ? want : n_drafts), "step %u: accepted %u, expected %u", steps,
-			 o.n_extra, want);
-		n_drafts = o.n_next_draft;
-		memcpy(drafts, o.next_draft, sizeof drafts);
-		/* B: exactly the accepted drafts */
-		uint32_t made_b = sh_step(model_spec_exec_exec(sb), &b, a.toks + b.n_tok, made - 1, &o);
-		T_CHECKF(made_b == made && o.n_extra == made - 1, "B made %u of %u", made_b, made);
 		bad_tok += memcmp(a.toks, c.toks, a.n_tok * sizeof(int32_t)) != 0 ||
 			   memcmp(b.toks, c.toks, b.n_tok * sizeof(int32_t)) != 0;
 		const char *what = "";
 		int l = state_diff(model_exec_cpu_state(xa), model_exec_cpu_state(xb), &what);
 		if (l >= 0 && bad_state++ < 3)
-			fprintf(stderr, "step %u (position %u): layer %d %s differs\n", steps, a.n_cached, l, what);
-		steps++;
+			fprintf(stderr, "step %u (position %u): layer %d %s differs\n", ls.steps, a.n_cached, l, what);
+		ls.steps++;
 	}
+	const uint32_t *acc = ls.accepted_at;
 	fprintf(stderr, "rollback: %u verify steps to %u tokens; accepted 0..%d drafts: %u %u %u %u; state "
-			"mismatches %u, token mismatches %u\n", steps, a.n_tok, K, accepted_at[0], accepted_at[1],
-		accepted_at[2], accepted_at[3], bad_state, bad_tok);
+			"mismatches %u, token mismatches %u\n", ls.steps, a.n_tok, K, acc[0], acc[1], acc[2], acc[3],
+		bad_state, bad_tok);
 	T_CHECK(bad_state == 0);
 	T_CHECK(bad_tok == 0);
-	T_CHECK(accepted_at[0] && accepted_at[1] && accepted_at[2] && accepted_at[3]);
+	T_CHECK(ls.accepted_at[0] && ls.accepted_at[1] && ls.accepted_at[2] && ls.accepted_at[3]);
 out:
 	model_spec_exec_destroy(sa);
 	model_spec_exec_destroy(sb);
