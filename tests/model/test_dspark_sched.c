@@ -21,6 +21,7 @@
 #include "model/spec.h"
 #include "scheduler/scheduler.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/scheduler/sched_harness.h"
 #include "tests/test.h"
 
 #define NR 8
@@ -112,17 +113,9 @@ static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, str
 			goto out;
 		}
 		bool drain = cfg->sequential || r == NR - 1;
-		while (drain && sched_has_work(s)) {
-			if (sched_step(s, NULL, &e) != ST_OK) {
-				T_CHECKF(0, "%s: step: %s", cfg->name, e.msg);
+		while (drain && sched_has_work(s))
+			if (!sch_step_checked(s, cfg->name, &steps))
 				goto out;
-			}
-			steps++;
-			if (sched_check_invariants(s, &e) != ST_OK) {
-				T_CHECKF(0, "%s: invariants after step %u: %s", cfg->name, steps, e.msg);
-				goto out;
-			}
-		}
 	}
 	sched_stats_get(s, st);
 	fprintf(stderr, "%s: %u steps; drafts %llu, draft tokens %llu, accepted %llu, prefix hits %llu tokens, "

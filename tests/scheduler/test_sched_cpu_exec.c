@@ -24,6 +24,7 @@
 #include "model/exec_cpu.h"
 #include "scheduler/scheduler.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/scheduler/sched_harness.h"
 #include "tests/test.h"
 
 #define NR 8
@@ -119,17 +120,9 @@ static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, str
 			T_CHECKF(0, "%s: submit %d: %s", cfg->name, r, e.msg);
 			goto out;
 		}
-		while (sched_has_work(s) && (!cfg->concurrent || r == NR - 1)) {
-			if (sched_step(s, NULL, &e) != ST_OK) {
-				T_CHECKF(0, "%s: step: %s", cfg->name, e.msg);
+		while (sched_has_work(s) && (!cfg->concurrent || r == NR - 1))
+			if (!sch_step_checked(s, cfg->name, &out->steps))
 				goto out;
-			}
-			out->steps++;
-			if (sched_check_invariants(s, &e) != ST_OK) {
-				T_CHECKF(0, "%s: invariants after step %u: %s", cfg->name, out->steps, e.msg);
-				goto out;
-			}
-		}
 	}
 	while (sched_has_work(s)) { /* concurrent with only_mask excluding the last request */
 		if (sched_step(s, NULL, &e) != ST_OK || sched_check_invariants(s, &e) != ST_OK) {
