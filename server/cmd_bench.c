@@ -48,6 +48,10 @@
  * 26.4 tokens/s. Prints a markdown table (and with --profile or
  * DSV4_PROFILE=1 the per-op breakdown of every configuration); --json FILE
  * writes everything.
+ *
+ * This file holds the options and the walk over contexts and batch sizes;
+ * server/bench_decode.h names the modules that run the steps, profile them,
+ * count the bytes and write the report.
  */
 #include <errno.h>
 #include <stdio.h>
