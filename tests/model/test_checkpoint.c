@@ -431,6 +431,16 @@ static void fresh_copy(char *dir, char *p, const char *what, json_t *c, const ch
 	snprintf(p, PATH_LEN, "%s/%s", dir, file);
 }
 
+/* fresh_copy, then tensor ed->name renamed to ed->name2 in shard file and in
+ * the index alike; p is left at the index. */
+static void fresh_copy_renamed(char *dir, char *p, const char *what, json_t *c, const char *file, struct edit *ed)
+{
+	fresh_copy(dir, p, what, c, file);
+	fx_edit_shard(p, edit_rename_tensor, ed);
+	snprintf(p, PATH_LEN, "%s/%s", dir, IDX);
+	fx_edit_json(p, edit_index_rename, ed);
+}
+
 /* A broken copy made by one edit of one file of a fresh checkpoint (a
  * shard's header, or a JSON file), and what its refusal must say. */
 struct edit_case {
@@ -522,11 +532,8 @@ static void test_broken_index(void)
 	struct edit ed;
 
 	/* a renamed tensor (shard and index agree, the config does not) */
-	fresh_copy(dir, p, "rename", c, S1);
 	ed = (struct edit){.name = "layers.2.attn.indexer.compressor.ape", .name2 = "layers.2.attn.indexer.compressor.apex"};
-	fx_edit_shard(p, edit_rename_tensor, &ed);
-	snprintf(p, PATH_LEN, "%s/%s", dir, IDX);
-	fx_edit_json(p, edit_index_rename, &ed);
+	fresh_copy_renamed(dir, p, "rename", c, S1, &ed);
 	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor layers.2.attn.indexer.compressor.ape: missing",
 		NULL);
 
@@ -594,11 +601,8 @@ static void test_broken_config(void)
 	rmdir(p);
 
 	/* a linear whose .weight is missing (removed from shard and index) */
-	fresh_copy(dir, p, "no-linear-weight", c, S2);
 	ed = (struct edit){.name = "layers.5.ffn.shared_experts.w2.weight", .name2 = "layers.5.ffn.shared_experts.w2.weigh"};
-	fx_edit_shard(p, edit_rename_tensor, &ed);
-	snprintf(p, PATH_LEN, "%s/%s", dir, IDX);
-	fx_edit_json(p, edit_index_rename, &ed);
+	fresh_copy_renamed(dir, p, "no-linear-weight", c, S2, &ed);
 	refused(dir, ST_INVALID, "tensor layers.5.ffn.shared_experts.w2.weight: missing", "shared experts linear",
 		"model.safetensors.index.json");
 

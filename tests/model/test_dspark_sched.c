@@ -77,26 +77,16 @@ struct run_cfg {
 static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, struct col *out, struct sched_stats *st)
 {
 	memset(out, 0, NR * sizeof *out);
-	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = BT, .n_blocks = cfg->n_blocks,
-					    .max_step_tokens = 128, .max_step_seqs = NR, .load_mtp = cfg->K > 0};
 	struct model_exec_cpu *x = NULL;
 	struct model_spec_exec *sx = NULL;
 	struct sched *s = NULL;
 	struct err e = {0};
 	int rc = -1;
 	uint32_t steps = 0;
-	T_CHECKF(model_exec_cpu_create(&x, &xo, &e) == ST_OK, "%s: exec: %s", cfg->name, e.msg);
-	if (!x)
-		return -1;
-	struct exec *ex = model_exec_cpu_exec(x);
-	if (cfg->K) {
-		struct model_spec_exec_options so = {.x = x, .cfg = {MODEL_DRAFT_DSPARK, cfg->K},
-						     .draft_hook = cfg->truth ? truth_hook : NULL};
-		T_CHECKF(model_spec_exec_create(&sx, &so, &e) == ST_OK, "%s: spec: %s", cfg->name, e.msg);
-		if (!sx)
-			goto out;
-		ex = model_spec_exec_exec(sx);
-	}
+	struct exec *ex = sch_spec_stack(ck, BT, cfg->n_blocks, NR, (struct spec_config){MODEL_DRAFT_DSPARK, cfg->K},
+					 cfg->truth ? truth_hook : NULL, cfg->name, &x, &sx);
+	if (!ex)
+		goto out;
 	struct sched_options so = {.max_num_seqs = NR, .max_num_batched_tokens = 128,
 				   .disable_prefix_caching = !cfg->caching};
 	T_CHECKF(sched_create(&s, &so, ex, &e) == ST_OK, "%s: sched: %s", cfg->name, e.msg);

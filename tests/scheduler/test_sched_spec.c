@@ -134,27 +134,19 @@ static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, str
 	clock_t t0 = clock();
 	memset(rs, 0, sizeof *rs);
 	memset(cfg->out, 0, (size_t)cfg->n_req * sizeof *cfg->out);
-	struct model_exec_cpu_options xo = {.ck = ck, .block_tokens = BT, .n_blocks = cfg->n_blocks,
-					    .max_step_tokens = 128, .max_step_seqs = NR, .load_mtp = cfg->K > 0};
 	struct model_exec_cpu *x = NULL;
 	struct model_spec_exec *sx = NULL;
 	struct sched *s = NULL;
 	struct err e = {0};
 	int rc = -1;
-	T_CHECKF(model_exec_cpu_create(&x, &xo, &e) == ST_OK, "%s: exec: %s", cfg->name, e.msg);
-	if (!x)
-		return -1;
-	struct exec *ex = model_exec_cpu_exec(x);
-	if (cfg->K) {
+	if (cfg->K) { /* what truth_hook reads */
 		g_rq = cfg->rq;
 		g_nreq = cfg->n_req;
-		struct model_spec_exec_options so = {.x = x, .cfg = {MODEL_DRAFT_MTP, cfg->K},
-						     .draft_hook = cfg->truth ? truth_hook : NULL};
-		T_CHECKF(model_spec_exec_create(&sx, &so, &e) == ST_OK, "%s: spec: %s", cfg->name, e.msg);
-		if (!sx)
-			goto out;
-		ex = model_spec_exec_exec(sx);
 	}
+	struct exec *ex = sch_spec_stack(ck, BT, cfg->n_blocks, NR, (struct spec_config){MODEL_DRAFT_MTP, cfg->K},
+					 cfg->truth ? truth_hook : NULL, cfg->name, &x, &sx);
+	if (!ex)
+		goto out;
 	struct sched_options so = {.max_num_seqs = NR, .max_num_batched_tokens = cfg->budget,
 				   .disable_prefix_caching = !cfg->caching, .detokenize = detok};
 	T_CHECKF(sched_create(&s, &so, ex, &e) == ST_OK, "%s: sched: %s", cfg->name, e.msg);
