@@ -26,6 +26,11 @@
  *   linear_cuda_generic_bf16 (10) the same kernel for bf16 / f32 weights
  *                        (lm_head, router gate, dequantized checkpoints).
  *   linear_cpu_ref (0)   the reference; every format, every shape.
+ *   linear_cuda_gemv_bf16 (22), linear_mma_bf16w (15) cc >= 8.0, sm_80
+ *                        image; bf16 weights, act_quant 0: the decode GEMV
+ *                        (max_tokens <= 63) and the tensor-core GEMM
+ *                        (max_tokens >= 64) of linear_bf16.h, above the
+ *                        FMA floor linear_cuda_generic_bf16.
  */
 #include "kernels/linear/linear.h"
 
@@ -37,6 +42,7 @@
 
 #include "common/log.h"
 #include "dsv4_config.h"
+#include "kernels/linear/linear_bf16.h"
 #include "kernels/linear/linear_cublaslt.h"
 #include "kernels/linear/linear_gemv.h"
 #include "kernels/linear/linear_mma.h"
@@ -586,6 +592,38 @@ static const struct kern_variant linear_variants[] = {
 		.run_host = KERN_FN(kern_linear_gemv_cuda_host),
 #endif
 		.desc = "decode FP8 GEMV / skinny GEMM, T <= 64 (16-byte e4m3 loads decoded in registers, f32 FMA)",
+	},
+	/* ---- bf16lin: bf16-weight GEMV and tensor-core linear (linear_bf16.h) ---- */
+	{
+		.name = "linear_cuda_gemv_bf16",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_BF16),
+		.priority = 22,
+		.supports = kern_linear_gemv_bf16_supports,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_linear_gemv_bf16_cuda),
+		.run_host = KERN_FN(kern_linear_gemv_bf16_cuda_host),
+#endif
+		.desc = "decode bf16 GEMV / skinny GEMM, T < 64 (16-byte bf16 loads, f32 FMA, K over warps for small out)",
+	},
+	{
+		.name = "linear_mma_bf16w",
+		.backend = KERN_BACKEND_CUDA,
+		.cc_min = 80,
+		.cc_max = KERN_CC_ANY,
+		.target = KERN_TARGET_SM80,
+		.features = KERN_FEAT_BF16_MMA,
+		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_BF16),
+		.priority = 15,
+		.supports = kern_linear_mma_bf16w_supports,
+#if DSV4_HAVE_CUDA
+		.run = KERN_FN(kern_linear_mma_bf16w),
+		.run_host = KERN_FN(kern_linear_mma_bf16w_host),
+#endif
+		.desc = "tensor-core bf16-weight linear: mma.sync m16n8k16, f32 x split into exact bf16 terms (T >= 64)",
 	},
 };
 
