@@ -7,6 +7,7 @@
  */
 #include "kernels/linear/linear_bf16.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
 /* What both take: a shape, act_quant_block 0 (the bf16 weights' plans: the
@@ -87,4 +88,22 @@ bool kern_linear_mma_bf16w_supports(const struct kern_problem *p, const struct k
 		return false;
 	}
 	return true;
+}
+
+enum status kern_linear_bf16__check(const struct kern_linear_args *a, int64_t align, int64_t max_in, int64_t *ldx,
+				    int64_t *ldy)
+{
+	if (!a->w || a->w->fmt != KERN_WFMT_BF16 || !a->w->data || a->act_quant_block != 0)
+		return ST_INVALID;
+	const int64_t in = a->w->cols, out = a->w->rows;
+	if (in <= 0 || in % align || in > max_in || out <= 0 || a->n_tokens < 0 || (uintptr_t)a->w->data % 16)
+		return ST_INVALID;
+	if ((a->x_dtype != KERN_DT_F32 && a->x_dtype != KERN_DT_BF16) ||
+	    (a->y_dtype != KERN_DT_F32 && a->y_dtype != KERN_DT_BF16))
+		return ST_INVALID;
+	*ldx = a->ldx ? a->ldx : in;
+	*ldy = a->ldy ? a->ldy : out;
+	if (*ldx < in || *ldy < out || (a->n_tokens > 0 && (!a->x || !a->y)))
+		return ST_INVALID;
+	return ST_OK;
 }

@@ -54,6 +54,13 @@ bool kern_linear_gemv_bf16_supports(const struct kern_problem *p, const struct k
 bool kern_linear_mma_bf16w_supports(const struct kern_problem *p, const struct kern_device *dev, char *why,
 				    size_t why_bytes);
 
+/* The argument checks both run()s make (pure C, linear_bf16.c): a bf16
+ * weight with data 16-byte aligned, in % align == 0 and in <= max_in,
+ * act_quant_block 0, f32 or bf16 x and y, strides at least a row (resolved
+ * into *ldx, *ldy), x and y present when n_tokens > 0. ST_INVALID otherwise. */
+enum status kern_linear_bf16__check(const struct kern_linear_args *a, int64_t align, int64_t max_in, int64_t *ldx,
+				    int64_t *ldy);
+
 /* ---- CUDA (present when built with CUDA) ---- */
 enum status kern_linear_gemv_bf16_cuda(const struct kern_linear_args *a);
 enum status kern_linear_gemv_bf16_cuda_host(const struct kern_linear_args *a);

@@ -316,21 +316,11 @@ static cudaError_t gb_launch(gb_params P, int64_t n_chunks, cudaStream_t stream)
 
 extern "C" enum status kern_linear_gemv_bf16_cuda(const struct kern_linear_args *a)
 {
-	if (!a->w || a->w->fmt != KERN_WFMT_BF16 || !a->w->data || a->act_quant_block != 0)
-		return ST_INVALID;
+	int64_t ldx, ldy;
+	const enum status st = kern_linear_bf16__check(a, 8, KERN_LINEAR_GEMV_BF16_MAX_IN, &ldx, &ldy);
+	if (st || a->n_tokens == 0)
+		return st;
 	const int64_t in = a->w->cols, out = a->w->rows, T = a->n_tokens;
-	if (in <= 0 || in % 8 || in > KERN_LINEAR_GEMV_BF16_MAX_IN || out <= 0 || T < 0 || (uintptr_t)a->w->data % 16)
-		return ST_INVALID;
-	if ((a->x_dtype != KERN_DT_F32 && a->x_dtype != KERN_DT_BF16) ||
-	    (a->y_dtype != KERN_DT_F32 && a->y_dtype != KERN_DT_BF16))
-		return ST_INVALID;
-	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
-	if (ldx < in || ldy < out)
-		return ST_INVALID;
-	if (T == 0)
-		return ST_OK;
-	if (!a->x || !a->y)
-		return ST_INVALID;
 	gb_params P = {};
 	P.x = a->x;
 	P.y = a->y;

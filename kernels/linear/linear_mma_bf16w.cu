@@ -246,21 +246,11 @@ __global__ void __launch_bounds__(MB_NT) linear_mma_bf16w_kernel(const mb_params
 
 extern "C" enum status kern_linear_mma_bf16w(const struct kern_linear_args *a)
 {
-	if (!a->w || a->w->fmt != KERN_WFMT_BF16 || !a->w->data || a->act_quant_block != 0)
-		return ST_INVALID;
+	int64_t ldx, ldy;
+	const enum status st = kern_linear_bf16__check(a, MB_BK, INT64_MAX, &ldx, &ldy);
+	if (st || a->n_tokens == 0)
+		return st;
 	const int64_t in = a->w->cols, out = a->w->rows, T = a->n_tokens;
-	if (in <= 0 || in % MB_BK || out <= 0 || T < 0 || (uintptr_t)a->w->data % 16)
-		return ST_INVALID;
-	if ((a->x_dtype != KERN_DT_F32 && a->x_dtype != KERN_DT_BF16) ||
-	    (a->y_dtype != KERN_DT_F32 && a->y_dtype != KERN_DT_BF16))
-		return ST_INVALID;
-	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
-	if (ldx < in || ldy < out)
-		return ST_INVALID;
-	if (T == 0)
-		return ST_OK;
-	if (!a->x || !a->y)
-		return ST_INVALID;
 	mb_params P = {};
 	P.x = a->x;
 	P.x_dt = a->x_dtype == KERN_DT_BF16;

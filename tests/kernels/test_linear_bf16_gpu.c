@@ -211,7 +211,7 @@ static void guards(const struct kern_variant *gv, const struct kern_variant *mv,
 	expect_refusal(mv, dev, KERN_WFMT_F32, 4096, 129280, 512, 0, "weight format");
 
 	/* run()'s own checks: other formats, act_quant, misaligned K; n_tokens 0 launches nothing. */
-	uint64_t dummy[4] = {0};
+	_Alignas(16) uint64_t dummy[4] = {0}; /* run() checks the weight data is 16-byte aligned */
 	struct kern_wmat fp8 = {.fmt = KERN_WFMT_FP8_F32_B128, .rows = 128, .cols = 128, .data = dummy, .scale = dummy};
 	struct kern_wmat odd = {.fmt = KERN_WFMT_BF16, .rows = 128, .cols = 100, .data = dummy};
 	struct kern_wmat ok = {.fmt = KERN_WFMT_BF16, .rows = 128, .cols = 128, .data = dummy};
