@@ -248,26 +248,48 @@ __global__ void __launch_bounds__(GB_THREADS, 2) linear_gemv_bf16_kernel(const g
 
 /* ---- host side ---- */
 
-/* Resident CTAs per SM of one instantiation at smem bytes, cached per device
- * for the last size asked (a step asks the same few sizes again and again). */
-struct gb_occ {
-	size_t smem;
+/* Per device and instantiation: the dynamic shared memory allowed so far
+ * (raised once to the largest size asked, so that the warm-up steps before a
+ * graph capture set it and the captured ones do not) and the resident CTAs
+ * per SM at the last size asked (a step asks the same few sizes again and
+ * again). */
+struct gb_dev_state {
+	int attr;    /* bytes allowed beyond the default 48 KiB; 0: not raised */
+	size_t smem; /* the occupancy below is for this size */
 	int n;
 };
-static gb_occ gb_occ_cache[64][4];
+static gb_dev_state gb_dev[64][4];
 
+/* The state of instantiation TC on the current device (NULL: unknown device). */
 template <int TC>
-static int gb_occupancy(size_t smem)
+static gb_dev_state *gb_state(void)
 {
 	int dev = 0;
 	if (cudaGetDevice(&dev) != cudaSuccess) {
 		cudaGetLastError();
-		return 1;
+		return NULL;
 	}
-	const int lt = TC == 1 ? 0 : TC == 2 ? 1 : TC == 4 ? 2 : 3;
-	gb_occ *c = dev >= 0 && dev < 64 ? &gb_occ_cache[dev][lt] : NULL;
-	if (c && c->smem == smem && c->n > 0)
-		return c->n;
+	return dev >= 0 && dev < 64 ? &gb_dev[dev][TC == 1 ? 0 : TC == 2 ? 1 : TC == 4 ? 2 : 3] : NULL;
+}
+
+/* Allow smem bytes of dynamic shared memory, then the resident CTAs per SM (>= 1). */
+template <int TC>
+static cudaError_t gb_prepare(size_t smem, int *per_sm)
+{
+	gb_dev_state *d = gb_state<TC>();
+	if (smem > 48 * 1024 && (!d || (size_t)d->attr < smem)) {
+		/* Idempotent and never a stream operation. */
+		cudaError_t ce = cudaFuncSetAttribute(linear_gemv_bf16_kernel<TC>,
+						      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		if (ce != cudaSuccess)
+			return ce;
+		if (d)
+			d->attr = (int)smem;
+	}
+	if (d && d->smem == smem && d->n > 0) {
+		*per_sm = d->n;
+		return cudaSuccess;
+	}
 	int n = 0;
 	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, linear_gemv_bf16_kernel<TC>, GB_THREADS, smem) !=
 		    cudaSuccess ||
@@ -275,25 +297,23 @@ static int gb_occupancy(size_t smem)
 		cudaGetLastError();
 		n = 1;
 	}
-	if (c) {
-		c->smem = smem;
-		c->n = n;
+	if (d) {
+		d->smem = smem;
+		d->n = n;
 	}
-	return n;
+	*per_sm = n;
+	return cudaSuccess;
 }
 
 template <int TC>
 static cudaError_t gb_launch(gb_params P, int64_t n_chunks, cudaStream_t stream)
 {
 	const size_t smem = (size_t)TC * P.in_pad * sizeof(float) + GB_RED_BYTES;
-	if (smem > 48 * 1024) {
-		/* Per device, idempotent and cheap; never a stream operation (graph-capture safe). */
-		cudaError_t ce = cudaFuncSetAttribute(linear_gemv_bf16_kernel<TC>,
-						      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		if (ce != cudaSuccess)
-			return ce;
-	}
-	const int64_t target = (int64_t)kern_device_sm_count() * gb_occupancy<TC>(smem); /* one wave */
+	int per_sm = 1;
+	cudaError_t ce = gb_prepare<TC>(smem, &per_sm);
+	if (ce != cudaSuccess)
+		return ce;
+	const int64_t target = (int64_t)kern_device_sm_count() * per_sm; /* one wave */
 	/* Warps along K: as few as give the wave a tile per CTA (fewer partial
 	 * sums), at most the number of K steps. */
 	int wk = 1;

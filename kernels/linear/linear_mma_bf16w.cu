@@ -269,9 +269,16 @@ extern "C" enum status kern_linear_mma_bf16w(const struct kern_linear_args *a)
 	if (blocks > 0x7FFFFFFF)
 		return ST_INVALID;
 	cudaStream_t s = (cudaStream_t)a->stream;
-	/* Per device, idempotent and cheap; never a stream operation (graph-capture safe). */
-	cudaError_t ce = cudaFuncSetAttribute(linear_mma_bf16w_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-					      MB_SMEM);
+	/* Raise the kernel's shared memory once per device (the first call, a
+	 * warm-up step before any graph capture); never a stream operation. */
+	static bool raised[64];
+	int dev = -1;
+	cudaError_t ce = cudaGetDevice(&dev);
+	if (ce == cudaSuccess && (dev < 0 || dev >= 64 || !raised[dev])) {
+		ce = cudaFuncSetAttribute(linear_mma_bf16w_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MB_SMEM);
+		if (ce == cudaSuccess && dev >= 0 && dev < 64)
+			raised[dev] = true;
+	}
 	if (ce == cudaSuccess) {
 		linear_mma_bf16w_kernel<<<(unsigned)blocks, MB_NT, MB_SMEM, s>>>(P);
 		ce = cudaGetLastError();
