@@ -29,7 +29,9 @@
  *     per-warp flag of which terms are non-zero (rows past the call's rows
  *     are zeros);
  *   - two k16 steps: ldmatrix of the B fragments (once) and of each needed
- *     A term, 8 MMAs per term.
+ *     A term, 8 MMAs per term, into sums that start from zero per K tile and
+ *     are added to the f32 accumulators with ordinary (round-to-nearest)
+ *     adds, so the tensor core's truncating accumulation spans 32 K only.
  * Blocks are rastered in groups of MB_GROUP row tiles (the output tiles of a
  * group's rows run before the next group's), so the weights stream from
  * memory about rows / (64 * MB_GROUP) times and the activations stay in L2.
@@ -200,6 +202,16 @@ __global__ void __launch_bounds__(MB_NT) linear_mma_bf16w_kernel(const mb_params
 		const int *fl = (const int *)(base + MB_FLAG_OFF);
 		const int nz = fl[0] | fl[1] | fl[2] | fl[3] | fl[4] | fl[5] | fl[6] | fl[7];
 		const int terms = nz & 2 ? 3 : nz & 1 ? 2 : 1; /* uniform over the block */
+		/* The tile's sums start from zero and are added to acc in f32 (RN): the
+		 * tensor core's own accumulation (truncating) spans 32 K, not all of K. */
+		float part[2][4][4];
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					part[mt][nt][i] = 0.f;
 #pragma unroll
 		for (int ks = 0; ks < MB_BK / 16; ks++) {
 			uint32_t b[2][4];
@@ -219,10 +231,17 @@ __global__ void __launch_bounds__(MB_NT) linear_mma_bf16w_kernel(const mb_params
 				for (int mt = 0; mt < 2; mt++)
 #pragma unroll
 					for (int nt = 0; nt < 4; nt++)
-						mg_mma_bf16(acc[mt][nt], a[mt], b[nt >> 1][(nt & 1) * 2],
+						mg_mma_bf16(part[mt][nt], a[mt], b[nt >> 1][(nt & 1) * 2],
 							    b[nt >> 1][(nt & 1) * 2 + 1]);
 			}
 		}
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					acc[mt][nt][i] += part[mt][nt][i];
 		if (kn < nkb)
 			mb_store_a(nbase, av); /* slot kn % STAGES was last read in iteration kb - 1 */
 	}

@@ -5,17 +5,18 @@
  * markdown table.
  *
  * Rows:
- *   decode (linear_cuda_gemv_bf16 vs linear_cuda_generic_bf16): the lm_head
- *     [129280 x 4096] and the router gate [256 x 4096] at T = 1, 2, 7, 16, 64;
- *     GB/s = the weight bytes the call must read / time (the roofline
- *     column for a GEMV);
+ *   decode (linear_cuda_gemv_bf16, linear_mma_bf16w, linear_cuda_generic_bf16):
+ *     the lm_head [129280 x 4096] and the router gate [256 x 4096] at T = 1,
+ *     2, 7, 16, 32, 64 (the MMA beside the GEMV shows where their plans
+ *     should meet); GB/s = the weight bytes the call must read / time (the
+ *     roofline column for a GEMV);
  *   prefill (linear_mma_bf16w vs linear_cuda_generic_bf16): the lm_head at
  *     T = 64, 100, 512, 4096 (prompt log-probabilities run it over the
  *     prompt rows), with f32 activations as they come (three bf16 terms per
  *     K tile) and with f32 activations that are bf16 values (one term: what
  *     a bf16-rounded hidden state costs); TFLOP/s = 2·T·out·in / time.
  * Columns: median µs per call, GB/s, TFLOP/s, speed-up over the generic
- * kernel on the same call.
+ * kernel on the same call (its own row: 1.00x).
  *
  * Method as bench_prefill.c: buffers allocated once, 2 warm-up calls, then
  * `iters` calls (the generic kernel: at most 3 from T = 512 on, it takes
@@ -92,26 +93,25 @@ static void *dev_copy(const void *h, size_t bytes)
 	return d;
 }
 
-/* One table row pair: the fast variant and the generic one on the same call. */
-static void row(const char *what, const char *xdesc, const struct kern_variant *fast, const struct kern_variant *gen,
-		struct kern_linear_args *a, int iters, int gen_iters)
+/* One row per variant of vs[n] on the same call; the last one (the generic
+ * kernel, gen_iters calls) is what the speed-up column divides. */
+static void rows(const char *what, const char *xdesc, const struct kern_variant *const *vs, int n,
+		 struct kern_linear_args *a, int iters, int gen_iters)
 {
 	const double bytes = 2.0 * (double)a->w->rows * (double)a->w->cols;
 	const double flop = 2.0 * (double)a->n_tokens * (double)a->w->rows * (double)a->w->cols;
-	enum status s1, s2;
-	const double t1 = time_us(fast, a, iters, &s1), t2 = time_us(gen, a, gen_iters, &s2);
-	const struct kern_variant *vs[2] = {fast, gen};
-	const double ts[2] = {t1, t2};
-	const enum status ss[2] = {s1, s2};
-	for (int i = 0; i < 2; i++) {
+	double ts[4];
+	enum status ss[4];
+	for (int i = n - 1; i >= 0; i--)
+		ts[i] = time_us(vs[i], a, i == n - 1 ? gen_iters : iters, &ss[i]);
+	for (int i = 0; i < n; i++) {
 		if (ss[i]) {
 			printf("| %s | %lld | %s | %s | failed: %s | | | |\n", what, (long long)a->n_tokens, xdesc, vs[i]->name,
 			       status_str(ss[i]));
 			continue;
 		}
-		printf("| %s | %lld | %s | %s | %.1f | %.0f | %.2f | %s%.2fx |\n", what, (long long)a->n_tokens, xdesc,
-		       vs[i]->name, ts[i], bytes / ts[i] * 1e-3, flop / ts[i] * 1e-6, i ? "" : "**",
-		       i ? 1.0 : t2 / t1);
+		printf("| %s | %lld | %s | %s | %.1f | %.0f | %.2f | %.2fx |\n", what, (long long)a->n_tokens, xdesc,
+		       vs[i]->name, ts[i], bytes / ts[i] * 1e-3, flop / ts[i] * 1e-6, ts[n - 1] / ts[i]);
 	}
 	fflush(stdout);
 }
@@ -175,20 +175,23 @@ int main(int argc, char **argv)
 	       prop.minor, prop.multiProcessorCount, iters);
 	printf("| linear | T | x | variant | µs | GB/s (weights) | TFLOP/s | speed-up |\n");
 	printf("|---|---|---|---|---|---|---|---|\n");
-	static const int64_t dec_T[] = {1, 2, 7, 16, 64};
+	/* Decode sizes: the GEMV, the MMA (correct at any T; where it overtakes the
+	 * GEMV is where KERN_LINEAR_GEMV_BF16_MAX_TOKENS belongs) and the floor. */
+	static const int64_t dec_T[] = {1, 2, 7, 16, 32, 64};
+	const struct kern_variant *dec_vs[3] = {gv, mv, gen}, *pre_vs[2] = {mv, gen};
 	for (int m = 0; m < 2; m++)
-		for (int i = 0; i < 5; i++) {
+		for (int i = 0; i < 6; i++) {
 			struct kern_linear_args a = {.n_tokens = dec_T[i], .x = dx, .x_dtype = KERN_DT_F32, .y = dy,
 						     .y_dtype = KERN_DT_F32, .w = m ? &dgate : &dhead};
-			row(m ? "router gate 256x4096" : "lm_head 129280x4096", "f32", gv, gen, &a, iters, iters);
+			rows(m ? "router gate 256x4096" : "lm_head 129280x4096", "f32", dec_vs, 3, &a, iters, iters);
 		}
 	static const int64_t pre_T[] = {64, 100, 512, 4096};
 	for (int i = 0; i < 4; i++)
 		for (int r = 0; r < 2; r++) {
 			struct kern_linear_args a = {.n_tokens = pre_T[i], .x = r ? dxr : dx, .x_dtype = KERN_DT_F32,
 						     .y = dy, .y_dtype = KERN_DT_F32, .w = &dhead};
-			row("lm_head 129280x4096", r ? "f32 of bf16 values (1 term)" : "f32 (3 terms)", mv, gen, &a, iters,
-			    pre_T[i] >= 512 && iters > 3 ? 3 : iters);
+			rows("lm_head 129280x4096", r ? "f32 of bf16 values (1 term)" : "f32 (3 terms)", pre_vs, 2, &a, iters,
+			     pre_T[i] >= 512 && iters > 3 ? 3 : iters);
 		}
 	printf("\n");
 	cudaFree(dx);
