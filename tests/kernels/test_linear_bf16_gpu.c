@@ -9,8 +9,8 @@
  *     of 1, 2, 4 and their tails); the router gate [256 x 4096] (K spread
  *     over warps) and two ragged shapes (in not a multiple of 256; in = 7168,
  *     where fewer tokens fit a CTA) for every T = 1..64;
- *   - MMA: a head slice [16384 x 4096] at T = 64, 100, 512, 4096, the whole
- *     head at T = 64, ragged shapes (out not a multiple of 128, in = 96,
+ *   - MMA: a head slice [16384 x 4096] at T = 64, 100, 512, a [2048 x 4096]
+ *     slice at T = 4000 and 4096, the whole head at T = 64, ragged shapes (out not a multiple of 128, in = 96,
  *     strided x and y) at T = 1, 65, 130. The f32 activations of the head
  *     cases are bf16 values, 16-bit values or full f32 values by (64-row
  *     tile, 32-column tile), so a K tile runs one, two or three bf16 terms:
@@ -28,7 +28,7 @@
  * Tolerance (relative to max |y_ref|, the linear GPU tests'): 1e-4 for f32
  * y, 1e-2 for bf16 y. One reference per matrix at its largest T serves
  * every smaller T (tokens are independent: no act_quant for bf16 weights);
- * it runs on every host core (about 310 G multiply-adds in all).
+ * it runs on every host core (about 105 G multiply-adds in all).
  * Exits 77 without CUDA or without a GPU. Seed printed; DSV4_TEST_SEED=<seed>
  * (or argv[1]) repeats a run.
  */
@@ -290,14 +290,23 @@ int main(int argc, char **argv)
 		gt_dfree_all();
 	}
 
-	/* MMA on a head slice at prompt sizes (one reference of 4096 rows). */
-	mcase_init(&m, &rng, "lm_head slice", 16384, 4096, 4096, 0, KERN_DT_F32, true);
-	static const int64_t pre_T[] = {64, 100, 512, 4096};
-	for (int i = 0; i < 4; i++)
+	/* MMA on head slices at prompt sizes: [16384 x 4096] at T = 64, 100, 512
+	 * (one reference of 512 rows), [2048 x 4096] at T = 4096 (64 row tiles, 4
+	 * raster groups; a smaller slice keeps the CPU reference to ~35 G
+	 * multiply-adds). */
+	mcase_init(&m, &rng, "lm_head slice", 16384, 4096, 512, 0, KERN_DT_F32, true);
+	static const int64_t pre_T[] = {64, 100, 512};
+	for (int i = 0; i < 3; i++)
 		failed += !run_T(mv, &m, pre_T[i], (enum kern_dtype)(i == 1), i == 2 ? 8 : 0);
 	mcase_free(&m);
 	gt_dfree_all();
-	fprintf(stderr, "lm_head slice [16384 x 4096]: MMA T = 64, 100, 512, 4096: %s\n", failed ? "FAILED" : "ok");
+	mcase_init(&m, &rng, "lm_head slice", 2048, 4096, 4096, 0, KERN_DT_F32, true);
+	failed += !run_T(mv, &m, 4096, KERN_DT_F32, 0);
+	failed += !run_T(mv, &m, 4000, KERN_DT_BF16, 5);
+	mcase_free(&m);
+	gt_dfree_all();
+	fprintf(stderr, "lm_head slices: MMA [16384 x 4096] T = 64, 100, 512, [2048 x 4096] T = 4000, 4096: %s\n",
+		failed ? "FAILED" : "ok");
 
 	/* MMA, ragged: out not a multiple of 128, in one or three K tiles, strided x, bf16 x. */
 	static const struct {
