@@ -147,6 +147,18 @@ static __device__ __forceinline__ void mb_load_b(const mb_params &P, uint8_t *ba
 	}
 }
 
+/* A warp's C fragments: d += s, or d = 0 when s is NULL. */
+static __device__ __forceinline__ void mb_frag_acc(float (&d)[2][4][4], const float (*s)[4][4])
+{
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				d[mt][nt][i] = s ? d[mt][nt][i] + s[mt][nt][i] : 0.f;
+}
+
 __global__ void __launch_bounds__(MB_NT) linear_mma_bf16w_kernel(const mb_params P)
 {
 	extern __shared__ __align__(16) uint8_t mb_smem[];
@@ -162,13 +174,7 @@ __global__ void __launch_bounds__(MB_NT) linear_mma_bf16w_kernel(const mb_params
 	const int64_t nkb = P.in / MB_BK;
 
 	float acc[2][4][4];
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-			for (int i = 0; i < 4; i++)
-				acc[mt][nt][i] = 0.f;
+	mb_frag_acc(acc, NULL);
 
 	float av[2][4];
 #pragma unroll
@@ -205,13 +211,7 @@ __global__ void __launch_bounds__(MB_NT) linear_mma_bf16w_kernel(const mb_params
 		/* The tile's sums start from zero and are added to acc in f32 (RN): the
 		 * tensor core's own accumulation (truncating) spans 32 K, not all of K. */
 		float part[2][4][4];
-#pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int i = 0; i < 4; i++)
-					part[mt][nt][i] = 0.f;
+		mb_frag_acc(part, NULL);
 #pragma unroll
 		for (int ks = 0; ks < MB_BK / 16; ks++) {
 			uint32_t b[2][4];
@@ -235,13 +235,7 @@ __global__ void __launch_bounds__(MB_NT) linear_mma_bf16w_kernel(const mb_params
 							    b[nt >> 1][(nt & 1) * 2 + 1]);
 			}
 		}
-#pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int i = 0; i < 4; i++)
-					acc[mt][nt][i] += part[mt][nt][i];
+		mb_frag_acc(acc, part);
 		if (kn < nkb)
 			mb_store_a(nbase, av); /* slot kn % STAGES was last read in iteration kb - 1 */
 	}
