@@ -18,10 +18,13 @@
  *   - the grid is one wave (SMs x resident CTAs per SM); each CTA walks tiles
  *     blockIdx.x, blockIdx.x + gridDim.x, ..., and each warp keeps the
  *     weights of the next two (tile, step) items in flight while it computes
- *     one, across tile boundaries;
- *   - at the end of a tile the lane sums are reduced by a shuffle butterfly;
- *     with wk > 1 the wk partial sums of a row meet in shared memory (k part
- *     ascending), then each output is stored (f32, or bf16 RNE).
+ *     one, across tile boundaries, in two register buffers used in turn (no
+ *     barrier and no register copies in the loop);
+ *   - at the end of a tile the lane sums are reduced by halving shuffles
+ *     (gb_warp_sums) and stored (f32, or bf16 RNE); with wk > 1 they are parked in shared
+ *     memory instead (a CTA then has at most GB_RED_TILES tiles) and the wk
+ *     partial sums of each row are added after one barrier, k part
+ *     ascending.
  * wk: 1 when the rows alone fill the wave (the head: 129280 rows), up to 8
  * when they do not (the router gate: 256 rows), at most the number of K
  * steps. More than TC tokens take more CTAs along gridDim.y; the CTAs of
@@ -45,7 +48,8 @@ extern "C" {
 #define GB_STEP 256                         /* K columns per warp step: 32 lanes x 8 */
 #define GB_X_BYTES (64 * 1024)              /* staged activations per CTA at most */
 #define GB_MAX_TC 8                         /* tokens per CTA (GB_RB * GB_MAX_TC <= 32 lanes) */
-#define GB_RED_BYTES (GB_WARPS * GB_RB * GB_MAX_TC * 4)
+#define GB_RED_TILES 4                      /* tiles per CTA at most when wk > 1 (sums parked) */
+#define GB_RED_BYTES (GB_RED_TILES * GB_WARPS * GB_RB * GB_MAX_TC * 4)
 
 struct gb_params {
 	const void *x;
@@ -143,66 +147,111 @@ static __device__ __forceinline__ void gb_fma(const float *xs, int in_pad, int s
 	}
 }
 
-/* End of a tile: reduce the lanes' sums (every lane ends with all of them),
- * add the wk K parts (in shared memory, k part ascending) and store rows
- * row0 .. of tokens t0 ..; clears acc. Called by every warp of the CTA at
- * the same point once per tile (it holds __syncthreads when wk > 1). */
-template <int TC>
-static __device__ __forceinline__ void gb_finish(const gb_params &P, float *red, int64_t row0, int64_t t0, int warp,
-						 int lane, float (*acc)[TC])
+/* Sum N values (a power of two <= 32) over the warp's lanes, by halving:
+ * at the step of lane bit `off` each lane keeps half of its values and
+ * receives its partner's sums of them, so after log2 N steps lane l holds
+ * the sum of value l >> (5 - log2 N) (over the lanes that differ in the bits
+ * done so far); the remaining bits are a plain butterfly. N - 1 + 5 - log2 N
+ * shuffles instead of 5 N. */
+template <int N, int HALF, int OFF>
+static __device__ __forceinline__ void gb_halve(float (&v)[N], int lane)
 {
-	const int wk = P.wk, wr = warp / wk, nwr = GB_WARPS / wk;
+	const bool up = lane & OFF;
+#pragma unroll
+	for (int k = 0; k < HALF; k++) { /* HALF a template constant: unrolled, v stays in registers */
+		const float lo = v[k], hi = v[k + HALF];
+		const float send = up ? lo : hi, keep = up ? hi : lo;
+		v[k] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, OFF);
+	}
+	if constexpr (HALF > 1)
+		gb_halve<N, HALF / 2, OFF / 2>(v, lane);
+}
+
+template <int N>
+static __device__ __forceinline__ float gb_warp_sums(float (&v)[N], int lane)
+{
+	constexpr int LOG = N == 32 ? 5 : N == 16 ? 4 : N == 8 ? 3 : 2;
+	gb_halve<N, N / 2, 16>(v, lane);
+	float r = v[0];
+#pragma unroll
+	for (int st = LOG; st < 5; st++)
+		r += __shfl_xor_sync(0xFFFFFFFFu, r, 16 >> st);
+	return r;
+}
+
+/* End of tile j (the CTA's j-th, first row row0) for this warp: the lanes'
+ * sums of row i, token t end in the lanes l with l >> (5 - log2(GB_RB * TC))
+ * == i * TC + t; the first of them stores it (wk == 1) or parks it in red for
+ * the sum over K parts after the loop (wk > 1). Clears acc. No barrier. */
+template <int TC>
+static __device__ __forceinline__ void gb_end_tile(const gb_params &P, float *red, int64_t j, int64_t row0,
+						   int64_t t0, int warp, int lane, float (*acc)[TC])
+{
+	constexpr int N = GB_RB * TC, SH = N == 32 ? 0 : N == 16 ? 1 : N == 8 ? 2 : 3; /* 5 - log2 N */
+	float v[N];
 #pragma unroll
 	for (int i = 0; i < GB_RB; i++)
 #pragma unroll
 		for (int t = 0; t < TC; t++) {
-			float v = acc[i][t];
-#pragma unroll
-			for (int off = 16; off > 0; off >>= 1)
-				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-			acc[i][t] = v;
-		}
-	if (wk == 1) {
-#pragma unroll
-		for (int i = 0; i < GB_RB; i++)
-#pragma unroll
-			for (int t = 0; t < TC; t++) {
-				const int64_t o = row0 + wr * GB_RB + i, tg = t0 + t;
-				if (lane == i * TC + t && o < P.out && tg < P.T)
-					kq_store(P.y, P.y_dt, tg * P.ldy + o, acc[i][t]);
-			}
-	} else {
-#pragma unroll
-		for (int i = 0; i < GB_RB; i++)
-#pragma unroll
-			for (int t = 0; t < TC; t++)
-				if (lane == i * TC + t)
-					red[warp * (GB_RB * TC) + i * TC + t] = acc[i][t];
-		__syncthreads();
-		for (int q = threadIdx.x; q < nwr * GB_RB * TC; q += GB_THREADS) {
-			const int g = q / (GB_RB * TC), r = q - g * (GB_RB * TC), i = r / TC, t = r - i * TC;
-			float sum = 0.f;
-			for (int kq = 0; kq < wk; kq++) /* warp g * wk + kq holds k part kq of row group g */
-				sum += red[(g * wk + kq) * (GB_RB * TC) + r];
-			const int64_t o = row0 + g * GB_RB + i, tg = t0 + t;
-			if (o < P.out && tg < P.T)
-				kq_store(P.y, P.y_dt, tg * P.ldy + o, sum);
-		}
-		__syncthreads(); /* red is free for the next tile */
-	}
-#pragma unroll
-	for (int i = 0; i < GB_RB; i++)
-#pragma unroll
-		for (int t = 0; t < TC; t++)
+			v[i * TC + t] = acc[i][t];
 			acc[i][t] = 0.f;
+		}
+	const float sum = gb_warp_sums<N>(v, lane);
+	if (lane & ((1 << SH) - 1))
+		return;
+	const int q = lane >> SH, i = q / TC, t = q - i * TC;
+	const int64_t o = row0 + (warp / P.wk) * GB_RB + i, tg = t0 + t;
+	if (P.wk > 1)
+		red[(j * GB_WARPS + warp) * N + q] = sum;
+	else if (o < P.out && tg < P.T)
+		kq_store(P.y, P.y_dt, tg * P.ldy + o, sum);
 }
+
+/* A warp's weight loader, two items ahead of its math: item (lj, ls) is
+ * step kp + ls * wk of the CTA's tile lj; nl items issued so far. */
+struct gb_loader {
+	int64_t lj, nl;
+	int ls;
+	int64_t n_items;
+	int my_steps;
+	int64_t tile_rows, row_off; /* row_off: the warp's row group within a tile */
+	int kp;
+};
+
+/* Issue the next item's loads into dst (zeros past the warp's last item). */
+static __device__ __forceinline__ void gb_load_next(const gb_params &P, gb_loader &L, int lane, uint4 (&dst)[GB_RB])
+{
+	const int64_t o0 = L.nl < L.n_items ? ((int64_t)blockIdx.x + L.lj * gridDim.x) * L.tile_rows + L.row_off : P.out;
+	gb_load(P, o0, (int64_t)(L.kp + L.ls * P.wk) * GB_STEP + lane * 8, dst);
+	if (++L.ls == L.my_steps)
+		L.ls = 0, L.lj++;
+	L.nl++;
+}
+
+/* One item on weight buffer BUF (no copies between buffers: a move from a
+ * register whose load is in flight would wait for it): widen it, reload BUF
+ * with the item two ahead, do the FMAs, and end the tile after its last
+ * step. */
+#define GB_ITEM(BUF)                                                                                      \
+	do {                                                                                              \
+		float wf[GB_RB][8];                                                                       \
+		gb_widen(BUF, wf);                                                                        \
+		gb_load_next(P, L, lane, BUF);                                                            \
+		gb_fma<TC>(xs, P.in_pad, kp + si * P.wk, lane, wf, acc);                                  \
+		if (++si == my_steps) {                                                                   \
+			gb_end_tile<TC>(P, red, j, ((int64_t)blockIdx.x + j * gridDim.x) * tile_rows, t0, warp, \
+					lane, acc);                                                       \
+			si = 0;                                                                           \
+			j++;                                                                              \
+		}                                                                                         \
+	} while (0)
 
 template <int TC>
 __global__ void __launch_bounds__(GB_THREADS, 2) linear_gemv_bf16_kernel(const gb_params P)
 {
 	extern __shared__ float4 gb_smem4[];
 	float *xs = (float *)gb_smem4;     /* [TC][in_pad] */
-	float *red = xs + TC * P.in_pad;   /* [8 warps][GB_RB][TC], wk > 1 */
+	float *red = xs + TC * P.in_pad;   /* [GB_RED_TILES][8 warps][GB_RB][TC], wk > 1 */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int kp = warp % P.wk, wr = warp / P.wk, nwr = GB_WARPS / P.wk;
 	const int64_t t0 = (int64_t)blockIdx.y * TC, tile_rows = GB_RB * nwr;
@@ -212,18 +261,10 @@ __global__ void __launch_bounds__(GB_THREADS, 2) linear_gemv_bf16_kernel(const g
 	const int my_steps = (P.nsteps - kp + P.wk - 1) / P.wk; /* >= 1: the host keeps wk <= nsteps */
 	const int64_t my_tiles = blockIdx.x < P.n_tiles ? (P.n_tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
 	const int64_t n_items = my_tiles * my_steps;
-	int64_t lj = 0, nl = 0; /* the loader's tile and item count, two items ahead of the math */
-	int ls = 0;
-	auto load_next = [&](uint4 *dst) {
-		const int64_t o0 = nl < n_items ? ((int64_t)blockIdx.x + lj * gridDim.x) * tile_rows + wr * GB_RB : P.out;
-		gb_load(P, o0, (int64_t)(kp + ls * P.wk) * GB_STEP + lane * 8, dst);
-		if (++ls == my_steps)
-			ls = 0, lj++;
-		nl++;
-	};
+	gb_loader L = {0, 0, 0, n_items, my_steps, tile_rows, wr * GB_RB, kp};
 	uint4 wa[GB_RB], wb[GB_RB];
-	load_next(wa); /* in flight while x is staged */
-	load_next(wb);
+	gb_load_next(P, L, lane, wa); /* in flight while x is staged */
+	gb_load_next(P, L, lane, wb);
 	__syncthreads();
 
 	float acc[GB_RB][TC];
@@ -232,19 +273,32 @@ __global__ void __launch_bounds__(GB_THREADS, 2) linear_gemv_bf16_kernel(const g
 #pragma unroll
 		for (int t = 0; t < TC; t++)
 			acc[i][t] = 0.f;
-	for (int64_t j = 0; j < my_tiles; j++) { /* uniform over the CTA: gb_finish may hold a barrier */
-		for (int si = 0; si < my_steps; si++) {
-			float wf[GB_RB][8];
-			gb_widen(wa, wf);
-#pragma unroll
-			for (int i = 0; i < GB_RB; i++)
-				wa[i] = wb[i];
-			load_next(wb);
-			gb_fma<TC>(xs, P.in_pad, kp + si * P.wk, lane, wf, acc);
-		}
-		gb_finish<TC>(P, red, ((int64_t)blockIdx.x + j * gridDim.x) * tile_rows, t0, warp, lane, acc);
+	int64_t j = 0; /* the math's tile and step */
+	int si = 0;
+	for (int64_t n = 0; n < n_items; n += 2) {
+		GB_ITEM(wa);
+		if (n + 1 >= n_items)
+			break;
+		GB_ITEM(wb);
+	}
+	if (P.wk == 1)
+		return;
+	/* wk > 1: the K parts of each row meet here, k part ascending. */
+	__syncthreads();
+	const int per_tile = nwr * GB_RB * TC;
+	for (int64_t q = threadIdx.x; q < my_tiles * per_tile; q += GB_THREADS) {
+		const int64_t jt = q / per_tile;
+		const int rem = (int)(q - jt * per_tile), g = rem / (GB_RB * TC), r = rem - g * (GB_RB * TC);
+		const int i = r / TC, t = r - i * TC;
+		float sum = 0.f;
+		for (int kq = 0; kq < P.wk; kq++) /* warp g * wk + kq holds k part kq of row group g */
+			sum += red[(jt * GB_WARPS + g * P.wk + kq) * (GB_RB * TC) + r];
+		const int64_t o = ((int64_t)blockIdx.x + jt * gridDim.x) * tile_rows + g * GB_RB + i, tg = t0 + t;
+		if (o < P.out && tg < P.T)
+			kq_store(P.y, P.y_dt, tg * P.ldy + o, sum);
 	}
 }
+#undef GB_ITEM
 
 /* ---- host side ---- */
 
@@ -328,6 +382,8 @@ static cudaError_t gb_launch(gb_params P, int64_t n_chunks, cudaStream_t stream)
 		ctas = 1;
 	if (ctas > P.n_tiles)
 		ctas = P.n_tiles;
+	if (wk > 1 && (P.n_tiles + ctas - 1) / ctas > GB_RED_TILES) /* the parked sums fit red */
+		ctas = (P.n_tiles + GB_RED_TILES - 1) / GB_RED_TILES;
 	if (ctas > 0x7FFFFFFF || n_chunks > 65535)
 		return cudaErrorInvalidConfiguration;
 	linear_gemv_bf16_kernel<TC><<<dim3((unsigned)ctas, (unsigned)n_chunks), GB_THREADS, smem, stream>>>(P);
