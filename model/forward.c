@@ -23,13 +23,10 @@
 #include "kernels/device/graph.h"
 #include "model/forward_internal.h"
 
-enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,
-			     const struct model_fwd_options *opt, struct err *e)
+/* The forward's dimensions, from the config and this rank's weight shards. */
+static void fwd_set_dims(struct model_fwd *f, const struct model_weights *w, struct model_state *s,
+			 const struct model_fwd_options *opt)
 {
-	*out = NULL;
-	struct model_fwd *f = calloc(1, sizeof *f);
-	if (!f)
-		return err_set(e, ST_NOMEM, "forward");
 	const struct model_config *c = w->cfg;
 	f->w = w;
 	f->st = s;
@@ -52,17 +49,6 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	f->VB = w->vocab_begin;
 	f->rank = w->rank;
 	f->ws = w->world_size;
-	if (f->ws > 1 && (!opt->comm || comm_n_ranks(opt->comm) != f->ws || comm_rank(opt->comm) != f->rank)) {
-		free(f);
-		return err_set(e, ST_INVALID, "forward: world size %d needs a communicator of that size with rank %d",
-			       w->world_size, w->rank);
-	}
-	if (w->on_device != s->mem.device) {
-		free(f);
-		return err_set(e, ST_INVALID, "forward: weights on the %s, block pool on the %s",
-			       w->on_device ? "device" : "host", s->mem.device ? "device" : "host");
-	}
-	f->comm_staged = f->ws > 1 && f->mem.device && strcmp(comm_backend_name(opt->comm), "nccl") != 0;
 	f->R = c->o_lora_rank;
 	f->QL = c->q_lora_rank;
 	f->I = c->moe_intermediate_size;
@@ -71,6 +57,15 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	f->NHI = c->index_n_heads;
 	f->ID = c->index_head_dim;
 	f->V = c->vocab_size;
+}
+
+/* The widest index set a token's attention may read: its ring and the most
+ * compressed rows any layer (or a DSpark query's block) adds. */
+static enum status plan_index_stride(struct model_fwd *f, struct err *e)
+{
+	const struct model_weights *w = f->w;
+	const struct model_config *c = f->cfg;
+	const struct model_fwd_options *opt = &f->opt;
 	int64_t W = c->sliding_window;
 	int64_t stride = W;
 	for (int l = 0; l < w->n_layers + w->n_mtp; l++) {
@@ -83,12 +78,16 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	}
 	if (w->n_dspark && W + c->dspark.block_size > stride) /* a DSpark query: its ring and the block */
 		stride = W + c->dspark.block_size;
-	if (stride > (1 << 24)) {
-		free(f);
+	if (stride > (1 << 24))
 		return err_set(e, ST_INVALID, "forward: index set of %lld rows per token", (long long)stride);
-	}
 	f->idx_stride = (int)stride;
-	/* the distinct compressed-row pool sizes, for the per-kind ring rows */
+	return ST_OK;
+}
+
+/* The distinct compressed-row pool sizes, for the per-kind ring rows. */
+static void plan_kinds(struct model_fwd *f)
+{
+	const struct model_state *s = f->st;
 	f->kind_rows[f->n_kinds++] = 0;
 	for (int l = 0; l < s->n_layers; l++) {
 		int rows = s->ls[l].ratio ? s->ls[l].per_block * (int)s->n_blocks : 0;
@@ -98,8 +97,15 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 		if (!seen && f->n_kinds < MAX_KINDS)
 			f->kind_rows[f->n_kinds++] = rows;
 	}
-	int64_t T = opt->max_tokens, S = opt->max_seqs, n = f->n, D = f->D;
-	int64_t P = T * f->K, B = s->block_tokens;
+}
+
+/* The host arrays of a step's plan (segments, waves, block tables) and the
+ * metadata arena, sized for the capacities. */
+static enum status alloc_step_plan(struct model_fwd *f, struct err *e)
+{
+	const struct model_fwd_options *opt = &f->opt;
+	const struct model_state *s = f->st;
+	int64_t T = opt->max_tokens, S = opt->max_seqs, B = s->block_tokens;
 	f->bt_stride = (int32_t)((opt->max_context + B - 1) / B + 1);
 	int64_t max_segs = S + T / B + S; /* each sequence: ceil(len/B) + 1 at most */
 	f->segs = calloc((size_t)max_segs + 1, sizeof *f->segs);
@@ -108,7 +114,7 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	f->entry_blk = calloc((size_t)S + 1, sizeof *f->entry_blk);
 	f->waves = calloc((size_t)max_segs + 1, sizeof *f->waves);
 	if (!f->segs || !f->seg_first || !f->bt_h || !f->entry_blk || !f->waves)
-		goto nomem;
+		return err_set(e, ST_NOMEM, "forward buffers for %u tokens", opt->max_tokens);
 	/* arena bound: step arrays, per-kind ring rows, every wave's arrays, the
 	 * fp32 lists of every compressed layer, the head's rows */
 	size_t ints = (size_t)(4 * T + 4 * S + S * f->bt_stride + 2 * MAX_KINDS * S) +
@@ -117,17 +123,28 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	f->meta_cap = ints * 4 + 16 * (size_t)(64 + 4 * max_segs + 4 * s->n_layers);
 	enum status st;
 	if ((st = kern_mem_host_alloc(&f->mem, f->meta_cap, (void **)&f->meta_h, e)))
-		goto fail;
+		return st;
 	if (f->mem.device) {
 		if ((st = fwd__mem_alloc(f, &f->meta_d, f->meta_cap, e)))
-			goto fail;
+			return st;
 	} else {
 		f->meta_d = f->meta_h;
 	}
+	return ST_OK;
+}
+
+/* The activations in the pool's memory, for max_tokens. */
+static enum status alloc_activations(struct model_fwd *f, struct err *e)
+{
+	const struct model_fwd_options *opt = &f->opt;
+	const struct model_state *s = f->st;
+	const struct model_config *c = f->cfg;
+	int64_t T = opt->max_tokens, n = f->n, D = f->D, P = T * f->K;
+	enum status st;
 #define ALLOC(p, count)                                                                            \
 	do {                                                                                       \
-		if ((st = fwd__mem_alloc(f, &(p), ((size_t)(count) + 1) * sizeof *(p), e)))             \
-			goto fail;                                                                 \
+		if ((st = fwd__mem_alloc(f, &(p), ((size_t)(count) + 1) * sizeof *(p), e)))        \
+			return st;                                                                 \
 	} while (0)
 	ALLOC(f->x, T * n * D);
 	ALLOC(f->x2, T * n * D);
@@ -173,7 +190,7 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 	if (f->comm_staged) {
 		f->comm_host = malloc((size_t)(T * (n * D > f->V ? n * D : f->V)) * sizeof(float) + 4);
 		if (!f->comm_host)
-			goto nomem;
+			return err_set(e, ST_NOMEM, "forward buffers for %u tokens", opt->max_tokens);
 	}
 	ALLOC(f->h1, P * f->I);
 	ALLOC(f->h3, P * f->I);
@@ -195,17 +212,44 @@ enum status model_fwd_create(struct model_fwd **out, const struct model_weights 
 		ALLOC(f->pooled, mx);
 	}
 	/* one linear workspace for the largest linear the plan runs */
-	f->lt_ws_bytes = model_weights_linear_workspace_bytes(w, T);
+	f->lt_ws_bytes = model_weights_linear_workspace_bytes(f->w, T);
 	if (f->lt_ws_bytes)
 		ALLOC(f->lt_ws, f->lt_ws_bytes);
 #undef ALLOC
+	return ST_OK;
+}
+
+enum status model_fwd_create(struct model_fwd **out, const struct model_weights *w, struct model_state *s,
+			     const struct model_fwd_options *opt, struct err *e)
+{
+	*out = NULL;
+	struct model_fwd *f = calloc(1, sizeof *f);
+	if (!f)
+		return err_set(e, ST_NOMEM, "forward");
+	fwd_set_dims(f, w, s, opt);
+	if (f->ws > 1 && (!opt->comm || comm_n_ranks(opt->comm) != f->ws || comm_rank(opt->comm) != f->rank)) {
+		free(f);
+		return err_set(e, ST_INVALID, "forward: world size %d needs a communicator of that size with rank %d",
+			       w->world_size, w->rank);
+	}
+	if (w->on_device != s->mem.device) {
+		free(f);
+		return err_set(e, ST_INVALID, "forward: weights on the %s, block pool on the %s",
+			       w->on_device ? "device" : "host", s->mem.device ? "device" : "host");
+	}
+	f->comm_staged = f->ws > 1 && f->mem.device && strcmp(comm_backend_name(opt->comm), "nccl") != 0;
+	enum status st = plan_index_stride(f, e);
+	if (st) {
+		free(f);
+		return st;
+	}
+	plan_kinds(f);
+	if ((st = alloc_step_plan(f, e)) || (st = alloc_activations(f, e))) {
+		model_fwd_destroy(f);
+		return st;
+	}
 	*out = f;
 	return ST_OK;
-nomem:
-	st = err_set(e, ST_NOMEM, "forward buffers for %u tokens", opt->max_tokens);
-fail:
-	model_fwd_destroy(f);
-	return st;
 }
 
 uint64_t model_fwd_estimate_bytes(const struct model_weights *w, uint32_t max_tokens, uint32_t max_seqs,
