@@ -301,6 +301,7 @@ const float *model_fwd_streams(const struct model_fwd *f)
 {
 	return f->x_final;
 }
+
 /* ---- one block ---- */
 
 static enum status block(struct model_fwd *f, int l, struct err *e)

@@ -31,24 +31,29 @@ static enum status state_regions(struct model_fwd *f, const struct wave *wv, flo
 	return ST_OK;
 }
 
+/* Rule 2 for one compressor's state (its kv and score regions, floats per
+ * block) before wave wv runs: a block at position 0 starts at kv 0 and
+ * score -inf, a block that starts a table entry copies the previous one. */
+static enum status cmp_state_pair(struct model_fwd *f, const struct wave *wv, float *kv, float *score,
+				  int64_t floats, struct err *e)
+{
+	enum status st;
+	if ((st = state_regions(f, wv, kv, floats, true, 0.0f, e)) ||
+	    (st = state_regions(f, wv, score, floats, true, -INFINITY, e)) ||
+	    (st = state_regions(f, wv, kv, floats, false, 0, e)) ||
+	    (st = state_regions(f, wv, score, floats, false, 0, e)))
+		return st;
+	return ST_OK;
+}
+
 /* Rule 2 for the compressor state of layer l before wave wv runs. */
 static enum status compressor_state(struct model_fwd *f, const struct model_layer_state *q, const struct wave *wv,
 				    struct err *e)
 {
-	enum status st;
-	if ((st = state_regions(f, wv, q->cmp_kv, q->cmp_state_floats, true, 0.0f, e)) ||
-	    (st = state_regions(f, wv, q->cmp_score, q->cmp_state_floats, true, -INFINITY, e)) ||
-	    (st = state_regions(f, wv, q->cmp_kv, q->cmp_state_floats, false, 0, e)) ||
-	    (st = state_regions(f, wv, q->cmp_score, q->cmp_state_floats, false, 0, e)))
+	enum status st = cmp_state_pair(f, wv, q->cmp_kv, q->cmp_score, q->cmp_state_floats, e);
+	if (st || !q->indexer)
 		return st;
-	if (!q->indexer)
-		return ST_OK;
-	if ((st = state_regions(f, wv, q->icmp_kv, q->icmp_state_floats, true, 0.0f, e)) ||
-	    (st = state_regions(f, wv, q->icmp_score, q->icmp_state_floats, true, -INFINITY, e)) ||
-	    (st = state_regions(f, wv, q->icmp_kv, q->icmp_state_floats, false, 0, e)) ||
-	    (st = state_regions(f, wv, q->icmp_score, q->icmp_state_floats, false, 0, e)))
-		return st;
-	return ST_OK;
+	return cmp_state_pair(f, wv, q->icmp_kv, q->icmp_score, q->icmp_state_floats, e);
 }
 
 /* ---- compressors ---- */
@@ -65,9 +70,9 @@ static enum status cmp_fp32_post(struct model_fwd *f, const struct model_layer *
 	int m = ly->ratio;
 	int64_t n = 0;
 	for (int s = 0; s < f->S; s++) {
-		int gi = f->seg_first[s] + j;
-		if (gi < f->seg_first[s + 1])
-			n += kern_compressor_n_emitted(f->segs[gi].pos0, f->segs[gi].i1 - f->segs[gi].i0, m);
+		const struct seg *g = fwd__wave_seg(f, s, j);
+		if (g)
+			n += kern_compressor_n_emitted(g->pos0, g->i1 - g->i0, m);
 	}
 	if (!n)
 		return ST_OK;
@@ -76,10 +81,9 @@ static enum status cmp_fp32_post(struct model_fwd *f, const struct model_layer *
 	TAKE(f, wpos, n);
 	int64_t k = 0;
 	for (int s = 0; s < f->S; s++) {
-		int gi = f->seg_first[s] + j;
-		if (gi >= f->seg_first[s + 1])
+		const struct seg *g = fwd__wave_seg(f, s, j);
+		if (!g)
 			continue;
-		const struct seg *g = &f->segs[gi];
 		int64_t w0 = g->pos0 / m, nw = kern_compressor_n_emitted(g->pos0, g->i1 - g->i0, m);
 		for (int64_t w = w0; w < w0 + nw; w++, k++) {
 			rows[k] = (int32_t)((int64_t)f->bt_h[s * f->bt_stride + w / q->per_block] * q->per_block +
@@ -201,15 +205,16 @@ enum status fwd__ring_waves(struct model_fwd *f, int l, struct err *e)
 	return ST_OK;
 }
 
-enum status fwd__attention(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn, float *out,
-			     struct err *e)
+/* ---- the q, KV and output paths (the main layers' and DSpark's) ---- */
+
+/* The queries of the step's tokens at positions pos into f->q:
+ * rope(norm(wq_b(q_norm(wq_a(xn))))) per head; f->qr keeps the low-rank q
+ * the indexer reads. */
+enum status fwd__attn_q(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn,
+			const int32_t *pos, struct err *e)
 {
-	struct model_layer_state *q = &f->st->ls[l];
-	int64_t T = f->T, H = f->H, d = f->d, r = f->r, W = f->cfg->sliding_window;
-	void *sm = f->mem.stream;
-	const int32_t *pos = DEV(f, f->pos);
+	int64_t T = f->T, H = f->H, d = f->d;
 	enum status st;
-	/* q path */
 	if ((st = fwd__lin(f, &ly->wq_a, xn, 0, T, f->qr, 0, true, l, e)))
 		return st;
 	if ((st = fwd__norm(f, ly, f->qr, f->qr, T, (int)f->QL, ly->q_norm, true, l, e)))
@@ -220,22 +225,63 @@ enum status fwd__attention(struct model_fwd *f, const struct model_layer *ly, in
 	if ((st = fwd__norm(f, ly, f->q, f->q, T * H, (int)d, NULL, true, l, e)))
 		return st;
 	struct kern_rope_args ra = {.x = f->q, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = (int)H,
-				    .head_dim = (int)d, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round, .stream = sm};
+				    .head_dim = (int)d, .rope_dim = (int)f->r, .bf16_out = f->opt.bf16_round,
+				    .stream = f->mem.stream};
 	OK(l, ly->ops.rope(&ra));
-	/* shared K = V */
-	if ((st = fwd__lin(f, &ly->wkv, xn, 0, T, f->kv, 0, true, l, e)))
+	return ST_OK;
+}
+
+/* The shared K = V row of T rows x at positions pos into kv [T, head_dim]:
+ * kv_norm(wkv(x)), rope, and with quant_sim the FP8 simulation of the
+ * non-rope part. */
+enum status fwd__attn_kv(struct model_fwd *f, const struct model_layer *ly, int l, const float *x,
+			 const int32_t *pos, int64_t T, float *kv, struct err *e)
+{
+	int64_t d = f->d, r = f->r;
+	enum status st;
+	if ((st = fwd__lin(f, &ly->wkv, x, 0, T, kv, 0, true, l, e)) ||
+	    (st = fwd__norm(f, ly, kv, kv, T, (int)d, ly->kv_norm, true, l, e)))
 		return st;
-	if ((st = fwd__norm(f, ly, f->kv, f->kv, T, (int)d, ly->kv_norm, true, l, e)))
-		return st;
-	ra.x = f->kv;
-	ra.n_heads = 1;
+	struct kern_rope_args ra = {.x = kv, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = 1,
+				    .head_dim = (int)d, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round,
+				    .stream = f->mem.stream};
 	OK(l, ly->ops.rope(&ra));
-	fwd__trace(f, "kv", l, f->kv, T * d);
+	fwd__trace(f, "kv", l, kv, T * d);
 	if (f->opt.quant_sim) {
-		struct kern_act_quant_sim_args qa = {.x = f->kv, .n_rows = T, .n_cols = d - r, .ld = d, .block = 64,
-						     .stream = sm};
+		struct kern_act_quant_sim_args qa = {.x = kv, .n_rows = T, .n_cols = d - r, .ld = d, .block = 64,
+						     .stream = f->mem.stream};
 		OK(l, f->g->act_quant_sim(&qa));
 	}
+	return ST_OK;
+}
+
+/* The grouped low-rank output projection of the attention output f->o:
+ * out = wo_b(wo_a_g(o_g) for each group g), before any all-reduce. */
+enum status fwd__attn_out(struct model_fwd *f, const struct model_layer *ly, int l, float *out, struct err *e)
+{
+	int64_t T = f->T, H = f->H, d = f->d;
+	enum status st;
+	int64_t hpg = H / f->G;
+	for (int64_t g = 0; g < f->G; g++)
+		if ((st = fwd__lin(f, &ly->wo_a[g], f->o + g * hpg * d, H * d, T, f->z + g * f->R, f->G * f->R, false, l, e)))
+			return st;
+	if ((st = fwd__round_bf16(f, f->z, T * f->G * f->R, e)) ||
+	    (st = fwd__lin(f, &ly->wo_b, f->z, 0, T, out, 0, false, l, e)))
+		return st;
+	return ST_OK;
+}
+
+enum status fwd__attention(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn, float *out,
+			     struct err *e)
+{
+	struct model_layer_state *q = &f->st->ls[l];
+	int64_t T = f->T, H = f->H, d = f->d, r = f->r, W = f->cfg->sliding_window;
+	void *sm = f->mem.stream;
+	const int32_t *pos = DEV(f, f->pos);
+	enum status st;
+	/* q and the shared K = V row */
+	if ((st = fwd__attn_q(f, ly, l, xn, pos, e)) || (st = fwd__attn_kv(f, ly, l, xn, pos, T, f->kv, e)))
+		return st;
 
 	/* compressed rows of this step (they may serve this step's own queries) */
 	if (ly->ratio) {
@@ -309,11 +355,7 @@ enum status fwd__attention(struct model_fwd *f, const struct model_layer *ly, in
 	fwd__trace(f, "attn_o", l, f->o, T * H * d);
 
 	/* grouped low-rank output projection */
-	int64_t hpg = H / f->G;
-	for (int64_t g = 0; g < f->G; g++)
-		if ((st = fwd__lin(f, &ly->wo_a[g], f->o + g * hpg * d, H * d, T, f->z + g * f->R, f->G * f->R, false, l, e)))
-			return st;
-	if ((st = fwd__round_bf16(f, f->z, T * f->G * f->R, e)) || (st = fwd__lin(f, &ly->wo_b, f->z, 0, T, out, 0, false, l, e)) || (st = fwd__all_reduce(f, out, T * f->D, e)) ||
+	if ((st = fwd__attn_out(f, ly, l, out, e)) || (st = fwd__all_reduce(f, out, T * f->D, e)) ||
 	    (st = fwd__round_bf16(f, out, T * f->D, e)))
 		return st;
 	if (f->spec && (st = fwd__spec_stash(f, ly, l, e))) /* speculative decoding: keep the state inputs */

@@ -18,11 +18,9 @@ enum status fwd__batch_prepare(struct model_fwd *f, const struct exec_step *step
 	if (step->n_tokens > f->opt.max_tokens || step->n_seqs > f->opt.max_seqs)
 		return err_set(e, ST_INVALID, "step of %u tokens / %u sequences exceeds %u / %u", step->n_tokens,
 			       step->n_seqs, f->opt.max_tokens, f->opt.max_seqs);
-	/* the arena's host side is reused: the previous step's uploads must be done */
-	enum status st0 = kern_mem_sync(&f->mem, e);
+	enum status st0 = fwd__meta_reset(f, e);
 	if (st0)
 		return st0;
-	f->meta_used = f->meta_flushed = 0;
 	f->T = step->n_tokens;
 	f->S = (int)step->n_seqs;
 	f->n_segs = 0;
@@ -105,7 +103,7 @@ enum status fwd__batch_prepare(struct model_fwd *f, const struct exec_step *step
 		memset(wv, 0, sizeof *wv);
 		int ns = 0;
 		for (int s = 0; s < f->S; s++)
-			ns += f->seg_first[s] + j < f->seg_first[s + 1];
+			ns += fwd__wave_seg(f, s, j) != NULL;
 		wv->ns = ns;
 		TAKE(f, wv->q_off, ns + 1);
 		TAKE(f, wv->start, ns);
@@ -119,10 +117,9 @@ enum status fwd__batch_prepare(struct model_fwd *f, const struct exec_step *step
 		int k = 0;
 		wv->q_off[0] = 0;
 		for (int s = 0; s < f->S; s++) {
-			int gi = f->seg_first[s] + j;
-			if (gi >= f->seg_first[s + 1])
+			const struct seg *g = fwd__wave_seg(f, s, j);
+			if (!g)
 				continue;
-			const struct seg *g = &f->segs[gi];
 			if (g->pos0 == 0)
 				wv->init_ids[wv->n_init++] = g->blk;
 			else if (g->prev_blk >= 0) {
@@ -142,10 +139,10 @@ enum status fwd__batch_prepare(struct model_fwd *f, const struct exec_step *step
 			TAKE(f, wv->gather, nt);
 			uint32_t t = 0;
 			for (int s = 0; s < f->S; s++) {
-				int gi = f->seg_first[s] + j;
-				if (gi >= f->seg_first[s + 1])
+				const struct seg *g = fwd__wave_seg(f, s, j);
+				if (!g)
 					continue;
-				for (uint32_t i = f->segs[gi].i0; i < f->segs[gi].i1; i++)
+				for (uint32_t i = g->i0; i < g->i1; i++)
 					wv->gather[t++] = (int32_t)i;
 			}
 		}

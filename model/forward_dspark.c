@@ -74,21 +74,7 @@ enum status model_fwd_dspark_kv(struct model_fwd *f, int stage, const float *mai
 				float *kv, struct err *e)
 {
 	const struct model_layer *ly = dspark_stage(f, stage);
-	int64_t d = f->d, r = f->r;
-	enum status st;
-	if ((st = fwd__lin(f, &ly->wkv, main_x, 0, T, kv, 0, true, ly->layer, e)) ||
-	    (st = fwd__norm(f, ly, kv, kv, T, (int)d, ly->kv_norm, true, ly->layer, e)))
-		return st;
-	struct kern_rope_args ra = {.x = kv, .pos = pos, .omega = ly->omega, .n_rows = T, .n_heads = 1,
-				    .head_dim = (int)d, .rope_dim = (int)r, .bf16_out = f->opt.bf16_round,
-				    .stream = f->mem.stream};
-	OK(ly->layer, ly->ops.rope(&ra));
-	if (f->opt.quant_sim) {
-		struct kern_act_quant_sim_args qa = {.x = kv, .n_rows = T, .n_cols = d - r, .ld = d, .block = 64,
-						     .stream = f->mem.stream};
-		OK(ly->layer, f->g->act_quant_sim(&qa));
-	}
-	return ST_OK;
+	return fwd__attn_kv(f, ly, ly->layer, main_x, pos, T, kv, e);
 }
 
 /* A stage's attention over the block: every query of sequence s sees its
@@ -97,18 +83,9 @@ static enum status dspark_attention(struct model_fwd *f, const struct model_laye
 				    const struct model_fwd_dspark_block *b, const float *xn, float *out, struct err *e)
 {
 	int l = ly->layer;
-	int64_t T = f->T, H = f->H, d = f->d, R = f->R, nb = b->block_tokens;
+	int64_t T = f->T, H = f->H, d = f->d, nb = b->block_tokens;
 	enum status st;
-	if ((st = fwd__lin(f, &ly->wq_a, xn, 0, T, f->qr, 0, true, l, e)) ||
-	    (st = fwd__norm(f, ly, f->qr, f->qr, T, (int)f->QL, ly->q_norm, true, l, e)) ||
-	    (st = fwd__lin(f, &ly->wq_b, f->qr, 0, T, f->q, 0, true, l, e)) ||
-	    (st = fwd__norm(f, ly, f->q, f->q, T * H, (int)d, NULL, true, l, e)))
-		return st;
-	struct kern_rope_args ra = {.x = f->q, .pos = f->pos, .omega = ly->omega, .n_rows = T, .n_heads = (int)H,
-				    .head_dim = (int)d, .rope_dim = (int)f->r, .bf16_out = f->opt.bf16_round,
-				    .stream = f->mem.stream};
-	OK(ly->layer, ly->ops.rope(&ra));
-	if ((st = model_fwd_dspark_kv(f, stage, xn, f->pos, f->T, f->kv, e)))
+	if ((st = fwd__attn_q(f, ly, l, xn, f->pos, e)) || (st = fwd__attn_kv(f, ly, l, xn, f->pos, T, f->kv, e)))
 		return st;
 	for (uint32_t s = 0; s < b->n_seqs; s++) {
 		uint32_t c0 = b->ctx_off[s], nc = b->ctx_off[s + 1] - c0;
@@ -135,11 +112,7 @@ static enum status dspark_attention(struct model_fwd *f, const struct model_laye
 	aa.kv[1] = b->ctx_kv[stage];
 	aa.kv_rows[1] = b->ctx_off[b->n_seqs];
 	OK(ly->layer, ly->ops.sparse_attn(&aa));
-	int64_t hpg = H / f->G;
-	for (int64_t g = 0; g < f->G; g++)
-		if ((st = fwd__lin(f, &ly->wo_a[g], f->o + g * hpg * d, H * d, T, f->z + g * R, f->G * R, false, l, e)))
-			return st;
-	if ((st = fwd__round_bf16(f, f->z, T * f->G * R, e)) || (st = fwd__lin(f, &ly->wo_b, f->z, 0, T, out, 0, false, l, e)))
+	if ((st = fwd__attn_out(f, ly, l, out, e)))
 		return st;
 	return fwd__round_bf16(f, out, T * f->D, e);
 }
@@ -152,10 +125,9 @@ enum status model_fwd_dspark_draft(struct model_fwd *f, const struct model_fwd_d
 	uint64_t T = (uint64_t)b->n_seqs * b->block_tokens;
 	if (!T || T > f->opt.max_tokens)
 		return err_set(e, ST_INVALID, "DSpark block of %llu rows (1..%u)", (unsigned long long)T, f->opt.max_tokens);
-	enum status st = kern_mem_sync(&f->mem, e);
+	enum status st = fwd__meta_reset(f, e);
 	if (st)
 		return st;
-	f->meta_used = f->meta_flushed = 0;
 	f->T = (uint32_t)T;
 	f->S = (int)b->n_seqs;
 	for (uint64_t i = 0; i < T; i++)

@@ -124,9 +124,17 @@ struct fwd_spec; /* forward_spec.c */
 		if (st_)                                                                           \
 			return err_set(e, st_, "layer %d: %s failed", (layer_), #call);            \
 	} while (0)
+/* Wave j's segment of sequence s (its j-th), or NULL when s has fewer. */
+static inline const struct seg *fwd__wave_seg(const struct model_fwd *f, int s, int j)
+{
+	int gi = f->seg_first[s] + j;
+	return gi < f->seg_first[s + 1] ? &f->segs[gi] : NULL;
+}
+
 /* ---- forward_ops.c: memory, the metadata arena, the op wrappers ---- */
 enum status fwd__mem_alloc(struct model_fwd *f, void *pp, size_t bytes, struct err *e) DSV4_WUR;
 void *fwd__meta_take(struct model_fwd *f, size_t n);
+enum status fwd__meta_reset(struct model_fwd *f, struct err *e) DSV4_WUR;
 enum status fwd__meta_flush(struct model_fwd *f, struct err *e) DSV4_WUR;
 void fwd__trace(const struct model_fwd *f, const char *what, int layer, const float *x, int64_t n);
 enum status fwd__round_bf16(const struct model_fwd *f, float *x, int64_t n, struct err *e) DSV4_WUR;
@@ -151,6 +159,12 @@ enum status fwd__batch_prepare(struct model_fwd *f, const struct exec_step *step
 /* ---- forward_attn.c ---- */
 enum status fwd__compress_waves(struct model_fwd *f, const struct model_layer *ly, int l, struct err *e) DSV4_WUR;
 enum status fwd__ring_waves(struct model_fwd *f, int l, struct err *e) DSV4_WUR;
+enum status fwd__attn_q(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn,
+			const int32_t *pos, struct err *e) DSV4_WUR;
+enum status fwd__attn_kv(struct model_fwd *f, const struct model_layer *ly, int l, const float *x,
+			 const int32_t *pos, int64_t T, float *kv, struct err *e) DSV4_WUR;
+enum status fwd__attn_out(struct model_fwd *f, const struct model_layer *ly, int l, float *out,
+			  struct err *e) DSV4_WUR;
 enum status fwd__attention(struct model_fwd *f, const struct model_layer *ly, int l, const float *xn, float *out,
 			   struct err *e) DSV4_WUR;
 

@@ -34,6 +34,17 @@ void *fwd__meta_take(struct model_fwd *f, size_t n)
 	return f->meta_h + off;
 }
 
+/* Empty the arena for a new step. Its host side is reused: the previous
+ * step's uploads must be done first. */
+enum status fwd__meta_reset(struct model_fwd *f, struct err *e)
+{
+	enum status st = kern_mem_sync(&f->mem, e);
+	if (st)
+		return st;
+	f->meta_used = f->meta_flushed = 0;
+	return ST_OK;
+}
+
 /* Upload what was taken since the last flush. */
 enum status fwd__meta_flush(struct model_fwd *f, struct err *e)
 {

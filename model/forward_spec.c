@@ -227,6 +227,32 @@ enum status model_fwd_spec_save(struct model_fwd *f, const struct exec_step *ste
 	return ST_OK;
 }
 
+/* Between layer l's state inputs in the forward's buffers (kv, the
+ * compressor projections) and its stash rows [kv d | kvp 2d | gp 2d |
+ * ikvp 2ID | igp 2ID]: to_stash, the buffers' rows idx[0..n) into stash
+ * rows 0..n; else stash rows idx[0..n) into the buffers' rows 0..n. */
+static enum status spec_stash_move(struct model_fwd *f, const struct model_layer *ly, int l, bool to_stash,
+				   const int32_t *idx, uint32_t n, struct err *e)
+{
+	struct fwd_spec *p = f->spec;
+	int64_t d = f->d, id = f->ID, w = p->stash_w;
+	int64_t cd = ly->ratio ? ly->cmp_wkv.w.rows : 0, ci = ly->ratio ? ly->idx_cmp_wkv.w.rows : 0;
+	struct {
+		float *buf;
+		int64_t col, width;
+	} in[] = {{f->kv, 0, d}, {f->kvp, d, cd}, {f->gp, 3 * d, cd}, {f->ikvp, 5 * d, ci}, {f->igp, 5 * d + 2 * id, ci}};
+	int n_in = !ly->ratio ? 1 : f->st->ls[l].indexer ? 5 : 3;
+	float *stash = p->stash + (size_t)l * p->stash_cap * (size_t)w;
+	for (int i = 0; i < n_in; i++) {
+		int64_t c = in[i].width;
+		enum status st = to_stash ? fwd__copy_rows(f, stash + in[i].col, w, NULL, in[i].buf, c, idx, n, c, e)
+					  : fwd__copy_rows(f, in[i].buf, c, NULL, stash + in[i].col, w, idx, n, c, e);
+		if (st)
+			return st;
+	}
+	return ST_OK;
+}
+
 /* The hook in fwd__attention(): layer l's state inputs of the stashed rows. */
 enum status fwd__spec_stash(struct model_fwd *f, const struct model_layer *ly, int l, struct err *e)
 {
@@ -235,20 +261,7 @@ enum status fwd__spec_stash(struct model_fwd *f, const struct model_layer *ly, i
 		return ST_OK;
 	if (p->step->n_tokens != f->T)
 		return err_set(e, ST_INVALID, "speculation: the stash was armed for another step");
-	int64_t d = f->d, id = f->ID, w = p->stash_w;
-	float *dst = p->stash + (size_t)l * p->stash_cap * (size_t)w;
-	const int32_t *rows = p->rows_d;
-	enum status st = fwd__copy_rows(f, dst, w, NULL, f->kv, d, rows, p->n_stash, d, e);
-	if (!st && ly->ratio) {
-		int64_t cd = ly->cmp_wkv.w.rows;
-		if (!(st = fwd__copy_rows(f, dst + d, w, NULL, f->kvp, cd, rows, p->n_stash, cd, e)))
-			st = fwd__copy_rows(f, dst + 3 * d, w, NULL, f->gp, cd, rows, p->n_stash, cd, e);
-		if (!st && f->st->ls[l].indexer) {
-			int64_t ci = ly->idx_cmp_wkv.w.rows;
-			if (!(st = fwd__copy_rows(f, dst + 5 * d, w, NULL, f->ikvp, ci, rows, p->n_stash, ci, e)))
-				st = fwd__copy_rows(f, dst + 5 * d + 2 * id, w, NULL, f->igp, ci, rows, p->n_stash, ci, e);
-		}
-	}
+	enum status st = spec_stash_move(f, ly, l, true, p->rows_d, p->n_stash, e);
 	if (!st && l == p->le - 1) {
 		p->armed = false;
 		p->stashed = true;
@@ -312,26 +325,12 @@ enum status model_fwd_spec_commit(struct model_fwd *f, const uint32_t *n_keep, s
 		return st;
 	if (p->idx_d != p->idx_h && (st = kern_mem_upload(&f->mem, p->idx_d, p->idx_h, nt * sizeof(int32_t), e)))
 		return st;
-	int64_t d = f->d, id = f->ID, w = p->stash_w;
 	for (int l = p->lb; l < p->le; l++) {
 		const struct model_layer *ly = &f->w->layers[l];
-		const float *src = p->stash + (size_t)l * p->stash_cap * (size_t)w;
-		if ((st = fwd__copy_rows(f, f->kv, d, NULL, src, w, p->idx_d, nt, d, e)))
+		if ((st = spec_stash_move(f, ly, l, false, p->idx_d, nt, e)))
 			return st;
-		if (ly->ratio) {
-			int64_t cd = ly->cmp_wkv.w.rows;
-			if ((st = fwd__copy_rows(f, f->kvp, cd, NULL, src + d, w, p->idx_d, nt, cd, e)) ||
-			    (st = fwd__copy_rows(f, f->gp, cd, NULL, src + 3 * d, w, p->idx_d, nt, cd, e)))
-				return st;
-			if (f->st->ls[l].indexer) {
-				int64_t ci = ly->idx_cmp_wkv.w.rows;
-				if ((st = fwd__copy_rows(f, f->ikvp, ci, NULL, src + 5 * d, w, p->idx_d, nt, ci, e)) ||
-				    (st = fwd__copy_rows(f, f->igp, ci, NULL, src + 5 * d + 2 * id, w, p->idx_d, nt, ci, e)))
-					return st;
-			}
-			if ((st = fwd__compress_waves(f, ly, l, e)))
-				return st;
-		}
+		if (ly->ratio && (st = fwd__compress_waves(f, ly, l, e)))
+			return st;
 		if ((st = fwd__ring_waves(f, l, e)))
 			return st;
 	}
