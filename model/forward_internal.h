@@ -100,22 +100,23 @@ struct model_fwd {
 	int64_t *n_rows;
 	float *pooled;        /* FP32 mode: the compressors' pre-norm entries (largest row pool) */
 	float *x_final;
-	struct fwd_spec *spec; /* speculative decoding: verify rollback (section at the end), or NULL */
+	struct fwd_spec *spec; /* speculative decoding: verify rollback (forward_spec.c), or NULL */
 	int32_t *mtp_bidx;     /* MTP: [max_tokens * hc_mult] row t of each stream row (t * n + j), in mem */
 	float *dsp_cap;        /* DSpark: [max_tokens, n_targets * D] target-layer captures (host), or NULL */
 };
-struct fwd_spec; /* forward_spec.c */
 
 /* The device address of a host pointer into the metadata arena. */
 #define DEV(f, hp) ((__typeof__(hp))(void *)((hp) ? (f)->meta_d + ((const char *)(hp) - (f)->meta_h) : NULL))
+
 /* p = count elements of the arena, or the enclosing function returns its
  * error (in its `e`) when the arena is full (a sizing bug). */
 #define TAKE(f, p, count)                                                                          \
 	do {                                                                                       \
-		(p) = fwd__meta_take((f), (size_t)(count) * sizeof *(p));                               \
+		(p) = fwd__meta_take((f), (size_t)(count) * sizeof *(p));                          \
 		if (!(p))                                                                          \
 			return err_set(e, ST_INVALID, "forward: step metadata over %zu bytes", (f)->meta_cap); \
 	} while (0)
+
 /* A kernel call of layer `layer_` (-1: not one layer's op); a failure
  * becomes the enclosing function's error, in its `e`, naming the call. */
 #define OK(layer_, call)                                                                           \
@@ -124,6 +125,7 @@ struct fwd_spec; /* forward_spec.c */
 		if (st_)                                                                           \
 			return err_set(e, st_, "layer %d: %s failed", (layer_), #call);            \
 	} while (0)
+
 /* Wave j's segment of sequence s (its j-th), or NULL when s has fewer. */
 static inline const struct seg *fwd__wave_seg(const struct model_fwd *f, int s, int j)
 {
