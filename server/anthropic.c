@@ -230,34 +230,21 @@ static enum status system_message(json_t *msgs, json_t *content, size_t mi, stru
 	return st;
 }
 
-static enum status translate_tools(json_t *tools, json_t *out, struct oai_error *why)
+/* One of tools: a client tool with an input_schema (server tools refused). */
+static enum status one_tool(json_t *t, size_t i, json_t **out, struct oai_error *why)
 {
-	if (!json_is_array(tools))
-		return fe_fail(why, 400, ST_INVALID, "tools", "'tools' must be an array");
-	json_t *arr = json_array();
-	size_t i;
-	json_t *t;
-	json_array_foreach(tools, i, t) {
-		const char *type = json_string_value(json_object_get(t, "type"));
-		json_t *name = json_object_get(t, "name");
-		if (!json_is_object(t) || !json_is_string(name)) {
-			json_decref(arr);
-			return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu] must be an object with a 'name'", i);
-		}
-		if (type && strcmp(type, "custom")) {
-			json_decref(arr);
-			return fe_fail(why, 400, ST_UNSUPPORTED, "tools",
-				    "tools[%zu]: server tool type '%.60s' is not supported (only client tools with an "
-				    "input_schema)", i, type);
-		}
-		json_t *schema = json_object_get(t, "input_schema");
-		if (schema && !json_is_object(schema)) {
-			json_decref(arr);
-			return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu].input_schema must be an object", i);
-		}
-		json_array_append_new(arr, fe_chat_tool(name, json_object_get(t, "description"), schema));
-	}
-	json_object_set_new(out, "tools", arr);
+	const char *type = json_string_value(json_object_get(t, "type"));
+	json_t *name = json_object_get(t, "name");
+	if (!json_is_object(t) || !json_is_string(name))
+		return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu] must be an object with a 'name'", i);
+	if (type && strcmp(type, "custom"))
+		return fe_fail(why, 400, ST_UNSUPPORTED, "tools",
+			       "tools[%zu]: server tool type '%.60s' is not supported (only client tools with an "
+			       "input_schema)", i, type);
+	json_t *schema = json_object_get(t, "input_schema");
+	if (schema && !json_is_object(schema))
+		return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu].input_schema must be an object", i);
+	*out = fe_chat_tool(name, json_object_get(t, "description"), schema);
 	return ST_OK;
 }
 
@@ -351,7 +338,7 @@ static enum status translate_key(const char *k, json_t *v, bool count_tokens, js
 	} else if (!strcmp(k, "stop_sequences")) {
 		json_object_set(o, "stop", v);
 	} else if (!strcmp(k, "tools")) {
-		return translate_tools(v, o, why);
+		return fe_translate_tools(v, o, one_tool, why);
 	} else if (!strcmp(k, "tool_choice")) {
 		return translate_tool_choice(v, o, info, why);
 	} else if (!strcmp(k, "thinking")) {

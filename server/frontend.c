@@ -127,3 +127,25 @@ json_t *fe_chat_tool(json_t *name, json_t *description, json_t *parameters)
 			    json_is_object(parameters) ? json_incref(parameters) : json_pack("{s:s}", "type", "object"));
 	return json_pack("{s:s,s:o}", "type", "function", "function", fn);
 }
+
+enum status fe_translate_tools(json_t *tools, json_t *o,
+			       enum status (*one)(json_t *tool, size_t i, json_t **out, struct oai_error *why),
+			       struct oai_error *why)
+{
+	if (!json_is_array(tools))
+		return fe_fail(why, 400, ST_INVALID, "tools", "'tools' must be an array");
+	json_t *arr = json_array();
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t) {
+		json_t *tool = NULL;
+		enum status st = one(t, i, &tool, why);
+		if (st) {
+			json_decref(arr);
+			return st;
+		}
+		json_array_append_new(arr, tool);
+	}
+	json_object_set_new(o, "tools", arr);
+	return ST_OK;
+}

@@ -53,6 +53,11 @@ enum status fe_parse_body(const char *body, size_t len, json_t **root, struct oa
  * description, parameters}}: the description when it is a string, the
  * parameters when an object (else an empty object schema). */
 json_t *fe_chat_tool(json_t *name, json_t *description, json_t *parameters);
+/* tools: an array whose entries one() checks and turns into chat tools
+ * (*out, usually fe_chat_tool's); the chat body o gets them as "tools". */
+enum status fe_translate_tools(json_t *tools, json_t *o,
+			       enum status (*one)(json_t *tool, size_t i, json_t **out, struct oai_error *why),
+			       struct oai_error *why);
 
 /* ---- the answer's blocks (frontend_blocks.c) ----
  * The chat output parser's events grouped, in the order the model writes

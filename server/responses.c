@@ -177,29 +177,17 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 	return st;
 }
 
-static enum status translate_tools(json_t *tools, json_t *o, struct oai_error *why)
+/* One of tools: a function tool (other types refused). */
+static enum status one_tool(json_t *t, size_t i, json_t **out, struct oai_error *why)
 {
-	if (!json_is_array(tools))
-		return fe_fail(why, 400, ST_INVALID, "tools", "'tools' must be an array");
-	json_t *arr = json_array();
-	size_t i;
-	json_t *t;
-	json_array_foreach(tools, i, t) {
-		const char *type = json_string_value(json_object_get(t, "type"));
-		json_t *name = json_object_get(t, "name");
-		if (!type || strcmp(type, "function")) {
-			json_decref(arr);
-			return fe_fail(why, 400, ST_UNSUPPORTED, "tools",
-				    "tools[%zu]: tool type '%.40s' is not supported (only \"function\")", i, type ? type : "");
-		}
-		if (!json_is_string(name)) {
-			json_decref(arr);
-			return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu] needs a 'name'", i);
-		}
-		json_array_append_new(arr, fe_chat_tool(name, json_object_get(t, "description"),
-							json_object_get(t, "parameters")));
-	}
-	json_object_set_new(o, "tools", arr);
+	const char *type = json_string_value(json_object_get(t, "type"));
+	json_t *name = json_object_get(t, "name");
+	if (!type || strcmp(type, "function"))
+		return fe_fail(why, 400, ST_UNSUPPORTED, "tools",
+			       "tools[%zu]: tool type '%.40s' is not supported (only \"function\")", i, type ? type : "");
+	if (!json_is_string(name))
+		return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu] needs a 'name'", i);
+	*out = fe_chat_tool(name, json_object_get(t, "description"), json_object_get(t, "parameters"));
 	return ST_OK;
 }
 
@@ -312,7 +300,7 @@ static enum status translate_key(const char *k, json_t *v, json_t *o, json_t *ec
 		if (!json_is_object(v) || json_object_size(v) > 16)
 			return fe_fail(why, 400, ST_INVALID, k, "'metadata' must be an object of at most 16 pairs");
 	} else if (!strcmp(k, "tools")) {
-		st = translate_tools(v, o, why);
+		st = fe_translate_tools(v, o, one_tool, why);
 	} else if (!strcmp(k, "tool_choice")) {
 		st = translate_tool_choice(v, o, why);
 	} else if (!strcmp(k, "parallel_tool_calls")) {
