@@ -54,7 +54,8 @@ static md_occ md_occ_fma[2][4], md_occ_mma[2][4]; /* [pass][md_rc_index] of each
 
 /* Launch pass mode (0, 1) of family k with rc rows per item and smem bytes
  * of dynamic shared memory, on a grid of what fits on the device at once
- * (the occupancy, cached in oc) times sms, at most items_ub and at least 1. */
+ * (the occupancy, cached per kernel in occ) times sms, at most items_ub and
+ * at least 1. */
 static cudaError_t md_launch(const md_pass_kind *k, md_occ (*occ)[4], int mode, int rc, const md_params &p,
 			     size_t smem, int64_t items_ub, int sms, int dev, cudaStream_t s)
 {
