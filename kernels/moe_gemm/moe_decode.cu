@@ -296,7 +296,8 @@ static enum status md_run_host(const struct kern_moe_decode_args *a, kern_moe_de
 	da.w2 = hw + 2 * E;
 	da.stream = NULL;
 	da.ctx = NULL;
-	const enum status st = kern_hb_finish(&b, b.ce == cudaSuccess ? fn(&da) : ST_CUDA);
+	/* a failed copy in is not run; kern_hb_finish turns it into ST_CUDA (and clears it) */
+	const enum status st = kern_hb_finish(&b, b.ce == cudaSuccess ? fn(&da) : ST_OK);
 	free(hw);
 	return st;
 }
