@@ -11,7 +11,9 @@
  * weight loads differ, and they stay in the kernels' files; the steps around
  * them are the device functions below, so both kernels do them identically.
  * Header-only, static functions: each .cu gets its own copy (no cross-TU
- * device calls).
+ * device calls). Each kernel file exports its kernels as a struct
+ * md_pass_kind; moe_decode.cu launches them through those pointers, which
+ * is host code only (no relocatable device code).
  */
 #ifndef DSV4_KERNELS_MOE_DECODE_CUH
 #define DSV4_KERNELS_MOE_DECODE_CUH
