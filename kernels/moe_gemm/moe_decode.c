@@ -1,7 +1,7 @@
 /*
  * kernels/moe_gemm/moe_decode.c: op "moe_decode" (moe_decode.h): its CPU
  * reference, which is the unfused sequence of reference ops that
- * model/forward.c runs (so the fused CUDA variant has an oracle with the
+ * model/forward_moe.c runs (so the fused CUDA variant has an oracle with the
  * forward pass's exact numerics), its guards and its registry table.
  */
 #include "kernels/moe_gemm/moe_decode.h"
