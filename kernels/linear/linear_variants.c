@@ -510,10 +510,12 @@ static const struct kern_variant linear_variants[] = {
 	/* ---- bf16lin: bf16-weight GEMV and tensor-core linear (linear_bf16.h) ---- */
 	KERN_ROW_SM80("linear_cuda_gemv_bf16", 22, kern_linear_gemv_bf16_cuda, kern_linear_gemv_bf16_cuda_host,
 	              .wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_BF16), .supports = kern_linear_gemv_bf16_supports,
+	              .selfcheck_at_load = true,
 	              .desc = "decode bf16 GEMV / skinny GEMM, T < 64 (16-byte bf16 loads, f32 FMA, K over warps for small out)"),
 	KERN_ROW_SM80("linear_mma_bf16w", 15, kern_linear_mma_bf16w, kern_linear_mma_bf16w_host,
 	              .features = KERN_FEAT_BF16_MMA, .wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_BF16),
 	              .supports = kern_linear_mma_bf16w_supports,
+	              .selfcheck_at_load = true,
 	              .desc = "tensor-core bf16-weight linear: mma.sync m16n8k16, f32 x split into exact bf16 terms (T >= 64)"),
 };
 

@@ -116,6 +116,9 @@ struct kern_variant {
 	kern_fn run_host;          /* optional: same contract on host-resident buffers (copies in/out);
 				    * used by self-checks and tests. CPU variants: same as run. */
 	const char *desc;          /* one line for `dsv4 kernels --list` */
+	bool selfcheck_at_load;    /* its GPU test has not run on hardware yet: kern_select self-checks
+				    * it against the reference on every real (not simulated) device and
+				    * takes the next variant when they disagree */
 };
 
 /* Optional per-op self-check: run variant v on a small random problem shaped
@@ -161,7 +164,9 @@ bool kern_variant_accepts(const struct kern_variant *v, const struct kern_proble
 /* Pick the best accepted variant of op for p on dev. layer (-1: not a layer
  * op) is only used in the error, which names layer, op and every variant's
  * reason: "layer 3, op linear (wfmt nvfp4): no variant fits: linear_cpu_ref:
- * weight format nvfp4 not accepted; ...". */
+ * weight format nvfp4 not accepted; ...". A winner marked selfcheck_at_load
+ * is first compared with the reference on a real device (kern_select_checked
+ * on a copy of disabled). */
 enum status kern_select(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,
 			const struct kern_disabled *disabled, int layer, const struct kern_variant **out,
 			struct err *e) DSV4_WUR;
