@@ -229,13 +229,15 @@ static const struct kern_variant moe_decode_variants[] = {
 	KERN_ROW_CPU_REF("moe_decode_cpu_ref", kern_moe_decode_ref, .wfmt_accept = KERN_WFMT_MASK_CHECKPOINT,
 	                 .supports = decode_cpu_supports,
 	                 .desc = "CPU reference: moe_gemm w1, w3, swiglu, moe_gemm w2, combine (the unfused refs)"),
+	/* selfcheck_at_load: the host side was folded into one launcher (moe_decode.cu) after the
+	 * last H200 run; kernels_moe_decode_gpu has not run on this revision */
 	KERN_ROW_SM80("moe_decode_cuda", 30, kern_moe_decode_cuda, kern_moe_decode_cuda_host,
-	              .wfmt_accept = KERN_WFMT_MASK_FP4, .supports = decode_cuda_supports,
+	              .wfmt_accept = KERN_WFMT_MASK_FP4, .supports = decode_cuda_supports, .selfcheck_at_load = true,
 	              .desc = "fused decode experts, MXFP4/NVFP4: gate+up+SwiGLU+weight, down+combine (2 launches)"),
 	/* below moe_decode_cuda until the H200 benchmark (bench_moe_decode) has compared the two */
 	KERN_ROW_SM80("moe_decode_cuda_mma", 20, kern_moe_decode_cuda_mma, kern_moe_decode_cuda_mma_host,
 	              .features = KERN_FEAT_BF16_MMA, .wfmt_accept = KERN_WFMT_MASK_FP4,
-	              .supports = decode_cuda_supports,
+	              .supports = decode_cuda_supports, .selfcheck_at_load = true,
 	              .desc = "fused decode experts on bf16 mma.sync (e2m1 x scale exact in bf16), MXFP4/NVFP4, 2 launches"),
 };
 
