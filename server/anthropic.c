@@ -27,19 +27,6 @@
 
 /* ---- request translation ---- */
 
-static enum status fail(struct oai_error *why, enum status st, const char *param, const char *fmt, ...)
-	DSV4_PRINTF(4, 5);
-static enum status fail(struct oai_error *why, enum status st, const char *param, const char *fmt, ...)
-{
-	why->status = st == ST_NOMEM ? 500 : 400;
-	snprintf(why->param, sizeof why->param, "%s", param ? param : "");
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why->message, sizeof why->message, fmt, ap);
-	va_end(ap);
-	return st;
-}
-
 static bool is_type(json_t *blk, const char *t)
 {
 	const char *s = json_string_value(json_object_get(blk, "type"));
@@ -49,9 +36,9 @@ static bool is_type(json_t *blk, const char *t)
 static enum status refuse_block(const char *type, const char *where, struct oai_error *why)
 {
 	if (!strcmp(type, "image") || !strcmp(type, "document"))
-		return fail(why, ST_UNSUPPORTED, where,
+		return fe_fail(why, 400, ST_UNSUPPORTED, where,
 			    "%s: '%s' content blocks are not supported: this model reads text only", where, type);
-	return fail(why, ST_UNSUPPORTED, where, "%s: content block type '%.60s' is not supported", where, type);
+	return fe_fail(why, 400, ST_UNSUPPORTED, where, "%s: content block type '%.60s' is not supported", where, type);
 }
 
 /* Text of a string or an array of text blocks (joined by "\n"), appended to b. */
@@ -62,19 +49,19 @@ static enum status text_of(json_t *v, const char *where, struct strbuf *b, struc
 		return ST_OK;
 	}
 	if (!json_is_array(v))
-		return fail(why, ST_INVALID, where, "%s must be a string or an array of content blocks", where);
+		return fe_fail(why, 400, ST_INVALID, where, "%s must be a string or an array of content blocks", where);
 	size_t i;
 	json_t *blk;
 	bool first = true;
 	json_array_foreach(v, i, blk) {
 		const char *t = json_string_value(json_object_get(blk, "type"));
 		if (!json_is_object(blk) || !t)
-			return fail(why, ST_INVALID, where, "%s[%zu] must be a content block with a 'type'", where, i);
+			return fe_fail(why, 400, ST_INVALID, where, "%s[%zu] must be a content block with a 'type'", where, i);
 		if (strcmp(t, "text"))
 			return refuse_block(t, where, why);
 		json_t *tx = json_object_get(blk, "text");
 		if (!json_is_string(tx))
-			return fail(why, ST_INVALID, where, "%s[%zu].text must be a string", where, i);
+			return fe_fail(why, 400, ST_INVALID, where, "%s[%zu].text must be a string", where, i);
 		if (!first)
 			strbuf_puts(b, "\n");
 		first = false;
@@ -105,7 +92,7 @@ static enum status user_message(json_t *msgs, json_t *content, size_t mi, struct
 	}
 	if (!json_is_array(content)) {
 		strbuf_free(&text);
-		return fail(why, ST_INVALID, where, "%s must be a string or an array of content blocks", where);
+		return fe_fail(why, 400, ST_INVALID, where, "%s must be a string or an array of content blocks", where);
 	}
 	size_t i;
 	json_t *blk;
@@ -113,13 +100,13 @@ static enum status user_message(json_t *msgs, json_t *content, size_t mi, struct
 	json_array_foreach(content, i, blk) {
 		const char *t = json_string_value(json_object_get(blk, "type"));
 		if (!json_is_object(blk) || !t) {
-			st = fail(why, ST_INVALID, where, "%s[%zu] must be a content block with a 'type'", where, i);
+			st = fe_fail(why, 400, ST_INVALID, where, "%s[%zu] must be a content block with a 'type'", where, i);
 			break;
 		}
 		if (!strcmp(t, "text")) {
 			json_t *tx = json_object_get(blk, "text");
 			if (!json_is_string(tx)) {
-				st = fail(why, ST_INVALID, where, "%s[%zu].text must be a string", where, i);
+				st = fe_fail(why, 400, ST_INVALID, where, "%s[%zu].text must be a string", where, i);
 				break;
 			}
 			if (any_text)
@@ -129,7 +116,7 @@ static enum status user_message(json_t *msgs, json_t *content, size_t mi, struct
 		} else if (!strcmp(t, "tool_result")) {
 			json_t *id = json_object_get(blk, "tool_use_id");
 			if (!json_is_string(id)) {
-				st = fail(why, ST_INVALID, where, "%s[%zu].tool_use_id must be a string", where, i);
+				st = fe_fail(why, 400, ST_INVALID, where, "%s[%zu].tool_use_id must be a string", where, i);
 				break;
 			}
 			if (any_text) /* text before a result: keep the order */
@@ -170,7 +157,7 @@ static enum status assistant_message(json_t *msgs, json_t *content, size_t mi, s
 		return ST_OK;
 	}
 	if (!json_is_array(content))
-		return fail(why, ST_INVALID, where, "%s must be a string or an array of content blocks", where);
+		return fe_fail(why, 400, ST_INVALID, where, "%s must be a string or an array of content blocks", where);
 	struct strbuf text, thinking;
 	strbuf_init(&text);
 	strbuf_init(&thinking);
@@ -181,13 +168,13 @@ static enum status assistant_message(json_t *msgs, json_t *content, size_t mi, s
 	json_array_foreach(content, i, blk) {
 		const char *t = json_string_value(json_object_get(blk, "type"));
 		if (!json_is_object(blk) || !t) {
-			st = fail(why, ST_INVALID, where, "%s[%zu] must be a content block with a 'type'", where, i);
+			st = fe_fail(why, 400, ST_INVALID, where, "%s[%zu] must be a content block with a 'type'", where, i);
 			break;
 		}
 		if (!strcmp(t, "text") || !strcmp(t, "thinking")) {
 			json_t *tx = json_object_get(blk, t);
 			if (!json_is_string(tx)) {
-				st = fail(why, ST_INVALID, where, "%s[%zu].%s must be a string", where, i, t);
+				st = fe_fail(why, 400, ST_INVALID, where, "%s[%zu].%s must be a string", where, i, t);
 				break;
 			}
 			strbuf_append(t[1] == 'e' ? &text : &thinking, json_string_value(tx), json_string_length(tx));
@@ -197,13 +184,13 @@ static enum status assistant_message(json_t *msgs, json_t *content, size_t mi, s
 			json_t *id = json_object_get(blk, "id"), *name = json_object_get(blk, "name");
 			json_t *input = json_object_get(blk, "input");
 			if (!json_is_string(id) || !json_is_string(name) || (input && !json_is_object(input))) {
-				st = fail(why, ST_INVALID, where,
+				st = fe_fail(why, 400, ST_INVALID, where,
 					  "%s[%zu]: a tool_use block needs 'id', 'name' and an object 'input'", where, i);
 				break;
 			}
 			char *args = input ? json_dumps(input, JSON_COMPACT) : strdup("{}");
 			if (!args) {
-				st = fail(why, ST_NOMEM, where, "out of memory");
+				st = fe_fail(why, 400, ST_NOMEM, where, "out of memory");
 				break;
 			}
 			json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:s}}", "id", id, "type", "function",
@@ -243,40 +230,21 @@ static enum status system_message(json_t *msgs, json_t *content, size_t mi, stru
 	return st;
 }
 
-static enum status translate_tools(json_t *tools, json_t *out, struct oai_error *why)
+/* One of tools: a client tool with an input_schema (server tools refused). */
+static enum status one_tool(json_t *t, size_t i, json_t **out, struct oai_error *why)
 {
-	if (!json_is_array(tools))
-		return fail(why, ST_INVALID, "tools", "'tools' must be an array");
-	json_t *arr = json_array();
-	size_t i;
-	json_t *t;
-	json_array_foreach(tools, i, t) {
-		const char *type = json_string_value(json_object_get(t, "type"));
-		json_t *name = json_object_get(t, "name");
-		if (!json_is_object(t) || !json_is_string(name)) {
-			json_decref(arr);
-			return fail(why, ST_INVALID, "tools", "tools[%zu] must be an object with a 'name'", i);
-		}
-		if (type && strcmp(type, "custom")) {
-			json_decref(arr);
-			return fail(why, ST_UNSUPPORTED, "tools",
-				    "tools[%zu]: server tool type '%.60s' is not supported (only client tools with an "
-				    "input_schema)", i, type);
-		}
-		json_t *fn = json_pack("{s:O}", "name", name);
-		json_t *d = json_object_get(t, "description");
-		if (json_is_string(d))
-			json_object_set(fn, "description", d);
-		json_t *schema = json_object_get(t, "input_schema");
-		if (schema && !json_is_object(schema)) {
-			json_decref(fn);
-			json_decref(arr);
-			return fail(why, ST_INVALID, "tools", "tools[%zu].input_schema must be an object", i);
-		}
-		json_object_set_new(fn, "parameters", schema ? json_incref(schema) : json_pack("{s:s}", "type", "object"));
-		json_array_append_new(arr, json_pack("{s:s,s:o}", "type", "function", "function", fn));
-	}
-	json_object_set_new(out, "tools", arr);
+	const char *type = json_string_value(json_object_get(t, "type"));
+	json_t *name = json_object_get(t, "name");
+	if (!json_is_object(t) || !json_is_string(name))
+		return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu] must be an object with a 'name'", i);
+	if (type && strcmp(type, "custom"))
+		return fe_fail(why, 400, ST_UNSUPPORTED, "tools",
+			       "tools[%zu]: server tool type '%.60s' is not supported (only client tools with an "
+			       "input_schema)", i, type);
+	json_t *schema = json_object_get(t, "input_schema");
+	if (schema && !json_is_object(schema))
+		return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu].input_schema must be an object", i);
+	*out = fe_chat_tool(name, json_object_get(t, "description"), schema);
 	return ST_OK;
 }
 
@@ -292,7 +260,7 @@ static enum status translate_tool_choice(json_t *v, json_t *out, struct anth_inf
 {
 	const char *t = json_string_value(json_object_get(v, "type"));
 	if (!json_is_object(v) || !t)
-		return fail(why, ST_INVALID, "tool_choice", "'tool_choice' must be an object with a 'type'");
+		return fe_fail(why, 400, ST_INVALID, "tool_choice", "'tool_choice' must be an object with a 'type'");
 	info->one_tool = json_is_true(json_object_get(v, "disable_parallel_tool_use"));
 	if (!strcmp(t, "auto") || !strcmp(t, "none")) {
 		json_object_set_new(out, "tool_choice", json_string(t));
@@ -301,11 +269,113 @@ static enum status translate_tool_choice(json_t *v, json_t *out, struct anth_inf
 	} else if (!strcmp(t, "tool")) {
 		json_t *name = json_object_get(v, "name");
 		if (!json_is_string(name))
-			return fail(why, ST_INVALID, "tool_choice", "tool_choice type 'tool' needs a 'name'");
+			return fe_fail(why, 400, ST_INVALID, "tool_choice", "tool_choice type 'tool' needs a 'name'");
 		json_object_set_new(out, "tool_choice",
 				    json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", name));
 	} else {
-		return fail(why, ST_INVALID, "tool_choice", "unknown tool_choice type '%.40s'", t);
+		return fe_fail(why, 400, ST_INVALID, "tool_choice", "unknown tool_choice type '%.40s'", t);
+	}
+	return ST_OK;
+}
+
+/* thinking: enabled / adaptive / disabled (budget_tokens is accepted; the
+ * model ends its reasoning itself); display "omitted" keeps the thinking
+ * block and drops its text. */
+static enum status translate_thinking(json_t *v, json_t *o, struct anth_info *info, struct oai_error *why)
+{
+	const char *t = json_string_value(json_object_get(v, "type"));
+	if (!json_is_object(v) || !t || (strcmp(t, "enabled") && strcmp(t, "adaptive") && strcmp(t, "disabled")))
+		return fe_fail(why, 400, ST_INVALID, "thinking",
+			       "'thinking' must be {\"type\": \"enabled\" | \"adaptive\" | \"disabled\"}");
+	bool on = strcmp(t, "disabled") != 0;
+	json_object_set_new(o, "thinking", json_pack("{s:s}", "type", on ? "enabled" : "disabled"));
+	const char *disp = json_string_value(json_object_get(v, "display"));
+	info->omit_thinking = on && disp && !strcmp(disp, "omitted");
+	return ST_OK;
+}
+
+/* output_config: effort is accepted with no effect; format, a JSON schema,
+ * becomes response_format (HOOK(structured): constrained by the chat
+ * parser's response_format). */
+static enum status translate_output_config(json_t *v, json_t *o, struct oai_error *why)
+{
+	if (!json_is_object(v))
+		return fe_fail(why, 400, ST_INVALID, "output_config", "'output_config' must be an object");
+	json_t *f = json_object_get(v, "format");
+	if (!f || json_is_null(f))
+		return ST_OK;
+	json_t *schema = json_object_get(f, "schema");
+	if (!is_type(f, "json_schema") || !json_is_object(schema))
+		return fe_fail(why, 400, ST_INVALID, "output_config.format",
+			       "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
+	json_object_set_new(o, "response_format",
+			    json_pack("{s:s,s:{s:s,s:O,s:b}}", "type", "json_schema", "json_schema", "name", "output",
+				      "schema", schema, "strict", 1));
+	return ST_OK;
+}
+
+/* One top-level key of the body into the chat body o. messages and system
+ * are translated apart; metadata, cache_control, context_management,
+ * service_tier, container and other (beta) fields change nothing here and
+ * are accepted. */
+static enum status translate_key(const char *k, json_t *v, bool count_tokens, json_t *o, struct anth_info *info,
+				 struct oai_error *why)
+{
+	if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "top_k")) {
+		json_object_set(o, k, v);
+	} else if (!strcmp(k, "max_tokens")) {
+		if (count_tokens)
+			return ST_OK;
+		if (!json_is_integer(v) || json_integer_value(v) < 1)
+			return fe_fail(why, 400, ST_INVALID, k, "'max_tokens' must be an integer >= 1");
+		json_object_set(o, k, v);
+	} else if (!strcmp(k, "stream")) {
+		if (!json_is_boolean(v))
+			return fe_fail(why, 400, ST_INVALID, k, "'stream' must be a boolean");
+		info->stream = json_is_true(v) && !count_tokens;
+		if (!count_tokens)
+			json_object_set(o, k, v);
+	} else if (!strcmp(k, "stop_sequences")) {
+		json_object_set(o, "stop", v);
+	} else if (!strcmp(k, "tools")) {
+		return fe_translate_tools(v, o, one_tool, why);
+	} else if (!strcmp(k, "tool_choice")) {
+		return translate_tool_choice(v, o, info, why);
+	} else if (!strcmp(k, "thinking")) {
+		return translate_thinking(v, o, info, why);
+	} else if (!strcmp(k, "output_config")) {
+		return translate_output_config(v, o, why);
+	} else if (!strcmp(k, "mcp_servers")) {
+		if (!json_is_array(v) || json_array_size(v))
+			return fe_fail(why, 400, ST_UNSUPPORTED, k, "'mcp_servers' (server-side MCP) is not supported");
+	}
+	return ST_OK;
+}
+
+/* Each turn of messages (a non-empty array), in order, into msgs. */
+static enum status translate_messages(json_t *messages, json_t *msgs, struct oai_error *why)
+{
+	if (json_array_size(messages) > OAI_MAX_MESSAGES)
+		return fe_fail(why, 400, ST_INVALID, "messages", "too many messages (at most %d)", OAI_MAX_MESSAGES);
+	size_t i;
+	json_t *m;
+	json_array_foreach(messages, i, m) {
+		const char *role = json_string_value(json_object_get(m, "role"));
+		json_t *content = json_object_get(m, "content");
+		enum status st;
+		if (!json_is_object(m) || !role || !content)
+			return fe_fail(why, 400, ST_INVALID, "messages", "messages[%zu] needs a 'role' and 'content'", i);
+		if (!strcmp(role, "user"))
+			st = user_message(msgs, content, i, why);
+		else if (!strcmp(role, "assistant"))
+			st = assistant_message(msgs, content, i, why);
+		else if (!strcmp(role, "system"))
+			st = system_message(msgs, content, i, why);
+		else
+			st = fe_fail(why, 400, ST_INVALID, "messages",
+				     "messages[%zu].role must be \"user\", \"assistant\" or \"system\"", i);
+		if (st)
+			return st;
 	}
 	return ST_OK;
 }
@@ -317,17 +387,10 @@ enum status anth_translate(const char *body, size_t len, bool count_tokens, char
 	memset(info, 0, sizeof *info);
 	*out = NULL;
 	*out_len = 0;
-	json_error_t je;
-	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-	if (!root)
-		return fail(why, ST_INVALID, "", "request body is not valid JSON: %s (line %d, column %d)", je.text,
-			    je.line, je.column);
-	json_t *o = json_object(), *msgs = json_array();
-	enum status st = ST_OK;
-	if (!json_is_object(root)) {
-		st = fail(why, ST_INVALID, "", "request body must be a JSON object");
+	json_t *root = NULL, *o = json_object(), *msgs = json_array();
+	enum status st = fe_parse_body(body, len, &root, why);
+	if (st)
 		goto done;
-	}
 	json_t *system = json_object_get(root, "system");
 	if (system && !json_is_null(system)) {
 		struct strbuf b;
@@ -341,111 +404,20 @@ enum status anth_translate(const char *body, size_t len, bool count_tokens, char
 	}
 	const char *k;
 	json_t *v;
-	json_object_foreach(root, k, v) {
-		if (json_is_null(v))
-			continue;
-		if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "top_k")) {
-			json_object_set(o, k, v);
-		} else if (!strcmp(k, "max_tokens")) {
-			if (!count_tokens) {
-				if (!json_is_integer(v) || json_integer_value(v) < 1) {
-					st = fail(why, ST_INVALID, k, "'max_tokens' must be an integer >= 1");
-					goto done;
-				}
-				json_object_set(o, k, v);
-			}
-		} else if (!strcmp(k, "stream")) {
-			if (!json_is_boolean(v)) {
-				st = fail(why, ST_INVALID, k, "'stream' must be a boolean");
-				goto done;
-			}
-			info->stream = json_is_true(v) && !count_tokens;
-			if (!count_tokens)
-				json_object_set(o, k, v);
-		} else if (!strcmp(k, "stop_sequences")) {
-			json_object_set(o, "stop", v);
-		} else if (!strcmp(k, "tools")) {
-			if ((st = translate_tools(v, o, why)))
-				goto done;
-		} else if (!strcmp(k, "tool_choice")) {
-			if ((st = translate_tool_choice(v, o, info, why)))
-				goto done;
-		} else if (!strcmp(k, "thinking")) {
-			const char *t = json_string_value(json_object_get(v, "type"));
-			if (!json_is_object(v) || !t ||
-			    (strcmp(t, "enabled") && strcmp(t, "adaptive") && strcmp(t, "disabled"))) {
-				st = fail(why, ST_INVALID, k,
-					  "'thinking' must be {\"type\": \"enabled\" | \"adaptive\" | \"disabled\"}");
-				goto done;
-			}
-			/* budget_tokens is accepted; the model ends its reasoning itself */
-			bool on = strcmp(t, "disabled") != 0;
-			json_object_set_new(o, "thinking", json_pack("{s:s}", "type", on ? "enabled" : "disabled"));
-			const char *disp = json_string_value(json_object_get(v, "display"));
-			info->omit_thinking = on && disp && !strcmp(disp, "omitted");
-		} else if (!strcmp(k, "output_config")) {
-			if (!json_is_object(v)) {
-				st = fail(why, ST_INVALID, k, "'output_config' must be an object");
-				goto done;
-			}
-			/* effort: accepted, no effect. format: a JSON schema, as response_format
-			 * (HOOK(structured): constrained by the chat parser's response_format). */
-			json_t *f = json_object_get(v, "format");
-			if (f && !json_is_null(f)) {
-				json_t *schema = json_object_get(f, "schema");
-				if (!is_type(f, "json_schema") || !json_is_object(schema)) {
-					st = fail(why, ST_INVALID, "output_config.format",
-						  "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
-					goto done;
-				}
-				json_object_set_new(o, "response_format",
-						    json_pack("{s:s,s:{s:s,s:O,s:b}}", "type", "json_schema", "json_schema",
-							      "name", "output", "schema", schema, "strict", 1));
-			}
-		} else if (!strcmp(k, "mcp_servers")) {
-			if (!json_is_array(v) || json_array_size(v)) {
-				st = fail(why, ST_UNSUPPORTED, k, "'mcp_servers' (server-side MCP) is not supported");
-				goto done;
-			}
-		}
-		/* messages and system: below / above. metadata, cache_control,
-		 * context_management, service_tier, container and other (beta)
-		 * fields change nothing here and are accepted. */
-	}
+	json_object_foreach(root, k, v)
+		if (!json_is_null(v) && (st = translate_key(k, v, count_tokens, o, info, why)))
+			goto done;
 	json_t *messages = json_object_get(root, "messages");
 	if (!json_is_array(messages) || !json_array_size(messages)) {
-		st = fail(why, ST_INVALID, "messages", "'messages' must be a non-empty array");
+		st = fe_fail(why, 400, ST_INVALID, "messages", "'messages' must be a non-empty array");
 		goto done;
 	}
 	if (!count_tokens && !json_object_get(o, "max_tokens")) {
-		st = fail(why, ST_INVALID, "max_tokens", "'max_tokens' is required");
+		st = fe_fail(why, 400, ST_INVALID, "max_tokens", "'max_tokens' is required");
 		goto done;
 	}
-	if (json_array_size(messages) > OAI_MAX_MESSAGES) {
-		st = fail(why, ST_INVALID, "messages", "too many messages (at most %d)", OAI_MAX_MESSAGES);
+	if ((st = translate_messages(messages, msgs, why)))
 		goto done;
-	}
-	size_t i;
-	json_t *m;
-	json_array_foreach(messages, i, m) {
-		const char *role = json_string_value(json_object_get(m, "role"));
-		json_t *content = json_object_get(m, "content");
-		if (!json_is_object(m) || !role || !content) {
-			st = fail(why, ST_INVALID, "messages", "messages[%zu] needs a 'role' and 'content'", i);
-			goto done;
-		}
-		if (!strcmp(role, "user"))
-			st = user_message(msgs, content, i, why);
-		else if (!strcmp(role, "assistant"))
-			st = assistant_message(msgs, content, i, why);
-		else if (!strcmp(role, "system"))
-			st = system_message(msgs, content, i, why);
-		else
-			st = fail(why, ST_INVALID, "messages", "messages[%zu].role must be \"user\", \"assistant\" or \"system\"",
-				  i);
-		if (st)
-			goto done;
-	}
 	/* A final assistant message is a prefill: the answer continues it. */
 	json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
 	if (!strcmp(json_string_value(json_object_get(last, "role")), "assistant") &&
@@ -455,7 +427,7 @@ enum status anth_translate(const char *body, size_t len, bool count_tokens, char
 	json_object_set(o, "messages", msgs);
 	*out = json_dumps(o, JSON_COMPACT);
 	if (!*out)
-		st = fail(why, ST_NOMEM, "", "out of memory");
+		st = fe_fail(why, 400, ST_NOMEM, "", "out of memory");
 	else
 		*out_len = strlen(*out);
 done:
@@ -467,29 +439,17 @@ done:
 
 /* ---- the answer ---- */
 
-enum { BLK_THINKING = 0, BLK_TEXT, BLK_TOOL };
-
-struct anth_block {
-	int type;
-	struct strbuf text; /* thinking / text / tool arguments */
-	char *id, *name;
-	size_t tool_index;
-};
-
 struct anth_fmt {
 	char id[48];
 	char *model;
-	bool stream, omit_thinking, one_tool;
-	struct anth_block *blocks;
-	size_t n_blocks, cap_blocks;
-	bool open;           /* stream: the last block has been started and not stopped */
+	bool stream;
+	struct fe_blocks bl; /* thinking, text and tool_use blocks */
 	char **stop;         /* the stop sequences, for stop_sequence */
 	uint32_t n_stop;
 	const char *stop_reason;
 	const char *stop_seq;
 	const char *abort_msg;
 	uint32_t n_prompt;
-	bool oom;
 };
 
 static void fmt_destroy(void *ctx)
@@ -497,12 +457,7 @@ static void fmt_destroy(void *ctx)
 	struct anth_fmt *f = ctx;
 	if (!f)
 		return;
-	for (size_t i = 0; i < f->n_blocks; i++) {
-		strbuf_free(&f->blocks[i].text);
-		free(f->blocks[i].id);
-		free(f->blocks[i].name);
-	}
-	free(f->blocks);
+	fe_blocks_free(&f->bl);
 	for (uint32_t i = 0; i < f->n_stop; i++)
 		free(f->stop[i]);
 	free(f->stop);
@@ -516,14 +471,13 @@ static void emit(struct strbuf *out, const char *name, struct strbuf *json)
 	strbuf_reset(json);
 }
 
-static void close_block(struct anth_fmt *f, struct strbuf *out)
+/* fe_blocks on_close: a thinking block's signature, then content_block_stop. */
+static void block_close(void *ctx, struct strbuf *out, size_t idx)
 {
-	if (!f->stream || !f->open)
-		return;
-	size_t idx = f->n_blocks - 1;
+	struct anth_fmt *f = ctx;
 	struct strbuf j;
 	strbuf_init(&j);
-	if (f->blocks[idx].type == BLK_THINKING) {
+	if (f->bl.v[idx].type == FE_BLOCK_REASONING) {
 		strbuf_printf(&j, "{\"type\":\"content_block_delta\",\"index\":%zu,\"delta\":{\"type\":\"signature_delta\","
 				  "\"signature\":\"dsv4\"}}", idx);
 		emit(out, "content_block_delta", &j);
@@ -531,50 +485,31 @@ static void close_block(struct anth_fmt *f, struct strbuf *out)
 	strbuf_printf(&j, "{\"type\":\"content_block_stop\",\"index\":%zu}", idx);
 	emit(out, "content_block_stop", &j);
 	strbuf_free(&j);
-	f->open = false;
 }
 
-static struct anth_block *new_block(struct anth_fmt *f, struct strbuf *out, int type, const char *id,
-				    const char *name, size_t tool_index)
+/* fe_blocks on_add: content_block_start, when streaming. */
+static void block_add(void *ctx, struct strbuf *out, size_t idx)
 {
-	close_block(f, out);
-	if (f->n_blocks == f->cap_blocks) {
-		size_t cap = f->cap_blocks ? 2 * f->cap_blocks : 4;
-		struct anth_block *b = realloc(f->blocks, cap * sizeof *b);
-		if (!b) {
-			f->oom = true;
-			return NULL;
-		}
-		f->blocks = b;
-		f->cap_blocks = cap;
-	}
-	struct anth_block *b = &f->blocks[f->n_blocks++];
-	memset(b, 0, sizeof *b);
-	b->type = type;
-	strbuf_init(&b->text);
-	b->id = id ? strdup(id) : NULL;
-	b->name = name ? strdup(name) : NULL;
-	b->tool_index = tool_index;
+	struct anth_fmt *f = ctx;
 	if (!f->stream)
-		return b;
-	f->open = true;
+		return;
+	const struct fe_block *b = &f->bl.v[idx];
 	struct strbuf j;
 	strbuf_init(&j);
-	strbuf_printf(&j, "{\"type\":\"content_block_start\",\"index\":%zu,\"content_block\":", f->n_blocks - 1);
-	if (type == BLK_THINKING) {
+	strbuf_printf(&j, "{\"type\":\"content_block_start\",\"index\":%zu,\"content_block\":", idx);
+	if (b->type == FE_BLOCK_REASONING) {
 		strbuf_puts(&j, "{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}");
-	} else if (type == BLK_TEXT) {
+	} else if (b->type == FE_BLOCK_TEXT) {
 		strbuf_puts(&j, "{\"type\":\"text\",\"text\":\"\"}}");
 	} else {
 		strbuf_puts(&j, "{\"type\":\"tool_use\",\"id\":");
-		oai_json_text(&j, id ? id : "", id ? strlen(id) : 0);
+		oai_json_text(&j, b->call_id ? b->call_id : "", b->call_id ? strlen(b->call_id) : 0);
 		strbuf_puts(&j, ",\"name\":");
-		oai_json_text(&j, name ? name : "", name ? strlen(name) : 0);
+		oai_json_text(&j, b->name ? b->name : "", b->name ? strlen(b->name) : 0);
 		strbuf_puts(&j, ",\"input\":{}}}");
 	}
 	emit(out, "content_block_start", &j);
 	strbuf_free(&j);
-	return b;
 }
 
 static void fmt_start(void *ctx, struct strbuf *out, uint32_t n_prompt)
@@ -600,51 +535,20 @@ static void fmt_start(void *ctx, struct strbuf *out, uint32_t n_prompt)
 
 static void fmt_event(void *ctx, struct strbuf *out, const struct model_oparse_event *ev)
 {
+	/* per block type: the delta's type and its text field */
+	static const char *const delta[][2] = {
+		[FE_BLOCK_REASONING] = {"thinking_delta", "thinking"},
+		[FE_BLOCK_TEXT] = {"text_delta", "text"},
+		[FE_BLOCK_TOOL] = {"input_json_delta", "partial_json"},
+	};
 	struct anth_fmt *f = ctx;
-	struct anth_block *last = f->n_blocks ? &f->blocks[f->n_blocks - 1] : NULL;
-	struct anth_block *b = NULL;
-	const char *delta_type = NULL, *field = NULL;
-	switch (ev->kind) {
-	case MODEL_OPARSE_REASONING:
-		if (!ev->len)
-			return;
-		b = last && last->type == BLK_THINKING ? last : new_block(f, out, BLK_THINKING, NULL, NULL, 0);
-		if (f->omit_thinking)
-			return;
-		delta_type = "thinking_delta";
-		field = "thinking";
-		break;
-	case MODEL_OPARSE_CONTENT:
-		if (!ev->len)
-			return;
-		b = last && last->type == BLK_TEXT ? last : new_block(f, out, BLK_TEXT, NULL, NULL, 0);
-		delta_type = "text_delta";
-		field = "text";
-		break;
-	case MODEL_OPARSE_TOOL_CALL_START:
-		if (f->one_tool && ev->tool_index > 0)
-			return; /* disable_parallel_tool_use: its arguments find no block either */
-		new_block(f, out, BLK_TOOL, ev->tool_id, ev->tool_name ? ev->tool_name : "", ev->tool_index);
-		return;
-	case MODEL_OPARSE_TOOL_CALL_ARGS:
-		if (!ev->len || !last || last->type != BLK_TOOL || last->tool_index != ev->tool_index)
-			return;
-		b = last;
-		delta_type = "input_json_delta";
-		field = "partial_json";
-		break;
-	default:
-		return;
-	}
-	if (!b)
-		return;
-	strbuf_append(&b->text, ev->text, ev->len);
-	if (!f->stream)
+	struct fe_block *b = fe_blocks_event(&f->bl, out, ev);
+	if (!b || !f->stream)
 		return;
 	struct strbuf j;
 	strbuf_init(&j);
 	strbuf_printf(&j, "{\"type\":\"content_block_delta\",\"index\":%zu,\"delta\":{\"type\":\"%s\",\"%s\":",
-		      f->n_blocks - 1, delta_type, field);
+		      f->bl.n - 1, delta[b->type][0], delta[b->type][1]);
 	oai_json_text(&j, ev->text, ev->len);
 	strbuf_puts(&j, "}}");
 	emit(out, "content_block_delta", &j);
@@ -656,8 +560,8 @@ static void fmt_finish(void *ctx, struct strbuf *out, const struct sched_event *
 	(void)out;
 	struct anth_fmt *f = ctx;
 	bool tools = false;
-	for (size_t i = 0; i < f->n_blocks; i++)
-		tools |= f->blocks[i].type == BLK_TOOL;
+	for (size_t i = 0; i < f->bl.n; i++)
+		tools |= f->bl.v[i].type == FE_BLOCK_TOOL;
 	switch (ev->finish) {
 	case SCHED_FINISH_STOP:
 		if (tools) {
@@ -672,14 +576,8 @@ static void fmt_finish(void *ctx, struct strbuf *out, const struct sched_event *
 	case SCHED_FINISH_LENGTH:
 		f->stop_reason = "max_tokens";
 		break;
-	case SCHED_FINISH_SHUTDOWN:
-		f->abort_msg = "the server is shutting down";
-		break;
-	case SCHED_FINISH_TIMEOUT:
-		f->abort_msg = "the request timed out";
-		break;
 	default:
-		f->abort_msg = "the request was aborted";
+		f->abort_msg = fe_abort_message(ev->finish);
 		break;
 	}
 }
@@ -703,14 +601,11 @@ static void error_json(struct strbuf *j, const char *type, const char *msg)
 static void fmt_final(void *ctx, struct strbuf *out, const struct oai_usage *u, const char *error)
 {
 	struct anth_fmt *f = ctx;
-	if (!error && f->oom)
-		error = "out of memory";
-	if (!error && f->abort_msg)
-		error = f->abort_msg;
+	error = fe_blocks_error(&f->bl, error, f->abort_msg);
 	struct strbuf j;
 	strbuf_init(&j);
 	if (f->stream) {
-		close_block(f, out);
+		fe_blocks_close(&f->bl, out);
 		if (error) {
 			error_json(&j, f->abort_msg && !strcmp(error, f->abort_msg) ? "overloaded_error" : "api_error", error);
 			emit(out, "error", &j);
@@ -741,22 +636,22 @@ static void fmt_final(void *ctx, struct strbuf *out, const struct oai_usage *u, 
 	strbuf_puts(out, ",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
 	strbuf_json_string(out, f->model, strlen(f->model));
 	strbuf_puts(out, ",\"content\":[");
-	for (size_t i = 0; i < f->n_blocks; i++) {
-		struct anth_block *b = &f->blocks[i];
+	for (size_t i = 0; i < f->bl.n; i++) {
+		struct fe_block *b = &f->bl.v[i];
 		const char *t = b->text.data ? b->text.data : "";
 		if (i)
 			strbuf_puts(out, ",");
-		if (b->type == BLK_THINKING) {
+		if (b->type == FE_BLOCK_REASONING) {
 			strbuf_puts(out, "{\"type\":\"thinking\",\"thinking\":");
 			oai_json_text(out, t, b->text.len);
 			strbuf_puts(out, ",\"signature\":\"dsv4\"}");
-		} else if (b->type == BLK_TEXT) {
+		} else if (b->type == FE_BLOCK_TEXT) {
 			strbuf_puts(out, "{\"type\":\"text\",\"text\":");
 			oai_json_text(out, t, b->text.len);
 			strbuf_puts(out, "}");
 		} else {
 			strbuf_puts(out, "{\"type\":\"tool_use\",\"id\":");
-			oai_json_text(out, b->id ? b->id : "", b->id ? strlen(b->id) : 0);
+			oai_json_text(out, b->call_id ? b->call_id : "", b->call_id ? strlen(b->call_id) : 0);
 			strbuf_puts(out, ",\"name\":");
 			oai_json_text(out, b->name ? b->name : "", b->name ? strlen(b->name) : 0);
 			strbuf_puts(out, ",\"input\":");
@@ -793,9 +688,22 @@ static const struct oai_job_format anth_format = {
 
 /* ---- routes ---- */
 
-static void reply_why(struct http_response *resp, const struct oai_error *why)
+/* The request translated, parsed and tokenized: false when resp holds
+ * the refusal. */
+static bool messages_prompt(struct oai_server *s, struct api *api, const struct http_request *req, bool count_tokens,
+			    struct anth_info *info, struct oai_request *r, int32_t **ids, size_t *n_ids,
+			    struct http_response *resp)
 {
-	oai_error_reply(resp, why);
+	char *chat = NULL;
+	size_t chat_len = 0;
+	struct oai_error why;
+	if (anth_translate(req->body, req->body_len, count_tokens, &chat, &chat_len, info, &why)) {
+		oai_error_reply(resp, &why);
+		return false;
+	}
+	bool ok = fe_chat_prompt(s, api, chat, chat_len, r, ids, n_ids, resp);
+	free(chat);
+	return ok;
 }
 
 static void route_messages(void *ctx, struct api *api, const struct http_request *req, struct http_response *resp,
@@ -804,27 +712,19 @@ static void route_messages(void *ctx, struct api *api, const struct http_request
 	struct oai_server *s = ctx;
 	if (!fe_check_ready(api, resp))
 		return;
-	char *chat = NULL;
-	size_t chat_len = 0;
 	struct anth_info info;
-	struct oai_error why;
-	if (anth_translate(req->body, req->body_len, false, &chat, &chat_len, &info, &why)) {
-		reply_why(resp, &why);
-		return;
-	}
 	struct oai_request r;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
-	bool ok = fe_chat_prompt(s, api, chat, chat_len, &r, &ids, &n_ids, resp);
-	free(chat);
-	if (!ok)
+	if (!messages_prompt(s, api, req, false, &info, &r, &ids, &n_ids, resp))
 		return;
 	struct anth_fmt *f = calloc(1, sizeof *f);
 	if (f) {
 		f->model = strdup(api_model_name(api));
 		f->stream = info.stream;
-		f->omit_thinking = info.omit_thinking;
-		f->one_tool = info.one_tool;
+		f->bl = (struct fe_blocks){.stream = info.stream, .one_tool = info.one_tool,
+					   .omit_reasoning = info.omit_thinking, .ctx = f, .on_add = block_add,
+					   .on_close = block_close};
 		f->stop = calloc(r.n_stop ? r.n_stop : 1, sizeof *f->stop);
 		for (uint32_t i = 0; f->stop && i < r.n_stop; i++)
 			f->stop[f->n_stop++] = strdup(r.stop[i]);
@@ -845,20 +745,11 @@ static void route_count_tokens(void *ctx, struct api *api, const struct http_req
 {
 	(void)hs;
 	struct oai_server *s = ctx;
-	char *chat = NULL;
-	size_t chat_len = 0;
 	struct anth_info info;
-	struct oai_error why;
-	if (anth_translate(req->body, req->body_len, true, &chat, &chat_len, &info, &why)) {
-		reply_why(resp, &why);
-		return;
-	}
 	struct oai_request r;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
-	bool ok = fe_chat_prompt(s, api, chat, chat_len, &r, &ids, &n_ids, resp);
-	free(chat);
-	if (!ok)
+	if (!messages_prompt(s, api, req, true, &info, &r, &ids, &n_ids, resp))
 		return;
 	free(ids);
 	oai_request_free(&r);

@@ -1,10 +1,12 @@
 /*
  * server/frontend.c: the steps every front-end over the chat engine shares
  * (frontend.h): readiness, the translated chat body parsed, its model
- * checked, rendered and tokenized; ids; SSE events with names.
+ * checked, rendered and tokenized; ids; SSE events with names; the request
+ * translation's refusals, body and tools.
  */
 #include "frontend.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,4 +95,57 @@ const char *fe_anthropic_error_type(int status)
 	default:
 		return status >= 500 ? "api_error" : "invalid_request_error";
 	}
+}
+
+enum status fe_fail(struct oai_error *why, int status, enum status st, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	oai_error_vset(why, status, st, param, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+enum status fe_parse_body(const char *body, size_t len, json_t **root, struct oai_error *why)
+{
+	json_error_t je;
+	*root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+	if (!*root)
+		return fe_fail(why, 400, ST_INVALID, "", "request body is not valid JSON: %s (line %d, column %d)", je.text,
+			       je.line, je.column);
+	if (!json_is_object(*root))
+		return fe_fail(why, 400, ST_INVALID, "", "request body must be a JSON object");
+	return ST_OK;
+}
+
+json_t *fe_chat_tool(json_t *name, json_t *description, json_t *parameters)
+{
+	json_t *fn = json_pack("{s:O}", "name", name);
+	if (json_is_string(description))
+		json_object_set(fn, "description", description);
+	json_object_set_new(fn, "parameters",
+			    json_is_object(parameters) ? json_incref(parameters) : json_pack("{s:s}", "type", "object"));
+	return json_pack("{s:s,s:o}", "type", "function", "function", fn);
+}
+
+enum status fe_translate_tools(json_t *tools, json_t *o,
+			       enum status (*one)(json_t *tool, size_t i, json_t **out, struct oai_error *why),
+			       struct oai_error *why)
+{
+	if (!json_is_array(tools))
+		return fe_fail(why, 400, ST_INVALID, "tools", "'tools' must be an array");
+	json_t *arr = json_array();
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t) {
+		json_t *tool = NULL;
+		enum status st = one(t, i, &tool, why);
+		if (st) {
+			json_decref(arr);
+			return st;
+		}
+		json_array_append_new(arr, tool);
+	}
+	json_object_set_new(o, "tools", arr);
+	return ST_OK;
 }

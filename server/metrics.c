@@ -73,13 +73,28 @@ struct metrics {
 	double stats_interval_s;
 };
 
-static void hist_init(struct hist *h, const char *name, const char *help, const double *b, int n)
-{
-	h->name = name;
-	h->help = help;
-	h->bounds = b;
-	h->n = n;
-}
+/* Every histogram's name, help text and bucket bounds, by H_ index. */
+static const struct hist_def {
+	const char *name, *help;
+	const double *bounds;
+	int n;
+} hist_defs[H_COUNT] = {
+	[H_TTFT] = {"dsv4:time_to_first_token_seconds", "Time to first token, from arrival.", ttft_bounds,
+		    NB(ttft_bounds)},
+	[H_ITL] = {"dsv4:inter_token_latency_seconds", "Time between successive token batches.", itl_bounds,
+		   NB(itl_bounds)},
+	[H_E2E] = {"dsv4:e2e_request_latency_seconds", "End-to-end request latency.", e2e_bounds, NB(e2e_bounds)},
+	[H_QUEUE] = {"dsv4:request_queue_time_seconds", "Time waiting before first scheduled.", e2e_bounds,
+		     NB(e2e_bounds)},
+	[H_PREFILL] = {"dsv4:request_prefill_time_seconds", "First scheduled to first token.", e2e_bounds,
+		       NB(e2e_bounds)},
+	[H_DECODE] = {"dsv4:request_decode_time_seconds", "First token to last token.", e2e_bounds, NB(e2e_bounds)},
+	[H_INFER] = {"dsv4:request_inference_time_seconds", "First scheduled to last token.", e2e_bounds,
+		     NB(e2e_bounds)},
+	[H_PROMPT] = {"dsv4:request_prompt_tokens", "Prompt tokens per request.", tok_bounds, NB(tok_bounds)},
+	[H_GEN] = {"dsv4:request_generation_tokens", "Generated tokens per request.", tok_bounds, NB(tok_bounds)},
+	[H_HTTP] = {"dsv4:http_request_duration_seconds", "HTTP request duration.", e2e_bounds, NB(e2e_bounds)},
+};
 
 static void hist_add(struct hist *h, double v)
 {
@@ -106,26 +121,12 @@ enum status metrics_create(struct metrics **out, const char *model_name, struct 
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&m->stats_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	hist_init(&m->h[H_TTFT], "dsv4:time_to_first_token_seconds", "Time to first token, from arrival.",
-		  ttft_bounds, NB(ttft_bounds));
-	hist_init(&m->h[H_ITL], "dsv4:inter_token_latency_seconds", "Time between successive token batches.",
-		  itl_bounds, NB(itl_bounds));
-	hist_init(&m->h[H_E2E], "dsv4:e2e_request_latency_seconds", "End-to-end request latency.",
-		  e2e_bounds, NB(e2e_bounds));
-	hist_init(&m->h[H_QUEUE], "dsv4:request_queue_time_seconds", "Time waiting before first scheduled.",
-		  e2e_bounds, NB(e2e_bounds));
-	hist_init(&m->h[H_PREFILL], "dsv4:request_prefill_time_seconds", "First scheduled to first token.",
-		  e2e_bounds, NB(e2e_bounds));
-	hist_init(&m->h[H_DECODE], "dsv4:request_decode_time_seconds", "First token to last token.",
-		  e2e_bounds, NB(e2e_bounds));
-	hist_init(&m->h[H_INFER], "dsv4:request_inference_time_seconds", "First scheduled to last token.",
-		  e2e_bounds, NB(e2e_bounds));
-	hist_init(&m->h[H_PROMPT], "dsv4:request_prompt_tokens", "Prompt tokens per request.", tok_bounds,
-		  NB(tok_bounds));
-	hist_init(&m->h[H_GEN], "dsv4:request_generation_tokens", "Generated tokens per request.", tok_bounds,
-		  NB(tok_bounds));
-	hist_init(&m->h[H_HTTP], "dsv4:http_request_duration_seconds", "HTTP request duration.", e2e_bounds,
-		  NB(e2e_bounds));
+	for (int i = 0; i < H_COUNT; i++) {
+		m->h[i].name = hist_defs[i].name;
+		m->h[i].help = hist_defs[i].help;
+		m->h[i].bounds = hist_defs[i].bounds;
+		m->h[i].n = hist_defs[i].n;
+	}
 	*out = m;
 	return ST_OK;
 }
@@ -290,6 +291,14 @@ static void render_hist(struct metrics *m, struct strbuf *b, const struct hist *
 	sample(m, b, nm, NULL, (double)h->count);
 }
 
+/* A metric with one unlabelled sample: its HELP/TYPE head and value. */
+static void one_sample(struct metrics *m, struct strbuf *b, const char *name, const char *type, const char *help,
+		       double v)
+{
+	head(b, name, type, help);
+	sample(m, b, name, NULL, v);
+}
+
 void metrics_render(struct metrics *m, struct strbuf *b)
 {
 	struct metrics_engine_stats es;
@@ -302,29 +311,23 @@ void metrics_render(struct metrics *m, struct strbuf *b)
 		fn(ctx, &es); /* outside our lock: the engine takes its own */
 
 	pthread_mutex_lock(&m->mu);
-	head(b, "dsv4:num_requests_running", "gauge", "Requests in model execution batches.");
-	sample(m, b, "dsv4:num_requests_running", NULL, es.n_running);
-	head(b, "dsv4:num_requests_waiting", "gauge", "Requests waiting to be scheduled.");
-	sample(m, b, "dsv4:num_requests_waiting", NULL, es.n_waiting);
-	head(b, "dsv4:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use, 0..1.");
-	sample(m, b, "dsv4:kv_cache_usage_perc", NULL, es.kv_usage);
-	head(b, "dsv4:prefix_cache_queries_total", "counter", "Prefix-cache lookups, in tokens.");
-	sample(m, b, "dsv4:prefix_cache_queries_total", NULL, (double)es.prefix_queries_tokens);
-	head(b, "dsv4:prefix_cache_hits_total", "counter", "Prefix-cache hits, in tokens.");
-	sample(m, b, "dsv4:prefix_cache_hits_total", NULL, (double)es.prefix_hits_tokens);
-	head(b, "dsv4:num_preemptions_total", "counter", "Cumulative preemptions.");
-	sample(m, b, "dsv4:num_preemptions_total", NULL, (double)es.n_preemptions);
-	head(b, "dsv4:prompt_tokens_total", "counter", "Prefill tokens processed.");
-	sample(m, b, "dsv4:prompt_tokens_total", NULL, (double)es.prompt_tokens);
-	head(b, "dsv4:generation_tokens_total", "counter", "Generated tokens.");
-	sample(m, b, "dsv4:generation_tokens_total", NULL, (double)es.generation_tokens);
+	one_sample(m, b, "dsv4:num_requests_running", "gauge", "Requests in model execution batches.", es.n_running);
+	one_sample(m, b, "dsv4:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", es.n_waiting);
+	one_sample(m, b, "dsv4:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use, 0..1.", es.kv_usage);
+	one_sample(m, b, "dsv4:prefix_cache_queries_total", "counter", "Prefix-cache lookups, in tokens.",
+		   (double)es.prefix_queries_tokens);
+	one_sample(m, b, "dsv4:prefix_cache_hits_total", "counter", "Prefix-cache hits, in tokens.",
+		   (double)es.prefix_hits_tokens);
+	one_sample(m, b, "dsv4:num_preemptions_total", "counter", "Cumulative preemptions.", (double)es.n_preemptions);
+	one_sample(m, b, "dsv4:prompt_tokens_total", "counter", "Prefill tokens processed.", (double)es.prompt_tokens);
+	one_sample(m, b, "dsv4:generation_tokens_total", "counter", "Generated tokens.", (double)es.generation_tokens);
 	if (es.spec_k) { /* speculative decoding: vLLM's spec_decode counters */
-		head(b, "dsv4:spec_decode_num_drafts_total", "counter", "Verify steps with at least one draft.");
-		sample(m, b, "dsv4:spec_decode_num_drafts_total", NULL, (double)es.spec_drafts);
-		head(b, "dsv4:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.");
-		sample(m, b, "dsv4:spec_decode_num_draft_tokens_total", NULL, (double)es.spec_draft_tokens);
-		head(b, "dsv4:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.");
-		sample(m, b, "dsv4:spec_decode_num_accepted_tokens_total", NULL, (double)es.spec_accepted_tokens);
+		one_sample(m, b, "dsv4:spec_decode_num_drafts_total", "counter", "Verify steps with at least one draft.",
+			   (double)es.spec_drafts);
+		one_sample(m, b, "dsv4:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.",
+			   (double)es.spec_draft_tokens);
+		one_sample(m, b, "dsv4:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+			   (double)es.spec_accepted_tokens);
 		head(b, "dsv4:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted drafts by position.");
 		for (uint32_t i = 0; i < es.spec_k && i < 8; i++) {
 			char extra[32];

@@ -60,14 +60,21 @@ static void ar_free(struct oai_arena *a)
 
 /* ---- errors ---- */
 
+enum status oai_error_vset(struct oai_error *why, int status, enum status st, const char *param, const char *fmt,
+			   va_list ap)
+{
+	why->status = st == ST_NOMEM ? 500 : status;
+	snprintf(why->param, sizeof why->param, "%s", param ? param : "");
+	vsnprintf(why->message, sizeof why->message, fmt, ap);
+	return st;
+}
+
 enum status oai__fail(struct oai_error *why, enum status st, const char *param, const char *fmt, ...)
 {
-	why->status = st == ST_NOMEM ? 500 : 400;
 	why->code = st == ST_NOMEM ? NULL : st == ST_UNSUPPORTED ? "unsupported_value" : "invalid_value";
-	snprintf(why->param, sizeof why->param, "%s", param ? param : "");
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why->message, sizeof why->message, fmt, ap);
+	oai_error_vset(why, 400, st, param, fmt, ap);
 	va_end(ap);
 	return st;
 }

@@ -15,6 +15,7 @@
 #ifndef DSV4_SERVER_OPENAI_PARAMS_H
 #define DSV4_SERVER_OPENAI_PARAMS_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -120,6 +121,11 @@ struct oai_error {
 	char param[64];
 	char message[512];
 };
+
+/* Fill why's status (500 for ST_NOMEM, else status), param ("" for NULL)
+ * and message; code is left as it is. Returns st. */
+enum status oai_error_vset(struct oai_error *why, int status, enum status st, const char *param, const char *fmt,
+			   va_list ap);
 
 /* Parse a chat completions body (kind = OAI_CHAT) or a completions body
  * (OAI_COMPLETION). vocab_size bounds token ids in logit_bias, prompts and

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "model/chat.h"
 #include "server/anthropic.h"
+#include "server/frontend.h"
 #include "model/gram.h"
 #include "server/openai_format.h"
 #include "server/responses.h"
@@ -26,16 +27,6 @@
 void oai_error_reply(struct http_response *resp, const struct oai_error *why)
 {
 	api_error(resp, why->status ? why->status : 400, why->param, why->code, "%s", why->message);
-}
-
-static bool check_ready(struct api *api, struct http_response *resp)
-{
-	enum api_state st = api_get_state(api);
-	if (st == API_READY)
-		return true;
-	api_error(resp, 503, NULL, st == API_DRAINING ? "draining" : "unavailable",
-		  "the server is %s", st == API_DRAINING ? "shutting down" : st == API_LOADING ? "loading" : "unhealthy");
-	return false;
 }
 
 static bool check_model(struct api *api, const char *model, struct http_response *resp)
@@ -57,7 +48,7 @@ static void route_chat(void *ctx, struct api *api, const struct http_request *re
 		       struct http_stream *hs)
 {
 	struct oai_server *s = ctx;
-	if (!check_ready(api, resp))
+	if (!fe_check_ready(api, resp))
 		return;
 	struct oai_request r;
 	struct oai_error why;
@@ -99,7 +90,7 @@ static void route_completions(void *ctx, struct api *api, const struct http_requ
 			      struct http_response *resp, struct http_stream *hs)
 {
 	struct oai_server *s = ctx;
-	if (!check_ready(api, resp))
+	if (!fe_check_ready(api, resp))
 		return;
 	struct oai_request r;
 	struct oai_error why;

@@ -27,19 +27,6 @@
 
 /* ---- request translation ---- */
 
-static enum status fail(struct oai_error *why, int status, enum status st, const char *param, const char *fmt, ...)
-	DSV4_PRINTF(5, 6);
-static enum status fail(struct oai_error *why, int status, enum status st, const char *param, const char *fmt, ...)
-{
-	why->status = st == ST_NOMEM ? 500 : status;
-	snprintf(why->param, sizeof why->param, "%s", param ? param : "");
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why->message, sizeof why->message, fmt, ap);
-	va_end(ap);
-	return st;
-}
-
 /* The text of a message's content: a string or an array of text parts. */
 static enum status content_text(json_t *c, const char *where, struct strbuf *b, struct oai_error *why)
 {
@@ -48,24 +35,24 @@ static enum status content_text(json_t *c, const char *where, struct strbuf *b, 
 		return ST_OK;
 	}
 	if (!json_is_array(c))
-		return fail(why, 400, ST_INVALID, "input", "%s must be a string or an array of content parts", where);
+		return fe_fail(why, 400, ST_INVALID, "input", "%s must be a string or an array of content parts", where);
 	size_t i;
 	json_t *p;
 	json_array_foreach(c, i, p) {
 		const char *t = json_string_value(json_object_get(p, "type"));
 		if (!t)
-			return fail(why, 400, ST_INVALID, "input", "%s[%zu] needs a 'type'", where, i);
+			return fe_fail(why, 400, ST_INVALID, "input", "%s[%zu] needs a 'type'", where, i);
 		json_t *tx = json_object_get(p, !strcmp(t, "refusal") ? "refusal" : "text");
 		if (!strcmp(t, "input_text") || !strcmp(t, "output_text") || !strcmp(t, "text") || !strcmp(t, "refusal") ||
 		    !strcmp(t, "summary_text") || !strcmp(t, "reasoning_text")) {
 			if (!json_is_string(tx))
-				return fail(why, 400, ST_INVALID, "input", "%s[%zu] needs a string", where, i);
+				return fe_fail(why, 400, ST_INVALID, "input", "%s[%zu] needs a string", where, i);
 			strbuf_append(b, json_string_value(tx), json_string_length(tx));
 		} else if (!strcmp(t, "input_image") || !strcmp(t, "input_file") || !strcmp(t, "input_audio")) {
-			return fail(why, 400, ST_UNSUPPORTED, "input",
+			return fe_fail(why, 400, ST_UNSUPPORTED, "input",
 				    "%s: '%s' parts are not supported: this model reads text only", where, t);
 		} else {
-			return fail(why, 400, ST_UNSUPPORTED, "input", "%s: part type '%.40s' is not supported", where, t);
+			return fe_fail(why, 400, ST_UNSUPPORTED, "input", "%s: part type '%.40s' is not supported", where, t);
 		}
 	}
 	return ST_OK;
@@ -97,9 +84,9 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 		return ST_OK;
 	}
 	if (!json_is_array(input))
-		return fail(why, 400, ST_INVALID, "input", "'input' must be a string or an array of items");
+		return fe_fail(why, 400, ST_INVALID, "input", "'input' must be a string or an array of items");
 	if (json_array_size(input) > OAI_MAX_MESSAGES)
-		return fail(why, 400, ST_INVALID, "input", "too many input items (at most %d)", OAI_MAX_MESSAGES);
+		return fe_fail(why, 400, ST_INVALID, "input", "too many input items (at most %d)", OAI_MAX_MESSAGES);
 	struct strbuf reasoning;
 	strbuf_init(&reasoning);
 	enum status st = ST_OK;
@@ -109,7 +96,7 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 	json_array_foreach(input, i, it) {
 		snprintf(where, sizeof where, "input[%zu]", i);
 		if (!json_is_object(it)) {
-			st = fail(why, 400, ST_INVALID, "input", "%s must be an object", where);
+			st = fe_fail(why, 400, ST_INVALID, "input", "%s must be an object", where);
 			break;
 		}
 		const char *t = json_string_value(json_object_get(it, "type"));
@@ -117,13 +104,13 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 		if (!t && role)
 			t = "message";
 		if (!t) {
-			st = fail(why, 400, ST_INVALID, "input", "%s needs a 'type'", where);
+			st = fe_fail(why, 400, ST_INVALID, "input", "%s needs a 'type'", where);
 			break;
 		}
 		if (!strcmp(t, "message")) {
 			if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
 				      strcmp(role, "developer"))) {
-				st = fail(why, 400, ST_INVALID, "input",
+				st = fe_fail(why, 400, ST_INVALID, "input",
 					  "%s.role must be user, assistant, system or developer", where);
 				break;
 			}
@@ -145,7 +132,7 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 			json_t *cid = json_object_get(it, "call_id"), *name = json_object_get(it, "name");
 			json_t *args = json_object_get(it, "arguments");
 			if (!json_is_string(cid) || !json_is_string(name) || !json_is_string(args)) {
-				st = fail(why, 400, ST_INVALID, "input",
+				st = fe_fail(why, 400, ST_INVALID, "input",
 					  "%s: a function_call needs string 'call_id', 'name' and 'arguments'", where);
 				break;
 			}
@@ -160,7 +147,7 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 		} else if (!strcmp(t, "function_call_output")) {
 			json_t *cid = json_object_get(it, "call_id");
 			if (!json_is_string(cid)) {
-				st = fail(why, 400, ST_INVALID, "input", "%s: a function_call_output needs a 'call_id'", where);
+				st = fe_fail(why, 400, ST_INVALID, "input", "%s: a function_call_output needs a 'call_id'", where);
 				break;
 			}
 			struct strbuf b;
@@ -182,7 +169,7 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 			if (st)
 				break;
 		} else {
-			st = fail(why, 400, ST_UNSUPPORTED, "input", "%s: item type '%.40s' is not supported", where, t);
+			st = fe_fail(why, 400, ST_UNSUPPORTED, "input", "%s: item type '%.40s' is not supported", where, t);
 			break;
 		}
 	}
@@ -190,33 +177,17 @@ static enum status translate_input(json_t *input, json_t *msgs, struct oai_error
 	return st;
 }
 
-static enum status translate_tools(json_t *tools, json_t *o, struct oai_error *why)
+/* One of tools: a function tool (other types refused). */
+static enum status one_tool(json_t *t, size_t i, json_t **out, struct oai_error *why)
 {
-	if (!json_is_array(tools))
-		return fail(why, 400, ST_INVALID, "tools", "'tools' must be an array");
-	json_t *arr = json_array();
-	size_t i;
-	json_t *t;
-	json_array_foreach(tools, i, t) {
-		const char *type = json_string_value(json_object_get(t, "type"));
-		json_t *name = json_object_get(t, "name");
-		if (!type || strcmp(type, "function")) {
-			json_decref(arr);
-			return fail(why, 400, ST_UNSUPPORTED, "tools",
-				    "tools[%zu]: tool type '%.40s' is not supported (only \"function\")", i, type ? type : "");
-		}
-		if (!json_is_string(name)) {
-			json_decref(arr);
-			return fail(why, 400, ST_INVALID, "tools", "tools[%zu] needs a 'name'", i);
-		}
-		json_t *fn = json_pack("{s:O}", "name", name);
-		json_t *d = json_object_get(t, "description"), *p = json_object_get(t, "parameters");
-		if (json_is_string(d))
-			json_object_set(fn, "description", d);
-		json_object_set_new(fn, "parameters", json_is_object(p) ? json_incref(p) : json_pack("{s:s}", "type", "object"));
-		json_array_append_new(arr, json_pack("{s:s,s:o}", "type", "function", "function", fn));
-	}
-	json_object_set_new(o, "tools", arr);
+	const char *type = json_string_value(json_object_get(t, "type"));
+	json_t *name = json_object_get(t, "name");
+	if (!type || strcmp(type, "function"))
+		return fe_fail(why, 400, ST_UNSUPPORTED, "tools",
+			       "tools[%zu]: tool type '%.40s' is not supported (only \"function\")", i, type ? type : "");
+	if (!json_is_string(name))
+		return fe_fail(why, 400, ST_INVALID, "tools", "tools[%zu] needs a 'name'", i);
+	*out = fe_chat_tool(name, json_object_get(t, "description"), json_object_get(t, "parameters"));
 	return ST_OK;
 }
 
@@ -224,6 +195,166 @@ static enum status translate_tools(json_t *tools, json_t *o, struct oai_error *w
 static const char *const ignored_keys[] = {"user", "truncation", "include", "service_tier", "prompt_cache_key",
 					   "safety_identifier", "max_tool_calls", "top_logprobs", "stream_options",
 					   "prompt_cache_retention", NULL};
+
+/* tool_choice: auto / none / required as chat's; {"type":"function","name"}
+ * as chat's function object. HOOK(structured): required and a named
+ * function are constrained by the chat parser's tool_choice (refused while
+ * it has none). */
+static enum status translate_tool_choice(json_t *v, json_t *o, struct oai_error *why)
+{
+	const char *s = json_string_value(v);
+	const char *t = json_string_value(json_object_get(v, "type"));
+	json_t *name = json_object_get(v, "name");
+	if (s)
+		json_object_set(o, "tool_choice", v);
+	else if (t && !strcmp(t, "function") && json_is_string(name))
+		json_object_set_new(o, "tool_choice", json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", name));
+	else
+		return fe_fail(why, 400, ST_INVALID, "tool_choice",
+			       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\"}");
+	return ST_OK;
+}
+
+/* reasoning: effort becomes chat's reasoning_effort; the echo keeps effort
+ * and summary (or generate_summary). */
+static enum status translate_reasoning(json_t *v, json_t *o, json_t *ec, struct oai_error *why)
+{
+	if (!json_is_object(v))
+		return fe_fail(why, 400, ST_INVALID, "reasoning", "'reasoning' must be an object");
+	json_t *eff = json_object_get(v, "effort");
+	if (eff && !json_is_null(eff))
+		json_object_set(o, "reasoning_effort", eff);
+	json_t *r = json_object_get(ec, "reasoning");
+	json_object_set(r, "effort", eff ? eff : json_null());
+	json_t *sum = json_object_get(v, "summary");
+	if (!sum)
+		sum = json_object_get(v, "generate_summary");
+	json_object_set(r, "summary", sum ? sum : json_null());
+	return ST_OK;
+}
+
+/* text.format: text, json_object, or json_schema (HOOK(structured):
+ * constrained like chat's response_format). */
+static enum status translate_text(json_t *v, json_t *o, struct oai_error *why)
+{
+	json_t *f = json_object_get(v, "format");
+	const char *t = json_string_value(json_object_get(f, "type"));
+	if (!json_is_object(v) || (f && !t))
+		return fe_fail(why, 400, ST_INVALID, "text.format", "'text.format' must be {\"type\": ...}");
+	if (t && !strcmp(t, "json_object")) {
+		json_object_set_new(o, "response_format", json_pack("{s:s}", "type", "json_object"));
+	} else if (t && !strcmp(t, "json_schema")) {
+		json_t *js = json_pack("{s:O*,s:O*}", "name", json_object_get(f, "name"), "schema",
+				       json_object_get(f, "schema"));
+		json_t *strict = json_object_get(f, "strict");
+		if (json_is_boolean(strict))
+			json_object_set(js, "strict", strict);
+		json_object_set_new(o, "response_format", json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
+	} else if (t && strcmp(t, "text")) {
+		return fe_fail(why, 400, ST_INVALID, "text.format", "unknown text.format type '%.40s'", t);
+	}
+	return ST_OK;
+}
+
+/* What a request carries besides the chat body: input and instructions
+ * (translated once every key is read). */
+struct resp_parts {
+	json_t *input, *instructions;
+};
+
+/* One top-level key of the body into the chat body o and the echo ec (the
+ * request's fields as the response object repeats them). */
+static enum status translate_key(const char *k, json_t *v, json_t *o, json_t *ec, struct resp_parts *pt,
+				 struct resp_info *info, struct oai_error *why)
+{
+	enum status st = ST_OK;
+	if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p")) {
+		json_object_set(o, k, v);
+		if (k[0] == 't')
+			json_object_set(ec, k, v);
+		return ST_OK;
+	} else if (!strcmp(k, "max_output_tokens")) {
+		json_object_set(o, "max_tokens", v);
+	} else if (!strcmp(k, "input")) {
+		pt->input = v;
+		return ST_OK;
+	} else if (!strcmp(k, "instructions")) {
+		if (!json_is_string(v))
+			return fe_fail(why, 400, ST_INVALID, k, "'instructions' must be a string");
+		pt->instructions = v;
+	} else if (!strcmp(k, "stream")) {
+		if (!json_is_boolean(v))
+			return fe_fail(why, 400, ST_INVALID, k, "'stream' must be a boolean");
+		info->stream = json_is_true(v);
+		json_object_set(o, k, v);
+		return ST_OK;
+	} else if (!strcmp(k, "store")) {
+		if (!json_is_boolean(v))
+			return fe_fail(why, 400, ST_INVALID, k, "'store' must be a boolean");
+		info->store = json_is_true(v);
+	} else if (!strcmp(k, "previous_response_id")) {
+		if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= sizeof info->previous_id)
+			return fe_fail(why, 400, ST_INVALID, k, "'previous_response_id' must be a response id");
+		snprintf(info->previous_id, sizeof info->previous_id, "%s", json_string_value(v));
+	} else if (!strcmp(k, "metadata")) {
+		if (!json_is_object(v) || json_object_size(v) > 16)
+			return fe_fail(why, 400, ST_INVALID, k, "'metadata' must be an object of at most 16 pairs");
+	} else if (!strcmp(k, "tools")) {
+		st = fe_translate_tools(v, o, one_tool, why);
+	} else if (!strcmp(k, "tool_choice")) {
+		st = translate_tool_choice(v, o, why);
+	} else if (!strcmp(k, "parallel_tool_calls")) {
+		/* false: the answer keeps its first call (the model may write more; dropped) */
+		if (!json_is_boolean(v))
+			return fe_fail(why, 400, ST_INVALID, k, "'parallel_tool_calls' must be a boolean");
+		info->one_call = json_is_false(v);
+	} else if (!strcmp(k, "reasoning")) {
+		return translate_reasoning(v, o, ec, why);
+	} else if (!strcmp(k, "text")) {
+		st = translate_text(v, o, why);
+	} else if (!strcmp(k, "background")) {
+		if (json_is_true(v))
+			return fe_fail(why, 400, ST_UNSUPPORTED, k, "'background' responses are not supported");
+		return ST_OK;
+	} else if (!strcmp(k, "conversation") || !strcmp(k, "prompt")) {
+		return fe_fail(why, 400, ST_UNSUPPORTED, k, "'%s' (server-side conversations / prompts) is not supported", k);
+	} else {
+		bool ign = false;
+		for (const char *const *p = ignored_keys; *p && !ign; p++)
+			ign = !strcmp(*p, k);
+		if (!ign)
+			return fe_fail(why, 400, ST_UNSUPPORTED, k, "unsupported parameter '%.60s'", k);
+		return ST_OK;
+	}
+	if (!st)
+		json_object_set(ec, k, v);
+	return st;
+}
+
+/* The conversation so far: previous_response_id's stored history, or an
+ * empty one. */
+static enum status load_history(struct resp_store *store, const struct resp_info *info, json_t **hist,
+				struct oai_error *why)
+{
+	if (!info->previous_id[0]) {
+		*hist = json_array();
+		return ST_OK;
+	}
+	char *prev = NULL;
+	size_t plen = 0;
+	enum status g = store ? resp_store_get(store, info->previous_id, NULL, NULL, &prev, &plen) : ST_NOTFOUND;
+	if (g == ST_NOMEM)
+		return fe_fail(why, 500, ST_NOMEM, "", "out of memory");
+	if (g)
+		return fe_fail(why, 404, ST_NOTFOUND, "previous_response_id",
+			       "Previous response with id '%s' not found (unknown, deleted, evicted from the bounded store, "
+			       "or stored by an earlier run of the server)", info->previous_id);
+	*hist = json_loadb(prev, plen, 0, NULL);
+	free(prev);
+	if (!json_is_array(*hist))
+		return fe_fail(why, 500, ST_INVALID, "", "stored response %s is damaged", info->previous_id);
+	return ST_OK;
+}
 
 enum status resp_translate(const char *body, size_t len, struct resp_store *store, char **chat, size_t *chat_len,
 			   char **history, char **echo, struct resp_info *info, struct oai_error *why)
@@ -233,189 +364,32 @@ enum status resp_translate(const char *body, size_t len, struct resp_store *stor
 	info->store = true;
 	*chat = *history = *echo = NULL;
 	*chat_len = 0;
-	json_error_t je;
-	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-	if (!root)
-		return fail(why, 400, ST_INVALID, "", "request body is not valid JSON: %s (line %d, column %d)", je.text,
-			    je.line, je.column);
-	json_t *o = json_object(), *hist = NULL, *msgs = json_array();
+	json_t *root = NULL, *o = json_object(), *hist = NULL, *msgs = json_array();
 	json_t *ec = json_pack("{s:n,s:n,s:n,s:n,s:s,s:[],s:b,s:{},s:n,s:{s:n,s:n},s:b,s:{s:{s:s}},s:s}",
 			       "instructions", "max_output_tokens", "temperature", "top_p", "tool_choice", "auto",
 			       "tools", "parallel_tool_calls", 1, "metadata", "previous_response_id", "reasoning",
 			       "effort", "summary", "store", 1, "text", "format", "type", "text", "truncation",
 			       "disabled");
-	enum status st = ST_OK;
-	if (!json_is_object(root)) {
-		st = fail(why, 400, ST_INVALID, "", "request body must be a JSON object");
+	enum status st = fe_parse_body(body, len, &root, why);
+	if (st)
 		goto done;
-	}
+	struct resp_parts pt = {0};
 	const char *k;
 	json_t *v;
-	json_t *input = NULL, *instructions = NULL;
-	json_object_foreach(root, k, v) {
-		if (json_is_null(v))
-			continue;
-		if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p")) {
-			json_object_set(o, k, v);
-			if (k[0] == 't')
-				json_object_set(ec, k, v);
-		} else if (!strcmp(k, "max_output_tokens")) {
-			json_object_set(o, "max_tokens", v);
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "input")) {
-			input = v;
-		} else if (!strcmp(k, "instructions")) {
-			if (!json_is_string(v)) {
-				st = fail(why, 400, ST_INVALID, k, "'instructions' must be a string");
-				goto done;
-			}
-			instructions = v;
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "stream")) {
-			if (!json_is_boolean(v)) {
-				st = fail(why, 400, ST_INVALID, k, "'stream' must be a boolean");
-				goto done;
-			}
-			info->stream = json_is_true(v);
-			json_object_set(o, k, v);
-		} else if (!strcmp(k, "store")) {
-			if (!json_is_boolean(v)) {
-				st = fail(why, 400, ST_INVALID, k, "'store' must be a boolean");
-				goto done;
-			}
-			info->store = json_is_true(v);
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "previous_response_id")) {
-			if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= sizeof info->previous_id) {
-				st = fail(why, 400, ST_INVALID, k, "'previous_response_id' must be a response id");
-				goto done;
-			}
-			snprintf(info->previous_id, sizeof info->previous_id, "%s", json_string_value(v));
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "metadata")) {
-			if (!json_is_object(v) || json_object_size(v) > 16) {
-				st = fail(why, 400, ST_INVALID, k, "'metadata' must be an object of at most 16 pairs");
-				goto done;
-			}
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "tools")) {
-			if ((st = translate_tools(v, o, why)))
-				goto done;
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "tool_choice")) {
-			/* auto / none / required as chat's; {"type":"function","name"} as chat's
-			 * function object. HOOK(structured): required and a named function are
-			 * constrained by the chat parser's tool_choice (refused while it has none). */
-			const char *s = json_string_value(v);
-			const char *t = json_string_value(json_object_get(v, "type"));
-			json_t *name = json_object_get(v, "name");
-			if (s) {
-				json_object_set(o, k, v);
-			} else if (t && !strcmp(t, "function") && json_is_string(name)) {
-				json_object_set_new(o, k, json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", name));
-			} else {
-				st = fail(why, 400, ST_INVALID, k,
-					  "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\"}");
-				goto done;
-			}
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "parallel_tool_calls")) {
-			/* false: the answer keeps its first call (the model may write more; dropped) */
-			if (!json_is_boolean(v)) {
-				st = fail(why, 400, ST_INVALID, k, "'parallel_tool_calls' must be a boolean");
-				goto done;
-			}
-			info->one_call = json_is_false(v);
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "reasoning")) {
-			if (!json_is_object(v)) {
-				st = fail(why, 400, ST_INVALID, k, "'reasoning' must be an object");
-				goto done;
-			}
-			json_t *eff = json_object_get(v, "effort");
-			if (eff && !json_is_null(eff))
-				json_object_set(o, "reasoning_effort", eff);
-			json_t *r = json_object_get(ec, "reasoning");
-			json_object_set(r, "effort", eff ? eff : json_null());
-			json_t *sum = json_object_get(v, "summary");
-			if (!sum)
-				sum = json_object_get(v, "generate_summary");
-			json_object_set(r, "summary", sum ? sum : json_null());
-		} else if (!strcmp(k, "text")) {
-			json_t *f = json_object_get(v, "format");
-			const char *t = json_string_value(json_object_get(f, "type"));
-			if (!json_is_object(v) || (f && !t)) {
-				st = fail(why, 400, ST_INVALID, "text.format", "'text.format' must be {\"type\": ...}");
-				goto done;
-			}
-			if (t && !strcmp(t, "json_object")) {
-				json_object_set_new(o, "response_format", json_pack("{s:s}", "type", "json_object"));
-			} else if (t && !strcmp(t, "json_schema")) {
-				/* HOOK(structured): constrained like chat's response_format */
-				json_t *js = json_pack("{s:O*,s:O*}", "name", json_object_get(f, "name"), "schema",
-						       json_object_get(f, "schema"));
-				json_t *strict = json_object_get(f, "strict");
-				if (json_is_boolean(strict))
-					json_object_set(js, "strict", strict);
-				json_object_set_new(o, "response_format", json_pack("{s:s,s:o}", "type", "json_schema",
-										  "json_schema", js));
-			} else if (t && strcmp(t, "text")) {
-				st = fail(why, 400, ST_INVALID, "text.format", "unknown text.format type '%.40s'", t);
-				goto done;
-			}
-			json_object_set(ec, k, v);
-		} else if (!strcmp(k, "background")) {
-			if (json_is_true(v)) {
-				st = fail(why, 400, ST_UNSUPPORTED, k, "'background' responses are not supported");
-				goto done;
-			}
-		} else if (!strcmp(k, "conversation") || !strcmp(k, "prompt")) {
-			st = fail(why, 400, ST_UNSUPPORTED, k, "'%s' (server-side conversations / prompts) is not supported", k);
+	json_object_foreach(root, k, v)
+		if (!json_is_null(v) && (st = translate_key(k, v, o, ec, &pt, info, why)))
 			goto done;
-		} else {
-			bool ign = false;
-			for (const char *const *p = ignored_keys; *p && !ign; p++)
-				ign = !strcmp(*p, k);
-			if (!ign) {
-				st = fail(why, 400, ST_UNSUPPORTED, k, "unsupported parameter '%.60s'", k);
-				goto done;
-			}
-		}
-	}
-	if (!input) {
-		st = fail(why, 400, ST_INVALID, "input", "'input' is required");
+	if (!pt.input) {
+		st = fe_fail(why, 400, ST_INVALID, "input", "'input' is required");
 		goto done;
 	}
-	if (info->previous_id[0]) {
-		char *prev = NULL;
-		size_t plen = 0;
-		enum status g = store ? resp_store_get(store, info->previous_id, NULL, NULL, &prev, &plen) : ST_NOTFOUND;
-		if (g == ST_NOMEM) {
-			st = fail(why, 500, ST_NOMEM, "", "out of memory");
-			goto done;
-		}
-		if (g) {
-			st = fail(why, 404, ST_NOTFOUND, "previous_response_id",
-				  "Previous response with id '%s' not found (unknown, deleted, evicted from the bounded store, "
-				  "or stored by an earlier run of the server)", info->previous_id);
-			goto done;
-		}
-		hist = json_loadb(prev, plen, 0, NULL);
-		free(prev);
-		if (!json_is_array(hist)) {
-			st = fail(why, 500, ST_INVALID, "", "stored response %s is damaged", info->previous_id);
-			goto done;
-		}
-	} else {
-		hist = json_array();
-	}
-	if ((st = translate_input(input, hist, why)))
+	if ((st = load_history(store, info, &hist, why)) || (st = translate_input(pt.input, hist, why)))
 		goto done;
-	if (instructions)
-		json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", instructions));
+	if (pt.instructions)
+		json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", pt.instructions));
 	json_array_extend(msgs, hist);
 	if (!json_array_size(msgs)) {
-		st = fail(why, 400, ST_INVALID, "input", "'input' is empty");
+		st = fe_fail(why, 400, ST_INVALID, "input", "'input' is empty");
 		goto done;
 	}
 	json_object_set(o, "messages", msgs);
@@ -427,7 +401,7 @@ enum status resp_translate(const char *body, size_t len, struct resp_store *stor
 		free(*history);
 		free(*echo);
 		*chat = *history = *echo = NULL;
-		st = fail(why, 500, ST_NOMEM, "", "out of memory");
+		st = fe_fail(why, 500, ST_NOMEM, "", "out of memory");
 	} else {
 		*chat_len = strlen(*chat);
 	}
@@ -442,31 +416,18 @@ done:
 
 /* ---- the answer ---- */
 
-enum { IT_REASONING = 0, IT_MESSAGE, IT_CALL };
-
-struct resp_item {
-	int type;
-	char id[48];
-	struct strbuf text; /* summary / output text / arguments */
-	char *call_id, *name;
-	size_t tool_index;
-};
-
 struct resp_fmt {
 	struct oai_server *srv;
 	struct resp_store *store;
 	char id[48];
 	long created;
 	char *model;
-	bool stream, store_it, one_call;
+	bool stream, store_it;
 	char *echo, *history;
-	struct resp_item *items;
-	size_t n_items, cap_items;
-	bool open; /* stream: the last item has been added and not done */
+	struct fe_blocks bl; /* the output items: reasoning, message, function_call */
 	uint64_t seq;
 	const char *incomplete;
 	const char *abort_msg;
-	bool oom;
 };
 
 /* A JSON string of bytes that may not be valid UTF-8 (generated text). */
@@ -483,15 +444,15 @@ static json_t *jstr(const char *s, size_t n)
 	return v ? v : json_string("");
 }
 
-static json_t *item_json(const struct resp_item *it, bool done)
+static json_t *item_json(const struct fe_block *it, bool done)
 {
 	const char *t = it->text.data ? it->text.data : "";
 	switch (it->type) {
-	case IT_REASONING:
+	case FE_BLOCK_REASONING:
 		return json_pack("{s:s,s:s,s:o}", "id", it->id, "type", "reasoning", "summary",
 				 done ? json_pack("[{s:s,s:o}]", "type", "summary_text", "text", jstr(t, it->text.len))
 				      : json_array());
-	case IT_MESSAGE:
+	case FE_BLOCK_TEXT:
 		return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", it->id, "type", "message", "role", "assistant", "status",
 				 done ? "completed" : "in_progress", "content",
 				 done ? json_pack("[{s:s,s:o,s:[],s:[]}]", "type", "output_text", "text", jstr(t, it->text.len),
@@ -518,8 +479,8 @@ static json_t *response_json(struct resp_fmt *f, const char *status, const struc
 		json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", f->incomplete));
 	json_t *out = json_array();
 	if (u)
-		for (size_t i = 0; i < f->n_items; i++)
-			json_array_append_new(out, item_json(&f->items[i], true));
+		for (size_t i = 0; i < f->bl.n; i++)
+			json_array_append_new(out, item_json(&f->bl.v[i], true));
 	json_object_set_new(r, "output", out);
 	if (u) {
 		json_object_set_new(r, "usage",
@@ -543,29 +504,27 @@ static void emit(struct resp_fmt *f, struct strbuf *out, const char *type, json_
 	char *s = json_dumps(e, JSON_COMPACT);
 	json_decref(e);
 	if (!s) {
-		f->oom = true;
+		f->bl.oom = true;
 		return;
 	}
 	fe_sse_event(out, type, s, strlen(s));
 	free(s);
 }
 
-static void close_item(struct resp_fmt *f, struct strbuf *out)
+/* fe_blocks on_close: the item's done events. */
+static void block_close(void *ctx, struct strbuf *out, size_t oi)
 {
-	if (!f->stream || !f->open)
-		return;
-	f->open = false;
-	size_t oi = f->n_items - 1;
-	struct resp_item *it = &f->items[oi];
+	struct resp_fmt *f = ctx;
+	struct fe_block *it = &f->bl.v[oi];
 	const char *t = it->text.data ? it->text.data : "";
-	if (it->type == IT_REASONING) {
+	if (it->type == FE_BLOCK_REASONING) {
 		emit(f, out, "response.reasoning_summary_text.done",
 		     json_pack("{s:s,s:I,s:i,s:o}", "item_id", it->id, "output_index", (json_int_t)oi, "summary_index", 0,
 			       "text", jstr(t, it->text.len)));
 		emit(f, out, "response.reasoning_summary_part.done",
 		     json_pack("{s:s,s:I,s:i,s:{s:s,s:o}}", "item_id", it->id, "output_index", (json_int_t)oi,
 			       "summary_index", 0, "part", "type", "summary_text", "text", jstr(t, it->text.len)));
-	} else if (it->type == IT_MESSAGE) {
+	} else if (it->type == FE_BLOCK_TEXT) {
 		emit(f, out, "response.output_text.done",
 		     json_pack("{s:s,s:I,s:i,s:o,s:[]}", "item_id", it->id, "output_index", (json_int_t)oi, "content_index",
 			       0, "text", jstr(t, it->text.len), "logprobs"));
@@ -582,43 +541,26 @@ static void close_item(struct resp_fmt *f, struct strbuf *out)
 	     json_pack("{s:I,s:o}", "output_index", (json_int_t)oi, "item", item_json(it, true)));
 }
 
-static struct resp_item *new_item(struct resp_fmt *f, struct strbuf *out, int type, const char *call_id,
-				  const char *name, size_t tool_index)
+/* fe_blocks on_add: the item's id, and its added events when streaming. */
+static void block_add(void *ctx, struct strbuf *out, size_t oi)
 {
-	close_item(f, out);
-	if (f->n_items == f->cap_items) {
-		size_t cap = f->cap_items ? 2 * f->cap_items : 4;
-		struct resp_item *p = realloc(f->items, cap * sizeof *p);
-		if (!p) {
-			f->oom = true;
-			return NULL;
-		}
-		f->items = p;
-		f->cap_items = cap;
-	}
-	struct resp_item *it = &f->items[f->n_items++];
-	memset(it, 0, sizeof *it);
-	it->type = type;
-	strbuf_init(&it->text);
-	it->call_id = call_id ? strdup(call_id) : NULL;
-	it->name = name ? strdup(name) : NULL;
-	it->tool_index = tool_index;
-	fe_new_id(f->srv, type == IT_REASONING ? "rs_" : type == IT_MESSAGE ? "msg_" : "fc_", it->id, sizeof it->id);
+	struct resp_fmt *f = ctx;
+	struct fe_block *it = &f->bl.v[oi];
+	int type = it->type;
+	fe_new_id(f->srv, type == FE_BLOCK_REASONING ? "rs_" : type == FE_BLOCK_TEXT ? "msg_" : "fc_", it->id,
+		  sizeof it->id);
 	if (!f->stream)
-		return it;
-	f->open = true;
-	size_t oi = f->n_items - 1;
+		return;
 	emit(f, out, "response.output_item.added",
 	     json_pack("{s:I,s:o}", "output_index", (json_int_t)oi, "item", item_json(it, false)));
-	if (type == IT_REASONING)
+	if (type == FE_BLOCK_REASONING)
 		emit(f, out, "response.reasoning_summary_part.added",
 		     json_pack("{s:s,s:I,s:i,s:{s:s,s:s}}", "item_id", it->id, "output_index", (json_int_t)oi,
 			       "summary_index", 0, "part", "type", "summary_text", "text", ""));
-	else if (type == IT_MESSAGE)
+	else if (type == FE_BLOCK_TEXT)
 		emit(f, out, "response.content_part.added",
 		     json_pack("{s:s,s:I,s:i,s:{s:s,s:s,s:[]}}", "item_id", it->id, "output_index", (json_int_t)oi,
 			       "content_index", 0, "part", "type", "output_text", "text", "", "annotations"));
-	return it;
 }
 
 static void fmt_destroy(void *ctx)
@@ -626,12 +568,7 @@ static void fmt_destroy(void *ctx)
 	struct resp_fmt *f = ctx;
 	if (!f)
 		return;
-	for (size_t i = 0; i < f->n_items; i++) {
-		strbuf_free(&f->items[i].text);
-		free(f->items[i].call_id);
-		free(f->items[i].name);
-	}
-	free(f->items);
+	fe_blocks_free(&f->bl);
 	free(f->model);
 	free(f->echo);
 	free(f->history);
@@ -650,51 +587,24 @@ static void fmt_start(void *ctx, struct strbuf *out, uint32_t n_prompt)
 
 static void fmt_event(void *ctx, struct strbuf *out, const struct model_oparse_event *ev)
 {
+	static const char *const delta[] = {
+		[FE_BLOCK_REASONING] = "response.reasoning_summary_text.delta",
+		[FE_BLOCK_TEXT] = "response.output_text.delta",
+		[FE_BLOCK_TOOL] = "response.function_call_arguments.delta",
+	};
 	struct resp_fmt *f = ctx;
-	struct resp_item *last = f->n_items ? &f->items[f->n_items - 1] : NULL;
-	struct resp_item *it = NULL;
-	const char *type = NULL;
-	switch (ev->kind) {
-	case MODEL_OPARSE_REASONING:
-		if (!ev->len)
-			return;
-		it = last && last->type == IT_REASONING ? last : new_item(f, out, IT_REASONING, NULL, NULL, 0);
-		type = "response.reasoning_summary_text.delta";
-		break;
-	case MODEL_OPARSE_CONTENT:
-		if (!ev->len)
-			return;
-		it = last && last->type == IT_MESSAGE ? last : new_item(f, out, IT_MESSAGE, NULL, NULL, 0);
-		type = "response.output_text.delta";
-		break;
-	case MODEL_OPARSE_TOOL_CALL_START:
-		if (f->one_call && ev->tool_index > 0)
-			return; /* parallel_tool_calls false: its arguments find no item either */
-		new_item(f, out, IT_CALL, ev->tool_id, ev->tool_name ? ev->tool_name : "", ev->tool_index);
+	struct fe_block *it = fe_blocks_event(&f->bl, out, ev);
+	if (!it || !f->stream)
 		return;
-	case MODEL_OPARSE_TOOL_CALL_ARGS:
-		if (!ev->len || !last || last->type != IT_CALL || last->tool_index != ev->tool_index)
-			return;
-		it = last;
-		type = "response.function_call_arguments.delta";
-		break;
-	default:
-		return;
-	}
-	if (!it)
-		return;
-	strbuf_append(&it->text, ev->text, ev->len);
-	if (!f->stream)
-		return;
-	json_t *o = json_pack("{s:s,s:I,s:o}", "item_id", it->id, "output_index", (json_int_t)(f->n_items - 1), "delta",
+	json_t *o = json_pack("{s:s,s:I,s:o}", "item_id", it->id, "output_index", (json_int_t)(f->bl.n - 1), "delta",
 			      jstr(ev->text, ev->len));
-	if (it->type == IT_REASONING)
+	if (it->type == FE_BLOCK_REASONING)
 		json_object_set_new(o, "summary_index", json_integer(0));
-	else if (it->type == IT_MESSAGE) {
+	else if (it->type == FE_BLOCK_TEXT) {
 		json_object_set_new(o, "content_index", json_integer(0));
 		json_object_set_new(o, "logprobs", json_array());
 	}
-	emit(f, out, type, o);
+	emit(f, out, delta[it->type], o);
 }
 
 static void fmt_finish(void *ctx, struct strbuf *out, const struct sched_event *ev)
@@ -707,14 +617,8 @@ static void fmt_finish(void *ctx, struct strbuf *out, const struct sched_event *
 	case SCHED_FINISH_LENGTH:
 		f->incomplete = "max_output_tokens";
 		break;
-	case SCHED_FINISH_SHUTDOWN:
-		f->abort_msg = "the server is shutting down";
-		break;
-	case SCHED_FINISH_TIMEOUT:
-		f->abort_msg = "the request timed out";
-		break;
 	default:
-		f->abort_msg = "the request was aborted";
+		f->abort_msg = fe_abort_message(ev->finish);
 		break;
 	}
 }
@@ -732,12 +636,12 @@ static void store_response(struct resp_fmt *f, json_t *resp)
 	strbuf_init(&text);
 	strbuf_init(&reasoning);
 	json_t *calls = json_array();
-	for (size_t i = 0; i < f->n_items; i++) {
-		struct resp_item *it = &f->items[i];
+	for (size_t i = 0; i < f->bl.n; i++) {
+		struct fe_block *it = &f->bl.v[i];
 		const char *t = it->text.data ? it->text.data : "";
-		if (it->type == IT_REASONING)
+		if (it->type == FE_BLOCK_REASONING)
 			strbuf_append(&reasoning, t, it->text.len);
-		else if (it->type == IT_MESSAGE)
+		else if (it->type == FE_BLOCK_TEXT)
 			strbuf_append(&text, t, it->text.len);
 		else
 			json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", it->call_id ? it->call_id : "",
@@ -765,13 +669,10 @@ static void store_response(struct resp_fmt *f, json_t *resp)
 static void fmt_final(void *ctx, struct strbuf *out, const struct oai_usage *u, const char *error)
 {
 	struct resp_fmt *f = ctx;
-	if (!error && f->oom)
-		error = "out of memory";
-	if (!error && f->abort_msg)
-		error = f->abort_msg;
+	error = fe_blocks_error(&f->bl, error, f->abort_msg);
 	const char *status = error ? "failed" : f->incomplete ? "incomplete" : "completed";
 	if (f->stream)
-		close_item(f, out);
+		fe_blocks_close(&f->bl, out);
 	json_t *r = response_json(f, status, u, error);
 	if (!error && f->store_it && f->store)
 		store_response(f, r);
@@ -836,7 +737,8 @@ static void route_create(void *ctx, struct api *api, const struct http_request *
 		f->model = strdup(api_model_name(api));
 		f->stream = info.stream;
 		f->store_it = info.store;
-		f->one_call = info.one_call;
+		f->bl = (struct fe_blocks){.stream = info.stream, .one_tool = info.one_call, .ctx = f,
+					   .on_add = block_add, .on_close = block_close};
 		f->created = (long)time(NULL);
 		f->echo = echo;
 		f->history = history;

@@ -2,7 +2,7 @@
  * kernels/moe_gemm/moe_decode.h: the fused routed-expert pass of a small
  * (decode-size) step, op "moe_decode" (kern_op_moe_decode).
  *
- * It replaces, for one layer, what model/forward.c otherwise runs between the
+ * It replaces, for one layer, what model/forward_moe.c otherwise runs between the
  * dispatch and the shared expert:
  *   h1 = moe_gemm(x[row_src], w1); h3 = moe_gemm(x[row_src], w3)   (act_quant 128)
  *   [round h1, h3 to bf16]
@@ -35,7 +35,7 @@
 #include "kernels/quant/wmat.h"
 #include "kernels/registry/registry.h"
 
-/* The step size the fused path is for (forward.c takes the unfused path
+/* The step size the fused path is for (model/forward_moe.c takes the unfused path
  * above it; run() itself takes any n_tokens). */
 #define KERN_MOE_DECODE_MAX_TOKENS 64
 

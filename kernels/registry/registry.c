@@ -296,9 +296,18 @@ enum status kern_select(const struct kern_op *op, const struct kern_problem *p, 
 			struct err *e)
 {
 	enum status st = select_base(op, p, dev, disabled, layer, out, e);
-	if (!st)
-		*out = prof_wrap(op, *out);
-	return st;
+	if (st)
+		return st;
+	if ((*out)->selfcheck_at_load && op->selfcheck && !dev->simulated) {
+		/* a variant no device has run yet proves itself here; a drop lasts for this call only
+		 * (the caller's list is const), so each layer that would pick it checks it again */
+		struct kern_disabled local = {0};
+		if (disabled)
+			local = *disabled;
+		return kern_select_checked(op, p, dev, &local, layer, out, e);
+	}
+	*out = prof_wrap(op, *out);
+	return ST_OK;
 }
 
 size_t kern_select_report(const struct kern_op *op, const struct kern_problem *p, const struct kern_device *dev,

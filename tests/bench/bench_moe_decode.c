@@ -52,7 +52,7 @@ static int cmp_f(const void *a, const void *b)
 static void *flush_buf, *sink;
 static float *g_h3; /* the unfused baseline's w3 output [64 * 6, I] */
 
-/* The baseline: what forward.c runs without the fused op, on the decode GEMV
+/* The baseline: what model/forward_moe.c runs without the fused op, on the decode GEMV
  * (moe_gemm_cuda_gemv) for w1, w3 and w2, the generic SwiGLU and combine (the
  * bf16 rounding passes left out): 5 launches. */
 static enum status unfused(const struct kern_moe_decode_args *a)

@@ -222,6 +222,50 @@ static void test_selfcheck_drop(void)
 	T_CHECK(kern_disabled_has(&dis, "fake_sm121"));
 }
 
+/* A variant never run on hardware (selfcheck_at_load) is compared with the
+ * reference by plain kern_select on a real device, never on a simulated one;
+ * its drop does not touch the caller's (const) list. */
+static int n_selfchecks;
+static enum status counting_selfcheck(const struct kern_op *op, const struct kern_variant *v,
+				      const struct kern_problem *p, const struct kern_device *dev, struct err *e)
+{
+	n_selfchecks++;
+	return fake_selfcheck(op, v, p, dev, e);
+}
+
+static void test_selfcheck_at_load(void)
+{
+	struct kern_variant vars[6];
+	memcpy(vars, fake_variants, sizeof vars);
+	vars[5].selfcheck_at_load = true; /* fake_sm121, which fake_selfcheck fails */
+	struct kern_op op = {.name = "fake", .variants = vars, .n_variants = 6, .selfcheck = counting_selfcheck};
+	struct kern_device sim121, real121;
+	sim(&sim121, 12, 1);
+	real121 = sim121;
+	real121.simulated = false; /* as kern_device_detect fills it on a GB10 */
+	int64_t in = 64;
+	struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &in};
+	struct kern_disabled dis;
+	struct err e = {0};
+	T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
+	const struct kern_variant *v = NULL;
+	n_selfchecks = 0;
+	T_CHECK(kern_select(&op, &p, &sim121, &dis, 2, &v, &e) == ST_OK);
+	T_CHECK(v && !strcmp(v->name, "fake_sm121") && n_selfchecks == 0);
+	T_CHECK(kern_select(&op, &p, &real121, &dis, 2, &v, &e) == ST_OK);
+	T_CHECK(v && !strcmp(v->name, "fake_generic") && n_selfchecks >= 1);
+	T_CHECK(dis.n == 0);
+	/* passing its check, it is kept; unflagged winners are never checked */
+	vars[5].name = "fake_sm121_ok";
+	n_selfchecks = 0;
+	T_CHECK(kern_select(&op, &p, &real121, &dis, 2, &v, &e) == ST_OK);
+	T_CHECK(v && !strcmp(v->name, "fake_sm121_ok") && n_selfchecks == 1);
+	vars[5].selfcheck_at_load = false;
+	n_selfchecks = 0;
+	T_CHECK(kern_select(&op, &p, &real121, &dis, 2, &v, &e) == ST_OK);
+	T_CHECK(v && !strcmp(v->name, "fake_sm121_ok") && n_selfchecks == 0);
+}
+
 /* ---- weight preparation ---- */
 
 static enum status bad_prepare(const struct kern_variant *v, const struct kern_wmat *in, struct kern_wmat *out,
@@ -397,6 +441,7 @@ int main(void)
 	test_selection();
 	test_impossible();
 	test_selfcheck_drop();
+	test_selfcheck_at_load();
 	test_widen(&rng);
 	test_real_ops();
 	test_plan();

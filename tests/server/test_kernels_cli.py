@@ -163,10 +163,15 @@ for name in ("deepseek-v4-flash", "deepseek-v4-flash-nvfp4", "deepseek-v4-flash-
                 lin = [r for r in (l.split() for l in p.stdout.splitlines() if is_row(l)) if r[1] == "linear"]
                 gemv_layers = {r[0] for r in lin if r[2] == "linear_cuda_gemv"}
                 layers = {r[0] for r in lin if r[0] != "-1"}
-                other = {r[2] for r in lin if r[2] not in ("linear_cuda_gemv", "linear_cuda_generic_bf16")}
+                other = {r[2] for r in lin if r[2] not in ("linear_cuda_gemv", "linear_cuda_gemv_bf16")}
                 check(p.returncode == 0 and layers and gemv_layers == layers and not other,
                       f"{name} cc {cc} T {T}: every FP8 linear on linear_cuda_gemv "
                       f"({p.returncode}, {len(gemv_layers)}/{len(layers)} layers, others {sorted(other)})")
+                # and the bf16 ones (router gate of every layer, the head: layer -1) on the bf16 GEMV
+                bf16_layers = {r[0] for r in lin if r[2] == "linear_cuda_gemv_bf16"}
+                check(bf16_layers == layers | {"-1"},
+                      f"{name} cc {cc} T {T}: router gates and head on linear_cuda_gemv_bf16 "
+                      f"({len(bf16_layers)}/{len(layers) + 1})")
                 # and attention runs the portable decode row (attn_decode.cu)
                 att = {l.split()[2] for l in p.stdout.splitlines()
                        if l.startswith("  ") and l.split()[1] == "sparse_attn"}
