@@ -295,6 +295,108 @@ enum status model_exec_device(const char *want, struct kern_device *dev, struct 
 	return ST_OK;
 }
 
+/* The KV pool of a GPU executor given no block count: vLLM's
+ * --gpu-memory-utilization, a fraction of the device's total memory for
+ * this process, after the weights and the activations of a full step.
+ * Sets *nb and caps *max_len to what the pool holds. */
+static enum status gpu_kv_blocks(struct model_exec_cpu *x, const struct model_exec_cpu_options *opt,
+				 const struct model_config *cfg, uint32_t T, uint32_t S, uint32_t B, uint32_t *nb,
+				 uint64_t *max_len, struct err *e)
+{
+	struct exec_layer_mix mix;
+	model_state_mix(&x->w, &mix);
+	uint64_t fr, tot;
+	kern_mem_info(&x->mem, &fr, &tot);
+	double util = opt->gpu_memory_utilization > 0 ? opt->gpu_memory_utilization : 0.9;
+	uint64_t ctx_max = opt->max_model_len ? opt->max_model_len : (uint64_t)cfg->max_position_embeddings;
+	uint64_t act = model_fwd_estimate_bytes(&x->w, T, S, (uint32_t)(ctx_max < UINT32_MAX ? ctx_max : UINT32_MAX));
+	/* what the device held before this process loaded anything (other
+	 * processes, the context) is not ours; ranks sharing the GPU split
+	 * the rest, each paying its own weights and activations */
+	uint64_t before = opt->dev->free_bytes ? tot - opt->dev->free_bytes : tot - fr;
+	int share = opt->device_share > 1 ? opt->device_share : 1;
+	double budget = (util * (double)tot - (double)before) / share - (double)x->w.device_bytes - (double)act;
+	uint64_t per = exec_block_bytes(&mix, B, false);
+	uint32_t fit = budget > 0 ? (uint32_t)(budget / (double)per) : 0;
+	if (fit < 2)
+		return err_set(e, ST_NOMEM, "executor: no room for the KV cache at --gpu-memory-utilization %.2f: "
+					    "%.2f GiB of %.2f GiB were in use before loading, %.2f GiB of weights, "
+					    "%.2f GiB of activations, %d rank(s) on this GPU (%.1f MiB per block of %u "
+					    "tokens)", util, (double)before / (1u << 30), (double)tot / (1u << 30),
+			       (double)x->w.device_bytes / (1u << 30), (double)act / (1u << 30), share,
+			       (double)per / (1u << 20), B);
+	*nb = fit;
+	if (!opt->max_model_len || *max_len > (uint64_t)*nb * B)
+		*max_len = (uint64_t)*nb * B < (uint64_t)cfg->max_position_embeddings ? (uint64_t)*nb * B
+									: (uint64_t)cfg->max_position_embeddings;
+	if (opt->max_model_len && opt->max_model_len < *max_len)
+		*max_len = opt->max_model_len;
+	log_msg(LOG_INFO, "model", "KV cache: %u blocks of %u tokens (%.2f GiB, %.1f MiB each): %llu tokens; "
+				   "maximum concurrency %.2fx at %llu tokens per request",
+		*nb, B, (double)per * *nb / (1u << 30), (double)per / (1u << 20), (unsigned long long)*nb * B,
+		(double)*nb * B / (double)*max_len, (unsigned long long)*max_len);
+	return ST_OK;
+}
+
+/* The step's buffers past the forward: logits of the sampling rows, the
+ * sampling and prompt-logprob scratch (host, and the device ops' on a GPU). */
+static enum status alloc_step_buffers(struct model_exec_cpu *x, uint32_t S, bool gpu, struct err *e)
+{
+	enum status st;
+	if ((st = kern_mem_alloc(&x->mem, (size_t)S * x->vocab * sizeof(float), (void **)&x->logits, e)))
+		return st;
+	x->rows = malloc((size_t)S * sizeof(uint32_t));
+	x->sample_work = malloc(kern_sample_workspace_bytes(x->vocab));
+	x->sp = calloc(S, sizeof *x->sp);
+	x->sh = calloc(S, sizeof *x->sh);
+	x->sc = calloc(S, sizeof *x->sc);
+	x->so = calloc(S, sizeof *x->so);
+	x->lp_target = calloc(S, sizeof *x->lp_target);
+	if (gpu) {
+		x->lp_dev_bytes = kern_token_logprobs_workspace_bytes(S, KERN_SAMPLE_MAX_TOP_LOGPROBS);
+		if ((st = kern_mem_alloc(&x->mem, x->lp_dev_bytes, &x->lp_dev, e)))
+			return st;
+	}
+	if (gpu) {
+		/* room for every row's logit biases and, per step, a million
+		 * penalty-history ids; a step that needs more samples on the host */
+		x->sample_aux_cap = (size_t)S * 300 + ((size_t)1 << 20);
+		x->sample_dev_bytes = kern_sample_batch_workspace_bytes(x->vocab, S, x->sample_aux_cap);
+		if ((st = kern_mem_alloc(&x->mem, x->sample_dev_bytes, &x->sample_dev, e)))
+			return st;
+		x->logits_host = malloc((size_t)S * x->vocab * sizeof(float));
+	}
+	if (!x->rows || !x->sample_work || !x->sp || !x->sh || !x->sc || !x->so || !x->lp_target ||
+	    (gpu && !x->logits_host))
+		return err_set(e, ST_NOMEM, "executor: logits for %u sequences", S);
+	return ST_OK;
+}
+
+/* What the executor tells the scheduler (struct exec_info), and one log line. */
+static void info_fill_and_log(struct model_exec_cpu *x, const struct model_exec_cpu_options *opt,
+			      const struct model_config *cfg, uint32_t nb, uint32_t B, uint32_t T, uint32_t S,
+			      uint64_t max_len, bool ref, bool gpu)
+{
+	x->ex.ops = &cpu_ops;
+	x->ex.ctx = x;
+	model_state_mix(&x->w, &x->ex.info.mix);
+	x->ex.info.block_tokens = B;
+	x->ex.info.n_blocks = nb;
+	x->ex.info.vocab_size = x->vocab;
+	x->ex.info.eos_token_id = (int32_t)cfg->eos_token_id;
+	x->ex.info.max_step_tokens = T;
+	x->ex.info.max_step_seqs = S;
+	x->ex.info.max_model_len = (uint32_t)max_len;
+	if (gpu)
+		log_msg(LOG_INFO, "model", "executor on GPU %d (%s, cc %d.%d): %u blocks of %u tokens, %u tokens x %u "
+					   "sequences per step, %s, %s", opt->dev->index, opt->dev->name, opt->dev->cc_major,
+			opt->dev->cc_minor, nb, B, T, S, ref ? "reference precision" : "fp32 precision",
+			x->graph ? "CUDA graphs for decode steps" : "eager (no CUDA graphs)");
+	else
+		log_msg(LOG_INFO, "model", "executor on the CPU: %u blocks of %u tokens, %u tokens x %u sequences per "
+					   "step, %s", nb, B, T, S, ref ? "reference precision" : "fp32 precision");
+}
+
 enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct model_exec_cpu_options *opt,
 				  struct err *e)
 {
@@ -351,45 +453,8 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	x->weights_loaded = true;
 	if ((st = model_weights_upload(&x->w, &x->mem, e)))
 		goto fail;
-	if (gpu && !opt->n_blocks) {
-		/* the KV pool: vLLM's --gpu-memory-utilization, a fraction of the
-		 * device's total memory for this process, after the weights and
-		 * the activations of a full step */
-		struct exec_layer_mix mix;
-		model_state_mix(&x->w, &mix);
-		uint64_t fr, tot;
-		kern_mem_info(&x->mem, &fr, &tot);
-		double util = opt->gpu_memory_utilization > 0 ? opt->gpu_memory_utilization : 0.9;
-		uint64_t ctx_max = opt->max_model_len ? opt->max_model_len : (uint64_t)cfg->max_position_embeddings;
-		uint64_t act = model_fwd_estimate_bytes(&x->w, T, S, (uint32_t)(ctx_max < UINT32_MAX ? ctx_max : UINT32_MAX));
-		/* what the device held before this process loaded anything (other
-		 * processes, the context) is not ours; ranks sharing the GPU split
-		 * the rest, each paying its own weights and activations */
-		uint64_t before = opt->dev->free_bytes ? tot - opt->dev->free_bytes : tot - fr;
-		int share = opt->device_share > 1 ? opt->device_share : 1;
-		double budget = (util * (double)tot - (double)before) / share - (double)x->w.device_bytes - (double)act;
-		uint64_t per = exec_block_bytes(&mix, B, false);
-		uint32_t fit = budget > 0 ? (uint32_t)(budget / (double)per) : 0;
-		if (fit < 2) {
-			st = err_set(e, ST_NOMEM, "executor: no room for the KV cache at --gpu-memory-utilization %.2f: "
-						 "%.2f GiB of %.2f GiB were in use before loading, %.2f GiB of weights, "
-						 "%.2f GiB of activations, %d rank(s) on this GPU (%.1f MiB per block of %u "
-						 "tokens)", util, (double)before / (1u << 30), (double)tot / (1u << 30),
-				     (double)x->w.device_bytes / (1u << 30), (double)act / (1u << 30), share,
-				     (double)per / (1u << 20), B);
-			goto fail;
-		}
-		nb = fit;
-		if (!opt->max_model_len || max_len > (uint64_t)nb * B)
-			max_len = (uint64_t)nb * B < (uint64_t)cfg->max_position_embeddings ? (uint64_t)nb * B
-										: (uint64_t)cfg->max_position_embeddings;
-		if (opt->max_model_len && opt->max_model_len < max_len)
-			max_len = opt->max_model_len;
-		log_msg(LOG_INFO, "model", "KV cache: %u blocks of %u tokens (%.2f GiB, %.1f MiB each): %llu tokens; "
-					   "maximum concurrency %.2fx at %llu tokens per request",
-			nb, B, (double)per * nb / (1u << 30), (double)per / (1u << 20), (unsigned long long)nb * B,
-			(double)nb * B / (double)max_len, (unsigned long long)max_len);
-	}
+	if (gpu && !opt->n_blocks && (st = gpu_kv_blocks(x, opt, cfg, T, S, B, &nb, &max_len, e)))
+		goto fail;
 	if ((st = model_state_create(&x->st, &x->w, nb, B, &x->mem, e)))
 		goto fail;
 	struct model_fwd_options fo = {.max_tokens = T, .max_seqs = S, .max_context = (uint32_t)max_len,
@@ -406,52 +471,9 @@ enum status model_exec_cpu_create(struct model_exec_cpu **out, const struct mode
 	x->vocab = (uint32_t)cfg->vocab_size;
 	x->rank = opt->rank;
 	x->max_seqs = S;
-	if ((st = kern_mem_alloc(&x->mem, (size_t)S * x->vocab * sizeof(float), (void **)&x->logits, e)))
+	if ((st = alloc_step_buffers(x, S, gpu, e)))
 		goto fail;
-	x->rows = malloc((size_t)S * sizeof(uint32_t));
-	x->sample_work = malloc(kern_sample_workspace_bytes(x->vocab));
-	x->sp = calloc(S, sizeof *x->sp);
-	x->sh = calloc(S, sizeof *x->sh);
-	x->sc = calloc(S, sizeof *x->sc);
-	x->so = calloc(S, sizeof *x->so);
-	x->lp_target = calloc(S, sizeof *x->lp_target);
-	if (gpu) {
-		x->lp_dev_bytes = kern_token_logprobs_workspace_bytes(S, KERN_SAMPLE_MAX_TOP_LOGPROBS);
-		if ((st = kern_mem_alloc(&x->mem, x->lp_dev_bytes, &x->lp_dev, e)))
-			goto fail;
-	}
-	if (gpu) {
-		/* room for every row's logit biases and, per step, a million
-		 * penalty-history ids; a step that needs more samples on the host */
-		x->sample_aux_cap = (size_t)S * 300 + ((size_t)1 << 20);
-		x->sample_dev_bytes = kern_sample_batch_workspace_bytes(x->vocab, S, x->sample_aux_cap);
-		if ((st = kern_mem_alloc(&x->mem, x->sample_dev_bytes, &x->sample_dev, e)))
-			goto fail;
-		x->logits_host = malloc((size_t)S * x->vocab * sizeof(float));
-	}
-	if (!x->rows || !x->sample_work || !x->sp || !x->sh || !x->sc || !x->so || !x->lp_target ||
-	    (gpu && !x->logits_host)) {
-		st = err_set(e, ST_NOMEM, "executor: logits for %u sequences", S);
-		goto fail;
-	}
-	x->ex.ops = &cpu_ops;
-	x->ex.ctx = x;
-	model_state_mix(&x->w, &x->ex.info.mix);
-	x->ex.info.block_tokens = B;
-	x->ex.info.n_blocks = nb;
-	x->ex.info.vocab_size = x->vocab;
-	x->ex.info.eos_token_id = (int32_t)cfg->eos_token_id;
-	x->ex.info.max_step_tokens = T;
-	x->ex.info.max_step_seqs = S;
-	x->ex.info.max_model_len = (uint32_t)max_len;
-	if (gpu)
-		log_msg(LOG_INFO, "model", "executor on GPU %d (%s, cc %d.%d): %u blocks of %u tokens, %u tokens x %u "
-					   "sequences per step, %s, %s", opt->dev->index, opt->dev->name, opt->dev->cc_major,
-			opt->dev->cc_minor, nb, B, T, S, ref ? "reference precision" : "fp32 precision",
-			x->graph ? "CUDA graphs for decode steps" : "eager (no CUDA graphs)");
-	else
-		log_msg(LOG_INFO, "model", "executor on the CPU: %u blocks of %u tokens, %u tokens x %u sequences per "
-					   "step, %s", nb, B, T, S, ref ? "reference precision" : "fp32 precision");
+	info_fill_and_log(x, opt, cfg, nb, B, T, S, max_len, ref, gpu);
 	*out = x;
 	return ST_OK;
 fail:

@@ -528,8 +528,8 @@ void sched__req_maybe_free(struct sched *s, struct sched__req *r)
 
 /* ---- submit / abort ---- */
 
-enum status sched_submit(struct sched *s, const struct sched_request_params *p, uint64_t *id_out,
-			 enum sched_refusal *why, struct err *e)
+/* Admission of a request: the parameter checks, then room in the queue. */
+static enum sched_refusal submit_admit(const struct sched *s, const struct sched_request_params *p, struct err *e)
 {
 	enum sched_refusal rf = sched_check(s, p, e);
 	if (rf == SCHED_ACCEPTED) {
@@ -539,6 +539,149 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 			err_set(e, ST_BUSY, "the queue is full (%u requests waiting)", n_waiting_reqs);
 		}
 	}
+	return rf;
+}
+
+/* The request's own copy of its prompt and sampling parameters (the
+ * caller's buffers are not kept); false when out of memory. */
+static bool req_copy_prompt_sampling(struct sched *s, struct sched__req *r, const struct sched_request_params *p,
+				     uint32_t n)
+{
+	r->id = p->request_id ? p->request_id : s->next_req_id++;
+	r->n = n;
+	r->n_unfinished = n;
+	r->n_prompt = p->n_prompt;
+	r->prompt = malloc((size_t)p->n_prompt * sizeof(int32_t));
+	r->seqs = calloc(n, sizeof(*r->seqs));
+	r->finished = calloc(n, sizeof(*r->finished));
+	if (!r->prompt || !r->seqs || !r->finished)
+		return false;
+	memcpy(r->prompt, p->prompt_ids, (size_t)p->n_prompt * sizeof(int32_t));
+	r->sampling = p->sampling;
+	if (!p->has_seed) {
+		r->sampling.seed = splitmix(&s->seed_state);
+	}
+	if (p->sampling.top_logprobs)
+		r->sampling.logprobs = true;
+	if (p->sampling.n_logit_bias) {
+		r->bias = malloc((size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
+		if (!r->bias)
+			return false;
+		memcpy(r->bias, p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
+	}
+	r->sampling.logit_bias = r->bias;
+	r->max_tokens = p->max_tokens ? p->max_tokens : s->opt.max_model_len - p->n_prompt;
+	r->score_only = p->score_only;
+	if (p->grammar) {
+		r->grammar = gram_retain(p->grammar);
+		r->gvocab = p->gram_vocab;
+	}
+	return true;
+}
+
+/* Room for the prompt log-probabilities, when asked for; false when out of memory. */
+static bool req_alloc_prompt_logprobs(struct sched__req *r, const struct sched_request_params *p)
+{
+	if (p->prompt_logprobs) {
+		/* one block: the struct, then logprob, rank, top ids, top logprobs */
+		size_t np = p->n_prompt, nt = p->prompt_top_logprobs;
+		r->plp = calloc(1, sizeof(*r->plp) + np * (8 + 8 * nt));
+		if (!r->plp)
+			return false;
+		float *f = (float *)(r->plp + 1);
+		r->plp->n_top = (uint32_t)nt;
+		r->plp->logprob = f;
+		r->plp->rank = (int32_t *)(f + np);
+		r->plp->top_ids = nt ? (int32_t *)(f + 2 * np) : NULL;
+		r->plp->top_logprobs = nt ? f + 2 * np + np * nt : NULL;
+	}
+	return true;
+}
+
+/* The request's copy of its stop conditions; with min_tokens, the logit
+ * biases that hold every stop token (and EOS) off until then. False when
+ * out of memory. */
+static bool req_copy_stops(const struct sched *s, struct sched__req *r, const struct sched_request_params *p)
+{
+	r->ignore_eos = p->ignore_eos;
+	if (p->n_stop_token_ids) {
+		r->stop_ids = malloc((size_t)p->n_stop_token_ids * sizeof(int32_t));
+		if (!r->stop_ids)
+			return false;
+		memcpy(r->stop_ids, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int32_t));
+		r->n_stop_ids = p->n_stop_token_ids;
+	}
+	if (p->n_stop_strings) {
+		r->stops.strs = calloc(p->n_stop_strings, sizeof(char *));
+		r->stops.lens = calloc(p->n_stop_strings, sizeof(uint32_t));
+		if (!r->stops.strs || !r->stops.lens)
+			return false;
+		r->stops.n = p->n_stop_strings;
+		for (uint32_t i = 0; i < p->n_stop_strings; i++) {
+			r->stops.strs[i] = strdup(p->stop_strings[i]);
+			if (!r->stops.strs[i])
+				return false;
+			r->stops.lens[i] = (uint32_t)strlen(p->stop_strings[i]);
+		}
+	}
+	r->min_tokens = p->min_tokens;
+	r->include_stop_str = p->include_stop_str_in_output;
+	r->keep_special = p->keep_special_tokens;
+	if (p->min_tokens) {
+		uint32_t nb = p->sampling.n_logit_bias, k = nb;
+		r->bias_min = malloc((size_t)(nb + r->n_stop_ids + 1) * sizeof(*r->bias_min));
+		if (!r->bias_min)
+			return false;
+		if (nb)
+			memcpy(r->bias_min, r->bias, (size_t)nb * sizeof(*r->bias_min));
+		for (uint32_t i = 0; i < r->n_stop_ids; i++)
+			r->bias_min[k++] = (struct kern_logit_bias){r->stop_ids[i], -INFINITY};
+		if (!r->ignore_eos && s->ex->info.eos_token_id >= 0)
+			r->bias_min[k++] = (struct kern_logit_bias){s->ex->info.eos_token_id, -INFINITY};
+	}
+	return true;
+}
+
+/* The request's first sequences into the waiting queue; false when out of memory. */
+static bool req_enqueue(struct sched *s, struct sched__req *r, const struct sched_request_params *p, uint32_t n)
+{
+	/* n > 1 with at least one full block before the last prompt token: a
+	 * parent computes the shared full blocks once. */
+	uint32_t shared = (p->n_prompt - 1) / s->B * s->B;
+	if (n > 1 && shared > 0) {
+		r->parent = sched__seq_new(s, r, SCHED__PARENT, shared);
+		if (!r->parent || !sched__waiting_insert(s, r->parent))
+			return false;
+	} else {
+		for (uint32_t i = 0; i < n; i++) {
+			r->seqs[i] = sched__seq_new(s, r, i, p->n_prompt);
+			if (!r->seqs[i] || !sched__waiting_insert(s, r->seqs[i]))
+				return false;
+		}
+	}
+	return true;
+}
+
+/* Undo a request that failed half-way: its sequences leave the waiting
+ * queue, then the request is freed. */
+static void req_unwind(struct sched *s, struct sched__req *r, uint32_t n)
+{
+	if (r->parent) {
+		ptr_array_remove(s->waiting, &s->n_waiting, r->parent);
+		sched__seq_free(r->parent);
+	}
+	for (uint32_t i = 0; r->seqs && i < n; i++)
+		if (r->seqs[i]) {
+			ptr_array_remove(s->waiting, &s->n_waiting, r->seqs[i]);
+			sched__seq_free(r->seqs[i]);
+		}
+	req_free(r);
+}
+
+enum status sched_submit(struct sched *s, const struct sched_request_params *p, uint64_t *id_out,
+			 enum sched_refusal *why, struct err *e)
+{
+	enum sched_refusal rf = submit_admit(s, p, e);
 	if (why)
 		*why = rf;
 	if (rf != SCHED_ACCEPTED) {
@@ -550,84 +693,8 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	struct sched__req *r = calloc(1, sizeof(*r));
 	if (!r)
 		goto nomem;
-	r->id = p->request_id ? p->request_id : s->next_req_id++;
-	r->n = n;
-	r->n_unfinished = n;
-	r->n_prompt = p->n_prompt;
-	r->prompt = malloc((size_t)p->n_prompt * sizeof(int32_t));
-	r->seqs = calloc(n, sizeof(*r->seqs));
-	r->finished = calloc(n, sizeof(*r->finished));
-	if (!r->prompt || !r->seqs || !r->finished)
+	if (!req_copy_prompt_sampling(s, r, p, n) || !req_alloc_prompt_logprobs(r, p) || !req_copy_stops(s, r, p))
 		goto nomem_req;
-	memcpy(r->prompt, p->prompt_ids, (size_t)p->n_prompt * sizeof(int32_t));
-	r->sampling = p->sampling;
-	if (!p->has_seed) {
-		r->sampling.seed = splitmix(&s->seed_state);
-	}
-	if (p->sampling.top_logprobs)
-		r->sampling.logprobs = true;
-	if (p->sampling.n_logit_bias) {
-		r->bias = malloc((size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
-		if (!r->bias)
-			goto nomem_req;
-		memcpy(r->bias, p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
-	}
-	r->sampling.logit_bias = r->bias;
-	r->max_tokens = p->max_tokens ? p->max_tokens : s->opt.max_model_len - p->n_prompt;
-	r->score_only = p->score_only;
-	if (p->grammar) {
-		r->grammar = gram_retain(p->grammar);
-		r->gvocab = p->gram_vocab;
-	}
-	if (p->prompt_logprobs) {
-		/* one block: the struct, then logprob, rank, top ids, top logprobs */
-		size_t np = p->n_prompt, nt = p->prompt_top_logprobs;
-		r->plp = calloc(1, sizeof(*r->plp) + np * (8 + 8 * nt));
-		if (!r->plp)
-			goto nomem_req;
-		float *f = (float *)(r->plp + 1);
-		r->plp->n_top = (uint32_t)nt;
-		r->plp->logprob = f;
-		r->plp->rank = (int32_t *)(f + np);
-		r->plp->top_ids = nt ? (int32_t *)(f + 2 * np) : NULL;
-		r->plp->top_logprobs = nt ? f + 2 * np + np * nt : NULL;
-	}
-	r->ignore_eos = p->ignore_eos;
-	if (p->n_stop_token_ids) {
-		r->stop_ids = malloc((size_t)p->n_stop_token_ids * sizeof(int32_t));
-		if (!r->stop_ids)
-			goto nomem_req;
-		memcpy(r->stop_ids, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int32_t));
-		r->n_stop_ids = p->n_stop_token_ids;
-	}
-	if (p->n_stop_strings) {
-		r->stops.strs = calloc(p->n_stop_strings, sizeof(char *));
-		r->stops.lens = calloc(p->n_stop_strings, sizeof(uint32_t));
-		if (!r->stops.strs || !r->stops.lens)
-			goto nomem_req;
-		r->stops.n = p->n_stop_strings;
-		for (uint32_t i = 0; i < p->n_stop_strings; i++) {
-			r->stops.strs[i] = strdup(p->stop_strings[i]);
-			if (!r->stops.strs[i])
-				goto nomem_req;
-			r->stops.lens[i] = (uint32_t)strlen(p->stop_strings[i]);
-		}
-	}
-	r->min_tokens = p->min_tokens;
-	r->include_stop_str = p->include_stop_str_in_output;
-	r->keep_special = p->keep_special_tokens;
-	if (p->min_tokens) {
-		uint32_t nb = p->sampling.n_logit_bias, k = nb;
-		r->bias_min = malloc((size_t)(nb + r->n_stop_ids + 1) * sizeof(*r->bias_min));
-		if (!r->bias_min)
-			goto nomem_req;
-		if (nb)
-			memcpy(r->bias_min, r->bias, (size_t)nb * sizeof(*r->bias_min));
-		for (uint32_t i = 0; i < r->n_stop_ids; i++)
-			r->bias_min[k++] = (struct kern_logit_bias){r->stop_ids[i], -INFINITY};
-		if (!r->ignore_eos && s->ex->info.eos_token_id >= 0)
-			r->bias_min[k++] = (struct kern_logit_bias){s->ex->info.eos_token_id, -INFINITY};
-	}
 	r->priority = p->priority;
 	r->order = s->next_order++;
 	r->salt = p->cache_salt;
@@ -635,21 +702,8 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	r->timing.arrival_s = p->arrival_s > 0 ? p->arrival_s : time_mono_s();
 	r->on_event = p->on_event;
 	r->user = p->user;
-
-	/* n > 1 with at least one full block before the last prompt token: a
-	 * parent computes the shared full blocks once. */
-	uint32_t shared = (p->n_prompt - 1) / s->B * s->B;
-	if (n > 1 && shared > 0) {
-		r->parent = sched__seq_new(s, r, SCHED__PARENT, shared);
-		if (!r->parent || !sched__waiting_insert(s, r->parent))
-			goto nomem_req;
-	} else {
-		for (uint32_t i = 0; i < n; i++) {
-			r->seqs[i] = sched__seq_new(s, r, i, p->n_prompt);
-			if (!r->seqs[i] || !sched__waiting_insert(s, r->seqs[i]))
-				goto nomem_req;
-		}
-	}
+	if (!req_enqueue(s, r, p, n))
+		goto nomem_req;
 	r->next = s->reqs_head;
 	if (s->reqs_head)
 		s->reqs_head->prev = r;
@@ -665,16 +719,7 @@ enum status sched_submit(struct sched *s, const struct sched_request_params *p, 
 	return ST_OK;
 
 nomem_req:
-	if (r->parent) {
-		ptr_array_remove(s->waiting, &s->n_waiting, r->parent);
-		sched__seq_free(r->parent);
-	}
-	for (uint32_t i = 0; r->seqs && i < n; i++)
-		if (r->seqs[i]) {
-			ptr_array_remove(s->waiting, &s->n_waiting, r->seqs[i]);
-			sched__seq_free(r->seqs[i]);
-		}
-	req_free(r);
+	req_unwind(s, r, n);
 nomem:
 	if (why)
 		*why = SCHED_REFUSE_NOMEM;

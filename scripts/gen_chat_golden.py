@@ -138,15 +138,24 @@ def tool(cid, c, name=None):
 
 # ---- the hand-written cases ----
 
-def hand_cases():
-    C = []
-
+def case_adder(C):
+    """add(name, messages, ...): appends one case, with the options model_chat_encode() takes, to C."""
     def add(name, messages, tools=None, thinking=False, effort="none", keep=False,
             response_format=None, tools_indent=None, continue_final=False):
         C.append(dict(name=name, messages=messages, tools=tools, thinking=thinking,
                       effort=effort, keep_thinking=keep, response_format=response_format,
                       tools_indent=tools_indent, continue_final=continue_final))
 
+    return add
+
+
+# The multi-turn conversation several cases render under different options.
+MULTI = [sys_("S"), user("u1"), asst("a1", reasoning="r1"), user("u2"),
+         asst("a2", reasoning="r2"), user("u3")]
+
+
+def chat_cases(add):
+    """Plain chat and thinking: systems, efforts, multi-turn histories, where the conversation ends."""
     add("single_user_chat", [user("Hello!")])
     add("single_user_thinking", [user("Hello!")], thinking=True)
     add("system_user_chat", [sys_("You are a helpful assistant."), user("What is 2+2?")])
@@ -160,11 +169,9 @@ def hand_cases():
     add("effort_max_chat_ignored", [sys_("Be precise."), user("Prove it.")], effort="max")
     add("effort_high_thinking", [user("Think hard.")], thinking=True, effort="high")
     add("effort_max_no_system", [user("x")], thinking=True, effort="max")
-    multi = [sys_("S"), user("u1"), asst("a1", reasoning="r1"), user("u2"),
-             asst("a2", reasoning="r2"), user("u3")]
-    add("multiturn_chat", multi)
-    add("multiturn_thinking_drop", multi, thinking=True)
-    add("multiturn_thinking_keep", multi, thinking=True, keep=True)
+    add("multiturn_chat", MULTI)
+    add("multiturn_thinking_drop", MULTI, thinking=True)
+    add("multiturn_thinking_keep", MULTI, thinking=True, keep=True)
     add("multiturn_thinking_no_reasoning", [user("u1"), asst("a1"), user("u2")], thinking=True)
     add("ends_with_assistant_thinking",
         [user("u1"), asst("a1", reasoning="r1"), user("u2"), asst("a2", reasoning="r2")],
@@ -173,6 +180,10 @@ def hand_cases():
     add("assistant_null_content", [user("u"), asst(None, reasoning="only thinking")],
         thinking=True)
     add("consecutive_users", [user("first"), user("second"), asst("ok"), user("third")])
+
+
+def tool_cases(add):
+    """Tools: definitions, calls and results in every order and form the encoder accepts."""
     add("tools_basic_chat", [sys_("You can use tools."), user("Weather in Paris?")],
         tools=[WEATHER])
     add("tools_basic_thinking", [sys_("You can use tools."), user("Weather in Paris?")],
@@ -266,6 +277,10 @@ def hand_cases():
             call("w", "get_weather", {"city": "Oslo"})]), tool("w", "cold"),
         asst("It is cold in Oslo.", reasoning="r2"),
     ], tools=[WEATHER], thinking=True)
+
+
+def text_role_and_format_cases(add):
+    """Unicode and tag-like text, the developer and latest_reminder roles, response_format, odd orders, long content, continue_final."""
     add("unicode_everywhere", [
         sys_("Ты — помощник. 你是助手。"), user("مرحبا 👋🏽 — ｜full-width｜ \u200b zero width"),
         asst("こんにちは", reasoning="思考中…"), user("e\u0301 vs é; tab\there\nnewline"),
@@ -306,12 +321,20 @@ def hand_cases():
     add("system_last", [user("u"), asst("a"), sys_("late system")], thinking=True)
     add("long_content", [user("word " * 500), asst("y" * 1000, reasoning="z" * 700),
                          user("more " * 300)], thinking=True, keep=True)
-    add("keep_thinking_chat_mode", multi, keep=True)
+    add("keep_thinking_chat_mode", MULTI, keep=True)
     add("continue_final_thinking", [user("u1"), asst("a1", reasoning="r1"), user("u2"),
                                     asst("The answer starts", reasoning="partial")],
         thinking=True, continue_final=True)
     add("continue_final_chat_tools", [user("x"), asst("Calling", calls=[
         call("z", "get_weather", {"city": "Rome"})])], tools=[WEATHER], continue_final=True)
+
+
+def hand_cases():
+    C = []
+    add = case_adder(C)
+    chat_cases(add)
+    tool_cases(add)
+    text_role_and_format_cases(add)
     return C
 
 

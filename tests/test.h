@@ -9,9 +9,11 @@
 #define DSV4_TESTS_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int test_n_checks;
 static int test_n_failed;
@@ -49,6 +51,16 @@ static inline int test_exit(void)
 {
 	fprintf(stderr, "%d checks, %d failed\n", test_n_checks, test_n_failed);
 	return test_n_failed ? 1 : (test_n_checks ? 0 : 1);
+}
+
+/* The seed of a randomised test: $DSV4_TEST_SEED (read by strtoull, any
+ * base) or the clock, printed so that a failing run can be repeated. */
+static inline uint64_t test_seed(void)
+{
+	const char *env = getenv("DSV4_TEST_SEED");
+	uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat)\n", (unsigned long long)seed);
+	return seed;
 }
 
 static inline int test_skip(const char *why)

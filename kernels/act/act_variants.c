@@ -11,32 +11,14 @@
 #include "kernels/act/act.h"
 
 #include "dsv4_config.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/act/act_generic.h"
-#endif
 
 static const struct kern_variant swiglu_variants[] = {
-	{
-		.name = "swiglu_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_swiglu_ref),
-		.run_host = KERN_FN(kern_swiglu_ref),
-		.desc = "CPU reference: SwiGLU with the swiglu_limit clamps, row weight",
-	},
+	KERN_ROW_CPU_REF("swiglu_cpu_ref", kern_swiglu_ref,
+	                 .desc = "CPU reference: SwiGLU with the swiglu_limit clamps, row weight"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "swiglu_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_swiglu_cuda_generic),
-#endif
-		.desc = "portable CUDA clamped SwiGLU (+ row weight), one thread per element",
-	},
+	KERN_ROW_SM80("swiglu_cuda_generic", 10, kern_swiglu_cuda_generic, NULL,
+	              .desc = "portable CUDA clamped SwiGLU (+ row weight), one thread per element"),
 };
 
 const struct kern_op kern_op_swiglu = {

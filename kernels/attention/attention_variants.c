@@ -15,47 +15,18 @@
 #include "kernels/attention/attention.h"
 
 #include "dsv4_config.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/attention/attention_generic.h"
 #include "kernels/attention/attn_decode.h"
-#endif
 
 static const struct kern_variant sparse_attn_variants[] = {
-	{
-		.name = "sparse_attn_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_sparse_attn_ref),
-		.run_host = KERN_FN(kern_sparse_attn_ref),
-		.desc = "CPU reference: sparse MQA attention with sink and inverse rope",
-	},
+	KERN_ROW_CPU_REF("sparse_attn_cpu_ref", kern_sparse_attn_ref,
+	                 .desc = "CPU reference: sparse MQA attention with sink and inverse rope"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "sparse_attn_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_sparse_attn_cuda_generic),
-#endif
-		.desc = "portable CUDA sparse MQA: block per (token, head), online softmax per warp",
-	},
+	KERN_ROW_SM80("sparse_attn_cuda_generic", 10, kern_sparse_attn_cuda_generic, NULL,
+	              .desc = "portable CUDA sparse MQA: block per (token, head), online softmax per warp"),
 	/* ---- decode cuda ops ---- */
-	{
-		.name = "sparse_attn_cuda_decode",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 20,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_sparse_attn_cuda_decode),
-#endif
-		.desc = "portable CUDA decode sparse MQA (T <= 64): 32 heads per CTA, rows split over CTAs + "
-			"combine; larger steps run the generic kernel",
-	},
+	KERN_ROW_SM80("sparse_attn_cuda_decode", 20, kern_sparse_attn_cuda_decode, NULL,
+	              .desc = "portable CUDA decode sparse MQA (T <= 64): 32 heads per CTA, rows split over CTAs + combine; larger steps run the generic kernel"),
 };
 
 const struct kern_op kern_op_sparse_attn = {
@@ -65,27 +36,11 @@ const struct kern_op kern_op_sparse_attn = {
 };
 
 static const struct kern_variant attn_index_variants[] = {
-	{
-		.name = "attn_index_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_attn_index_ref),
-		.run_host = KERN_FN(kern_attn_index_ref),
-		.desc = "CPU reference: SWA/CSA/HCA index sets for a flat batch",
-	},
+	KERN_ROW_CPU_REF("attn_index_cpu_ref", kern_attn_index_ref,
+	                 .desc = "CPU reference: SWA/CSA/HCA index sets for a flat batch"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "attn_index_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_attn_index_cuda_generic),
-#endif
-		.desc = "portable CUDA SWA/CSA/HCA index sets, one block per token",
-	},
+	KERN_ROW_SM80("attn_index_cuda_generic", 10, kern_attn_index_cuda_generic, NULL,
+	              .desc = "portable CUDA SWA/CSA/HCA index sets, one block per token"),
 };
 
 const struct kern_op kern_op_attn_index = {
@@ -95,27 +50,11 @@ const struct kern_op kern_op_attn_index = {
 };
 
 static const struct kern_variant ring_write_variants[] = {
-	{
-		.name = "ring_write_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_ring_write_ref),
-		.run_host = KERN_FN(kern_ring_write_ref),
-		.desc = "CPU reference: store a step's raw KV into the sliding-window rings",
-	},
+	KERN_ROW_CPU_REF("ring_write_cpu_ref", kern_ring_write_ref,
+	                 .desc = "CPU reference: store a step's raw KV into the sliding-window rings"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "ring_write_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_ring_write_cuda_generic),
-#endif
-		.desc = "portable CUDA ring store of a step's raw KV, one block per token",
-	},
+	KERN_ROW_SM80("ring_write_cuda_generic", 10, kern_ring_write_cuda_generic, NULL,
+	              .desc = "portable CUDA ring store of a step's raw KV, one block per token"),
 };
 
 const struct kern_op kern_op_ring_write = {

@@ -11,32 +11,14 @@
 #include "kernels/compressor/compressor.h"
 
 #include "dsv4_config.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/compressor/compressor_generic.h"
-#endif
 
 static const struct kern_variant compressor_variants[] = {
-	{
-		.name = "compressor_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_compressor_ref),
-		.run_host = KERN_FN(kern_compressor_ref),
-		.desc = "CPU reference: CSA/HCA KV compressor state machine",
-	},
+	KERN_ROW_CPU_REF("compressor_cpu_ref", kern_compressor_ref,
+	                 .desc = "CPU reference: CSA/HCA KV compressor state machine"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "compressor_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_compressor_cuda_generic),
-#endif
-		.desc = "portable CUDA compressor state machine, one block per sequence",
-	},
+	KERN_ROW_SM80("compressor_cuda_generic", 10, kern_compressor_cuda_generic, NULL,
+	              .desc = "portable CUDA compressor state machine, one block per sequence"),
 };
 
 const struct kern_op kern_op_compressor = {

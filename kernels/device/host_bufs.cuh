@@ -27,7 +27,7 @@ extern "C" {
 #include "common/status.h"
 }
 
-#define KERN_HB_MAX 8
+#define KERN_HB_MAX 16 /* buffers one wrapper holds (moe_decode: 8 arrays + 2 per expert projection) */
 
 struct kern_hbufs {
 	void *host[KERN_HB_MAX];

@@ -15,28 +15,11 @@
 #include "kernels/hc/hc_generic.h"
 
 static const struct kern_variant hc_prenorm_variants[] = {
-	{
-		.name = "hc_prenorm_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_hc_prenorm_ref),
-		.run_host = KERN_FN(kern_hc_prenorm_ref),
-		.desc = "CPU reference: mHC prenorm GEMM v·fnᵀ + Σv², fp32 loops",
-	},
+	KERN_ROW_CPU_REF("hc_prenorm_cpu_ref", kern_hc_prenorm_ref,
+	                 .desc = "CPU reference: mHC prenorm GEMM v·fnᵀ + Σv², fp32 loops"),
 	/* ---- portable CUDA ---- */
-	{
-		.name = "hc_prenorm_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_hc_prenorm_cuda_generic),
-		.run_host = KERN_FN(kern_hc_prenorm_cuda_generic_host),
-#endif
-		.desc = "portable CUDA mHC prenorm: x·fnᵀ + Σx², fp32, deterministic split over outputs",
-	},
+	KERN_ROW_SM80("hc_prenorm_cuda_generic", 10, kern_hc_prenorm_cuda_generic, kern_hc_prenorm_cuda_generic_host,
+	              .desc = "portable CUDA mHC prenorm: x·fnᵀ + Σx², fp32, deterministic split over outputs"),
 };
 
 const struct kern_op kern_op_hc_prenorm = {
@@ -46,28 +29,11 @@ const struct kern_op kern_op_hc_prenorm = {
 };
 
 static const struct kern_variant hc_split_variants[] = {
-	{
-		.name = "hc_split_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_hc_split_ref),
-		.run_host = KERN_FN(kern_hc_split_ref),
-		.desc = "CPU reference: mHC sigmoid/softmax + col-first Sinkhorn, HCHead",
-	},
+	KERN_ROW_CPU_REF("hc_split_cpu_ref", kern_hc_split_ref,
+	                 .desc = "CPU reference: mHC sigmoid/softmax + col-first Sinkhorn, HCHead"),
 	/* ---- portable CUDA ---- */
-	{
-		.name = "hc_split_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_hc_split_cuda_generic),
-		.run_host = KERN_FN(kern_hc_split_cuda_generic_host),
-#endif
-		.desc = "portable CUDA mHC split: sigmoid/softmax + col-first Sinkhorn, one thread per token",
-	},
+	KERN_ROW_SM80("hc_split_cuda_generic", 10, kern_hc_split_cuda_generic, kern_hc_split_cuda_generic_host,
+	              .desc = "portable CUDA mHC split: sigmoid/softmax + col-first Sinkhorn, one thread per token"),
 };
 
 const struct kern_op kern_op_hc_split = {
@@ -77,28 +43,11 @@ const struct kern_op kern_op_hc_split = {
 };
 
 static const struct kern_variant hc_pre_combine_variants[] = {
-	{
-		.name = "hc_pre_combine_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_hc_pre_combine_ref),
-		.run_host = KERN_FN(kern_hc_pre_combine_ref),
-		.desc = "CPU reference: mHC u = Σ pre_j X_j",
-	},
+	KERN_ROW_CPU_REF("hc_pre_combine_cpu_ref", kern_hc_pre_combine_ref,
+	                 .desc = "CPU reference: mHC u = Σ pre_j X_j"),
 	/* ---- portable CUDA ---- */
-	{
-		.name = "hc_pre_combine_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_hc_pre_combine_cuda_generic),
-		.run_host = KERN_FN(kern_hc_pre_combine_cuda_generic_host),
-#endif
-		.desc = "portable CUDA mHC u = Σ pre_j X_j",
-	},
+	KERN_ROW_SM80("hc_pre_combine_cuda_generic", 10, kern_hc_pre_combine_cuda_generic,
+	              kern_hc_pre_combine_cuda_generic_host, .desc = "portable CUDA mHC u = Σ pre_j X_j"),
 };
 
 const struct kern_op kern_op_hc_pre_combine = {
@@ -108,28 +57,11 @@ const struct kern_op kern_op_hc_pre_combine = {
 };
 
 static const struct kern_variant hc_post_variants[] = {
-	{
-		.name = "hc_post_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_hc_post_ref),
-		.run_host = KERN_FN(kern_hc_post_ref),
-		.desc = "CPU reference: mHC X'_k = post_k f + Σ_j comb[j][k] X_j",
-	},
+	KERN_ROW_CPU_REF("hc_post_cpu_ref", kern_hc_post_ref,
+	                 .desc = "CPU reference: mHC X'_k = post_k f + Σ_j comb[j][k] X_j"),
 	/* ---- portable CUDA ---- */
-	{
-		.name = "hc_post_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_hc_post_cuda_generic),
-		.run_host = KERN_FN(kern_hc_post_cuda_generic_host),
-#endif
-		.desc = "portable CUDA mHC X'_k = post_k f + Σ_j comb[j][k] X_j",
-	},
+	KERN_ROW_SM80("hc_post_cuda_generic", 10, kern_hc_post_cuda_generic, kern_hc_post_cuda_generic_host,
+	              .desc = "portable CUDA mHC X'_k = post_k f + Σ_j comb[j][k] X_j"),
 };
 
 const struct kern_op kern_op_hc_post = {

@@ -12,32 +12,14 @@
 #include "kernels/indexer/indexer.h"
 
 #include "dsv4_config.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/indexer/indexer_generic.h"
-#endif
 
 static const struct kern_variant indexer_rotate_variants[] = {
-	{
-		.name = "indexer_rotate_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_indexer_rotate_quant_ref),
-		.run_host = KERN_FN(kern_indexer_rotate_quant_ref),
-		.desc = "CPU reference: Hadamard + FP4 qdq of indexer q/k",
-	},
+	KERN_ROW_CPU_REF("indexer_rotate_cpu_ref", kern_indexer_rotate_quant_ref,
+	                 .desc = "CPU reference: Hadamard + FP4 qdq of indexer q/k"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "indexer_rotate_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_indexer_rotate_cuda_generic),
-#endif
-		.desc = "portable CUDA Hadamard + FP4 qdq, one block per row",
-	},
+	KERN_ROW_SM80("indexer_rotate_cuda_generic", 10, kern_indexer_rotate_cuda_generic, NULL,
+	              .desc = "portable CUDA Hadamard + FP4 qdq, one block per row"),
 };
 
 const struct kern_op kern_op_indexer_rotate = {
@@ -47,27 +29,11 @@ const struct kern_op kern_op_indexer_rotate = {
 };
 
 static const struct kern_variant indexer_topk_variants[] = {
-	{
-		.name = "indexer_topk_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_indexer_topk_ref),
-		.run_host = KERN_FN(kern_indexer_topk_ref),
-		.desc = "CPU reference: indexer scores + top-k over a flat batch",
-	},
+	KERN_ROW_CPU_REF("indexer_topk_cpu_ref", kern_indexer_topk_ref,
+	                 .desc = "CPU reference: indexer scores + top-k over a flat batch"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "indexer_topk_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_indexer_topk_cuda_generic),
-#endif
-		.desc = "portable CUDA indexer scores + top-k, one block per token",
-	},
+	KERN_ROW_SM80("indexer_topk_cuda_generic", 10, kern_indexer_topk_cuda_generic, NULL,
+	              .desc = "portable CUDA indexer scores + top-k, one block per token"),
 };
 
 const struct kern_op kern_op_indexer_topk = {
@@ -77,27 +43,11 @@ const struct kern_op kern_op_indexer_topk = {
 };
 
 static const struct kern_variant indexer_scores_variants[] = {
-	{
-		.name = "indexer_scores_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_indexer_scores_ref),
-		.run_host = KERN_FN(kern_indexer_scores_ref),
-		.desc = "CPU reference: indexer scores alone (TP-split form)",
-	},
+	KERN_ROW_CPU_REF("indexer_scores_cpu_ref", kern_indexer_scores_ref,
+	                 .desc = "CPU reference: indexer scores alone (TP-split form)"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "indexer_scores_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_indexer_scores_cuda_generic),
-#endif
-		.desc = "portable CUDA indexer scores, one block per token",
-	},
+	KERN_ROW_SM80("indexer_scores_cuda_generic", 10, kern_indexer_scores_cuda_generic, NULL,
+	              .desc = "portable CUDA indexer scores, one block per token"),
 };
 
 const struct kern_op kern_op_indexer_scores = {

@@ -210,6 +210,25 @@ static __device__ __forceinline__ void gv_stage(const gv_params &P, float *xs, f
 	}
 }
 
+/* Reduce a warp's finished sums over its lanes and park them at slot
+ * ((local row group) * wk + k part) of red; clear them for the next group. */
+template <int TC>
+static __device__ __forceinline__ void gv_park(float *red, int64_t slot, int lane, float (*acc)[TC])
+{
+#pragma unroll
+	for (int i = 0; i < GV_RB; i++)
+#pragma unroll
+		for (int t = 0; t < TC; t++) {
+			float v = acc[i][t];
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+			if (lane == 0)
+				red[(slot * GV_RB + i) * TC + t] = v;
+			acc[i][t] = 0.f;
+		}
+}
+
 template <int TC>
 __global__ void __launch_bounds__(GV_THREADS) linear_gemv_kernel(const gv_params P)
 {
@@ -254,17 +273,7 @@ __global__ void __launch_bounds__(GV_THREADS) linear_gemv_kernel(const gv_params
 			s = sn;
 		}
 	}
-#pragma unroll
-	for (int i = 0; i < GV_RB; i++)
-#pragma unroll
-		for (int t = 0; t < TC; t++) {
-			float v = acc[i][t];
-#pragma unroll
-			for (int off = 16; off > 0; off >>= 1)
-				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-			if (lane == 0)
-				red[(warp * GV_RB + i) * TC + t] = v;
-		}
+	gv_park<TC>(red, warp, lane, acc);
 	__syncthreads();
 	const int nrows = GV_RB * nwr;
 	for (int q = threadIdx.x; q < nrows * TC; q += GV_THREADS) {
@@ -277,25 +286,6 @@ __global__ void __launch_bounds__(GV_THREADS) linear_gemv_kernel(const gv_params
 		if (o < P.out && tg < P.T)
 			kq_store(P.y, P.y_dt, tg * P.ldy + o, sum);
 	}
-}
-
-/* Reduce a warp's finished sums over its lanes and park them at slot
- * ((local row group) * wk + k part) of red; clear them for the next group. */
-template <int TC>
-static __device__ __forceinline__ void gv_park(float *red, int64_t slot, int lane, float (*acc)[TC])
-{
-#pragma unroll
-	for (int i = 0; i < GV_RB; i++)
-#pragma unroll
-		for (int t = 0; t < TC; t++) {
-			float v = acc[i][t];
-#pragma unroll
-			for (int off = 16; off > 0; off >>= 1)
-				v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-			if (lane == 0)
-				red[(slot * GV_RB + i) * TC + t] = v;
-			acc[i][t] = 0.f;
-		}
 }
 
 /* The streaming form, used when a CTA's tokens fit in shared memory over the

@@ -458,135 +458,49 @@ static enum status linear_selfcheck(const struct kern_op *op, const struct kern_
 
 /* ---- the table ---- */
 
-#define LINEAR_ALL_FORMATS                                                                          \
-	(KERN_WFMT_BIT(KERN_WFMT_F32) | KERN_WFMT_BIT(KERN_WFMT_BF16) |                              \
-	 KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128) |             \
-	 KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4))
-
 static const struct kern_variant linear_variants[] = {
-	{
-		.name = "linear_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.wfmt_accept = LINEAR_ALL_FORMATS,
-		.priority = 0,
-		.supports = linear_cpu_supports,
-		.run = KERN_FN(kern_linear_ref),
-		.run_host = KERN_FN(kern_linear_ref),
-		.desc = "CPU reference: per-row decode, f32 accumulation",
-	},
-	{
-		.name = "linear_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
-		.wfmt_run = KERN_WFMT_FP8_F32_B128,
-		.priority = 10,
-		.supports = linear_cuda_generic_supports,
-		.prepare = prepare_fp8_f32_scales,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_linear_cuda_generic),
-		.run_host = KERN_FN(kern_linear_cuda_generic_host),
-#endif
-		.desc = "portable CUDA FP8 block-scaled linear (f32 FMA, f32 block scales)",
-	},
-	{
-		.name = "linear_cuda_generic_bf16",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
-		.priority = 10,
-		.supports = linear_cuda_generic_supports,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_linear_cuda_generic),
-		.run_host = KERN_FN(kern_linear_cuda_generic_host),
-#endif
-		.desc = "portable CUDA linear for bf16 / f32 weights (lm_head, gate; f32 FMA)",
-	},
-	/* ---- arch-specific: cuBLASLt FP8 on sm_90 ---- */
-	{
-		.name = "linear_cublaslt_sm90",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 90,
-		.cc_max = 90,
-		.target = KERN_TARGET_SM80, /* its act-quant kernel; the GEMM is cuBLASLt's */
-		.features = KERN_FEAT_FP8_MMA,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
-		.wfmt_run = KERN_WFMT_FP8_F32_R128,
-		.priority = 20,
-		.supports = linear_cublaslt_supports,
-		.prepare = prepare_cublaslt,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_linear_cublaslt),
-		.run_host = KERN_FN(kern_linear_cublaslt_host),
-#endif
-		.desc = "cuBLASLt FP8 GEMM, VEC128 per-row weight scales x VEC128 (BLK128 at T = 1) activation scales (sm_90 only)",
-	},
+	KERN_ROW_CPU_REF("linear_cpu_ref", kern_linear_ref, .wfmt_accept = KERN_WFMT_MASK_CHECKPOINT,
+	                 .supports = linear_cpu_supports, .desc = "CPU reference: per-row decode, f32 accumulation"),
+	KERN_ROW_SM80("linear_cuda_generic", 10, kern_linear_cuda_generic, kern_linear_cuda_generic_host,
+	              .wfmt_accept = KERN_WFMT_MASK_FP8, .wfmt_run = KERN_WFMT_FP8_F32_B128,
+	              .supports = linear_cuda_generic_supports, .prepare = prepare_fp8_f32_scales,
+	              .desc = "portable CUDA FP8 block-scaled linear (f32 FMA, f32 block scales)"),
+	KERN_ROW_SM80("linear_cuda_generic_bf16", 10, kern_linear_cuda_generic, kern_linear_cuda_generic_host,
+	              .wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
+	              .supports = linear_cuda_generic_supports,
+	              .desc = "portable CUDA linear for bf16 / f32 weights (lm_head, gate; f32 FMA)"),
+	/* ---- arch-specific: cuBLASLt FP8 on sm_90 (image: its act-quant kernel's; the GEMM is cuBLASLt's) ---- */
+	KERN_ROW_CUDA("linear_cublaslt_sm90", 90, 90, KERN_TARGET_SM80, 20, DSV4_HAVE_CUDA, kern_linear_cublaslt,
+	              kern_linear_cublaslt_host, .features = KERN_FEAT_FP8_MMA, .wfmt_accept = KERN_WFMT_MASK_FP8,
+	              .wfmt_run = KERN_WFMT_FP8_F32_R128, .supports = linear_cublaslt_supports,
+	              .prepare = prepare_cublaslt,
+	              .desc = "cuBLASLt FP8 GEMM, VEC128 per-row weight scales x VEC128 (BLK128 at T = 1) activation scales (sm_90 only)"),
 	/* ---- prefill-kernels: portable tensor-core FP8 linears (linear_mma.h) ----
 	 * The e4m3 kernel is in every cc >= 8.9 image of the generic library (one
 	 * row per image, so target says which); the bf16 one serves cc 8.0 - 8.8.
 	 * Priority 15: above the generic FMA kernel, below cuBLASLt on sm_90
 	 * (which the H200 benchmark compares it with). */
-#define LINEAR_MMA_FP8_ROW(NAME, CC, TGT, HAVE)                                                                 \
-	{                                                                                                   \
-		.name = NAME,                                                                               \
-		.backend = KERN_BACKEND_CUDA,                                                               \
-		.cc_min = CC,                                                                               \
-		.cc_max = CC,                                                                               \
-		.target = TGT,                                                                              \
-		.features = KERN_FEAT_FP8_MMA,                                                              \
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128), \
-		.wfmt_run = KERN_WFMT_FP8_F32_B128,                                                         \
-		.priority = 15,                                                                             \
-		.supports = linear_mma_fp8_supports,                                                        \
-		.prepare = prepare_fp8_f32_scales,                                                          \
-		LINEAR_MMA_FNS(HAVE, kern_linear_mma_fp8, kern_linear_mma_fp8_host)                         \
-		.desc = "tensor-core FP8 linear: mma.sync m16n8k32 e4m3, f32 block scales per 128 K (T >= 64)", \
-	}
-/* run() only where this build has the row's image (HAVE is its DSV4_HAVE_* flag). */
-#define LINEAR_MMA_FNS(HAVE, R, H) .run = (HAVE) ? KERN_FN(R) : NULL, .run_host = (HAVE) ? KERN_FN(H) : NULL,
+#define LINEAR_MMA_FP8_ROW(NAME, CC, TGT, HAVE)                                                               \
+	KERN_ROW_CUDA(NAME, CC, CC, TGT, 15, HAVE, kern_linear_mma_fp8, kern_linear_mma_fp8_host,                  \
+	              .features = KERN_FEAT_FP8_MMA, .wfmt_accept = KERN_WFMT_MASK_FP8,                              \
+	              .wfmt_run = KERN_WFMT_FP8_F32_B128, .supports = linear_mma_fp8_supports,                       \
+	              .prepare = prepare_fp8_f32_scales,                                                             \
+	              .desc = "tensor-core FP8 linear: mma.sync m16n8k32 e4m3, f32 block scales per 128 K (T >= 64)")
 	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm90a", 90, KERN_TARGET_SM90A, DSV4_HAVE_SM_90A),
 	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm100a", 100, KERN_TARGET_SM100A, DSV4_HAVE_SM_100A),
 	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm120a", 120, KERN_TARGET_SM120A, DSV4_HAVE_SM_120A),
 	LINEAR_MMA_FP8_ROW("linear_mma_fp8_sm121a", 121, KERN_TARGET_SM121A, DSV4_HAVE_SM_121A),
-	{
-		.name = "linear_mma_bf16",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.features = KERN_FEAT_BF16_MMA,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
-		.wfmt_run = KERN_WFMT_FP8_F32_B128,
-		.priority = 12,
-		.supports = linear_mma_bf16_supports,
-		.prepare = prepare_fp8_f32_scales,
-		LINEAR_MMA_FNS(DSV4_HAVE_CUDA, kern_linear_mma_bf16, kern_linear_mma_bf16_host)
-		.desc = "tensor-core FP8 linear on bf16 mma.sync m16n8k16 (e4m3 decoded exactly; cc >= 8.0, T >= 64)",
-	},
-#undef LINEAR_MMA_FNS
 #undef LINEAR_MMA_FP8_ROW
+	KERN_ROW_SM80("linear_mma_bf16", 12, kern_linear_mma_bf16, kern_linear_mma_bf16_host,
+	              .features = KERN_FEAT_BF16_MMA, .wfmt_accept = KERN_WFMT_MASK_FP8,
+	              .wfmt_run = KERN_WFMT_FP8_F32_B128, .supports = linear_mma_bf16_supports,
+	              .prepare = prepare_fp8_f32_scales,
+	              .desc = "tensor-core FP8 linear on bf16 mma.sync m16n8k16 (e4m3 decoded exactly; cc >= 8.0, T >= 64)"),
 	/* ---- fp8gemv: the portable decode GEMV (linear_gemv.h) ---- */
-	{
-		.name = "linear_cuda_gemv",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128),
-		.wfmt_run = KERN_WFMT_FP8_F32_B128,
-		.priority = 22,
-		.supports = linear_gemv_supports,
-		.prepare = prepare_fp8_f32_scales,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_linear_gemv_cuda),
-		.run_host = KERN_FN(kern_linear_gemv_cuda_host),
-#endif
-		.desc = "decode FP8 GEMV / skinny GEMM, T <= 64 (16-byte e4m3 loads decoded in registers, f32 FMA)",
-	},
+	KERN_ROW_SM80("linear_cuda_gemv", 22, kern_linear_gemv_cuda, kern_linear_gemv_cuda_host,
+	              .wfmt_accept = KERN_WFMT_MASK_FP8, .wfmt_run = KERN_WFMT_FP8_F32_B128,
+	              .supports = linear_gemv_supports, .prepare = prepare_fp8_f32_scales,
+	              .desc = "decode FP8 GEMV / skinny GEMM, T <= 64 (16-byte e4m3 loads decoded in registers, f32 FMA)"),
 };
 
 const struct kern_op kern_op_linear = {

@@ -226,50 +226,17 @@ static enum status decode_selfcheck(const struct kern_op *op, const struct kern_
 }
 
 static const struct kern_variant moe_decode_variants[] = {
-	{
-		.name = "moe_decode_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4) |
-			       KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128) |
-			       KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
-		.priority = 0,
-		.supports = decode_cpu_supports,
-		.run = KERN_FN(kern_moe_decode_ref),
-		.run_host = KERN_FN(kern_moe_decode_ref),
-		.desc = "CPU reference: moe_gemm w1, w3, swiglu, moe_gemm w2, combine (the unfused refs)",
-	},
-	{
-		.name = "moe_decode_cuda",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 30,
-		.supports = decode_cuda_supports,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_decode_cuda),
-		.run_host = KERN_FN(kern_moe_decode_cuda_host),
-#endif
-		.desc = "fused decode experts, MXFP4/NVFP4: gate+up+SwiGLU+weight, down+combine (2 launches)",
-	},
-	{
-		/* below moe_decode_cuda until the H200 benchmark (bench_moe_decode) has compared the two */
-		.name = "moe_decode_cuda_mma",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.features = KERN_FEAT_BF16_MMA,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 20,
-		.supports = decode_cuda_supports,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_decode_cuda_mma),
-		.run_host = KERN_FN(kern_moe_decode_cuda_mma_host),
-#endif
-		.desc = "fused decode experts on bf16 mma.sync (e2m1 x scale exact in bf16), MXFP4/NVFP4, 2 launches",
-	},
+	KERN_ROW_CPU_REF("moe_decode_cpu_ref", kern_moe_decode_ref, .wfmt_accept = KERN_WFMT_MASK_CHECKPOINT,
+	                 .supports = decode_cpu_supports,
+	                 .desc = "CPU reference: moe_gemm w1, w3, swiglu, moe_gemm w2, combine (the unfused refs)"),
+	KERN_ROW_SM80("moe_decode_cuda", 30, kern_moe_decode_cuda, kern_moe_decode_cuda_host,
+	              .wfmt_accept = KERN_WFMT_MASK_FP4, .supports = decode_cuda_supports,
+	              .desc = "fused decode experts, MXFP4/NVFP4: gate+up+SwiGLU+weight, down+combine (2 launches)"),
+	/* below moe_decode_cuda until the H200 benchmark (bench_moe_decode) has compared the two */
+	KERN_ROW_SM80("moe_decode_cuda_mma", 20, kern_moe_decode_cuda_mma, kern_moe_decode_cuda_mma_host,
+	              .features = KERN_FEAT_BF16_MMA, .wfmt_accept = KERN_WFMT_MASK_FP4,
+	              .supports = decode_cuda_supports,
+	              .desc = "fused decode experts on bf16 mma.sync (e2m1 x scale exact in bf16), MXFP4/NVFP4, 2 launches"),
 };
 
 const struct kern_op kern_op_moe_decode = {

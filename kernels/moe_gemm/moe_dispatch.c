@@ -82,27 +82,11 @@ static bool dispatch_cuda_supports(const struct kern_problem *p, const struct ke
 }
 
 static const struct kern_variant moe_dispatch_variants[] = {
-	{
-		.name = "moe_dispatch_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.run = KERN_FN(kern_moe_dispatch_ref),
-		.run_host = KERN_FN(kern_moe_dispatch_ref),
-		.desc = "CPU reference: stable counting sort of (token, slot) by local expert",
-	},
-	{
-		.name = "moe_dispatch_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-		.supports = dispatch_cuda_supports,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_dispatch_cuda_generic),
-		.run_host = KERN_FN(kern_moe_dispatch_cuda_generic_host),
-#endif
-		.desc = "portable CUDA dispatch: one block, deterministic stable placement",
-	},
+	KERN_ROW_CPU_REF("moe_dispatch_cpu_ref", kern_moe_dispatch_ref,
+	                 .desc = "CPU reference: stable counting sort of (token, slot) by local expert"),
+	KERN_ROW_SM80("moe_dispatch_cuda_generic", 10, kern_moe_dispatch_cuda_generic,
+	              kern_moe_dispatch_cuda_generic_host, .supports = dispatch_cuda_supports,
+	              .desc = "portable CUDA dispatch: one block, deterministic stable placement"),
 };
 
 const struct kern_op kern_op_moe_dispatch = {
@@ -112,26 +96,10 @@ const struct kern_op kern_op_moe_dispatch = {
 };
 
 static const struct kern_variant moe_combine_variants[] = {
-	{
-		.name = "moe_combine_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.run = KERN_FN(kern_moe_combine_ref),
-		.run_host = KERN_FN(kern_moe_combine_ref),
-		.desc = "CPU reference: per-token sum of its expert rows, f32",
-	},
-	{
-		.name = "moe_combine_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_combine_cuda_generic),
-		.run_host = KERN_FN(kern_moe_combine_cuda_generic_host),
-#endif
-		.desc = "portable CUDA combine: a gather per token, fixed order",
-	},
+	KERN_ROW_CPU_REF("moe_combine_cpu_ref", kern_moe_combine_ref,
+	                 .desc = "CPU reference: per-token sum of its expert rows, f32"),
+	KERN_ROW_SM80("moe_combine_cuda_generic", 10, kern_moe_combine_cuda_generic, kern_moe_combine_cuda_generic_host,
+	              .desc = "portable CUDA combine: a gather per token, fixed order"),
 };
 
 const struct kern_op kern_op_moe_combine = {

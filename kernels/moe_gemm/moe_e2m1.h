@@ -1,9 +1,10 @@
 /*
  * kernels/moe_gemm/moe_e2m1.h: decoding 8 packed e2m1 codes to f32 in
- * registers, the inner step of the fused decode (moe_decode.cu). Written
- * once for CUDA and C so the CPU test checks the very bit manipulation the
- * kernel runs, exhaustively (tests/kernels/test_moe_decode.c): under nvcc
- * PRMT is __byte_perm, in C an emulation of it.
+ * registers, the inner step of the fused decode (moe_decode_fma.cu and
+ * moe_decode_mma.cu). Written once for CUDA and C so the CPU test checks the
+ * very bit manipulation the kernel runs, exhaustively
+ * (tests/kernels/test_moe_decode.c): under nvcc PRMT is __byte_perm, in C an
+ * emulation of it.
  *
  * Per 4 codes (one 16-bit half m, code i in nibble i): the bf16 bit patterns
  * of the magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} come from two PRMT table

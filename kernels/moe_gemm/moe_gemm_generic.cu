@@ -119,15 +119,11 @@ extern "C" enum status kern_moe_gemm_cuda_generic(const struct kern_moe_gemm_arg
 		return ST_INVALID;
 	if (fp4 && in % 32)
 		return ST_INVALID;
-	if (a->act_quant_block != 0 && a->act_quant_block != 128)
-		return ST_INVALID;
-	if (a->n_rows == 0)
-		return ST_OK;
-	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
-	const int64_t slots = (a->n_rows + FT_TM - 1) / FT_TM + a->n_experts;
-	if (slots > 65535)
-		return ST_INVALID;
-	dim3 grid((unsigned)((out + FT_TN - 1) / FT_TN), (unsigned)slots);
+	dim3 grid;
+	int64_t ldx, ldy;
+	const enum status st = moe_tile_launch_shape(a, FT_TM, FT_TN, &grid, &ldx, &ldy);
+	if (st || !grid.y)
+		return st;
 	moe_gemm_generic_kernel<<<grid, FT_NT, 0, (cudaStream_t)a->stream>>>(
 		a->n_experts, a->expert_offsets, a->row_src, in, out, a->x, (int)a->x_dtype, ldx, a->y,
 		(int)a->y_dtype, ldy, a->w_dev, a->act_quant_block != 0);
@@ -195,25 +191,6 @@ static __device__ __forceinline__ void gv_decode8(uint32_t n, float *f)
 		f[4 * h + 2] = __uint_as_float(b << 16);
 		f[4 * h + 3] = __uint_as_float(b & 0xFFFF0000u);
 	}
-}
-
-/* The FP8 act_quant of one element, bit-identical to kq_fp8_qdq but cheap:
- * s is a power of two, so x / s == x · (1/s) exactly; e4m3 RNE is done on the
- * f32 bits (3 mantissa bits kept) for normals, by rintf at 2^-9 steps for
- * e4m3 subnormals (|v| < 2^-6). Clamped to ±448 first, as the reference. */
-static __device__ __forceinline__ float gv_qdq(float x, float s, float inv_s)
-{
-	const float v = fminf(fmaxf(x * inv_s, -448.0f), 448.0f);
-	const float a = fabsf(v);
-	float q;
-	if (a < 0x1p-6f) {
-		q = rintf(a * 0x1p9f) * 0x1p-9f;
-	} else {
-		uint32_t u = __float_as_uint(a);
-		u = (u + 0x7FFFFu + ((u >> 20) & 1u)) & 0xFFF00000u;
-		q = __uint_as_float(u);
-	}
-	return copysignf(q, v) * s;
 }
 
 /* RC = the most rows a block holds (accumulators); rc (1, 2, 4 or RC) = the
@@ -328,7 +305,7 @@ __global__ void __launch_bounds__(GV_NT) moe_gemv_kernel(int rc, int64_t n_exper
 			const float s = kq_fp8_block_scale(amax), inv = 1.0f / s;
 #pragma unroll
 			for (int i = 0; i < 4; i++)
-				v[i] = gv_qdq(v[i], s, inv);
+				v[i] = kq_fp8_qdq_pow2(v[i], s, inv);
 		}
 		if (kb < in) /* in % 32 == 0: all 4 in range */
 			gv_put4(gv_xs, r * ld + gv_xi<BF>(kb), v);

@@ -252,15 +252,11 @@ extern "C" enum status kern_moe_gemm_sm90_fp4(const struct kern_moe_gemm_args *a
 	const int64_t in = a->w[0].cols, out = a->w[0].rows;
 	if ((f != KERN_WFMT_MXFP4 && f != KERN_WFMT_NVFP4) || in % 32)
 		return ST_INVALID;
-	if (a->act_quant_block != 0 && a->act_quant_block != 128)
-		return ST_INVALID;
-	if (a->n_rows == 0)
-		return ST_OK;
-	const int64_t ldx = a->ldx ? a->ldx : in, ldy = a->ldy ? a->ldy : out;
-	const int64_t slots = (a->n_rows + S9_TM - 1) / S9_TM + a->n_experts;
-	if (slots > 65535)
-		return ST_INVALID;
-	dim3 grid((unsigned)((out + S9_TN - 1) / S9_TN), (unsigned)slots);
+	dim3 grid;
+	int64_t ldx, ldy;
+	const enum status st = moe_tile_launch_shape(a, S9_TM, S9_TN, &grid, &ldx, &ldy);
+	if (st || !grid.y)
+		return st;
 	cudaStream_t s = (cudaStream_t)a->stream;
 	const int aq = a->act_quant_block != 0;
 	const int xvec = a->x_dtype == KERN_DT_BF16 && (uintptr_t)a->x % 16 == 0 && ldx % 8 == 0;

@@ -269,109 +269,41 @@ static enum status moe_selfcheck(const struct kern_op *op, const struct kern_var
 /* ---- the table ---- */
 
 static const struct kern_variant moe_gemm_variants[] = {
-	{
-		.name = "moe_gemm_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4) |
-			       KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128) |
-			       KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
-		.priority = 0,
-		.supports = moe_cpu_supports,
-		.run = KERN_FN(kern_moe_gemm_ref),
-		.run_host = KERN_FN(kern_moe_gemm_ref),
-		.desc = "CPU reference: per-expert row decode, f32 accumulation",
-	},
-	{
-		.name = "moe_gemm_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4) |
-			       KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128) |
-			       KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_BIT(KERN_WFMT_F32),
-		.priority = 10,
-		.supports = moe_cuda_generic_supports,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_gemm_cuda_generic),
-		.run_host = KERN_FN(kern_moe_gemm_cuda_generic_host),
-#endif
-		.desc = "portable CUDA grouped expert GEMM, MXFP4/NVFP4/FP8/bf16/f32 experts (f32 FMA)",
-	},
+	KERN_ROW_CPU_REF("moe_gemm_cpu_ref", kern_moe_gemm_ref, .wfmt_accept = KERN_WFMT_MASK_CHECKPOINT,
+	                 .supports = moe_cpu_supports,
+	                 .desc = "CPU reference: per-expert row decode, f32 accumulation"),
+	KERN_ROW_SM80("moe_gemm_cuda_generic", 10, kern_moe_gemm_cuda_generic, kern_moe_gemm_cuda_generic_host,
+	              .wfmt_accept = KERN_WFMT_MASK_CHECKPOINT, .supports = moe_cuda_generic_supports,
+	              .desc = "portable CUDA grouped expert GEMM, MXFP4/NVFP4/FP8/bf16/f32 experts (f32 FMA)"),
 	/* ---- arch-specific: FP4 mma.sync on sm_90a ---- */
-	{
-		.name = "moe_gemm_sm90_fp4",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 90,
-		.cc_max = 90,
-		.target = KERN_TARGET_SM90A,
-		.features = KERN_FEAT_BF16_MMA,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 20,
-		.supports = moe_fp4_mma_supports,
-#if DSV4_HAVE_SM_90A
-		.run = KERN_FN(kern_moe_gemm_sm90_fp4),
-		.run_host = KERN_FN(kern_moe_gemm_sm90_fp4_host),
-#endif
-		.desc = "Hopper W4A16 expert GEMM: e2m1 unpacked in registers to bf16, mma.sync m16n8k16",
-	},
+	KERN_ROW_CUDA("moe_gemm_sm90_fp4", 90, 90, KERN_TARGET_SM90A, 20, DSV4_HAVE_SM_90A, kern_moe_gemm_sm90_fp4,
+	              kern_moe_gemm_sm90_fp4_host, .features = KERN_FEAT_BF16_MMA, .wfmt_accept = KERN_WFMT_MASK_FP4,
+	              .supports = moe_fp4_mma_supports,
+	              .desc = "Hopper W4A16 expert GEMM: e2m1 unpacked in registers to bf16, mma.sync m16n8k16"),
 	/* ---- moe gemv ---- */
-	{
-		.name = "moe_gemm_cuda_gemv",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 25,
-		.supports = moe_gemv_supports,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_gemv_cuda),
-		.run_host = KERN_FN(kern_moe_gemv_cuda_host),
-#endif
-		.desc = "decode expert GEMV, MXFP4/NVFP4 (warp per 2 outputs, 16-byte e2m1 loads, f32 FMA)",
-	},
+	KERN_ROW_SM80("moe_gemm_cuda_gemv", 25, kern_moe_gemv_cuda, kern_moe_gemv_cuda_host,
+	              .wfmt_accept = KERN_WFMT_MASK_FP4, .supports = moe_gemv_supports,
+	              .desc = "decode expert GEMV, MXFP4/NVFP4 (warp per 2 outputs, 16-byte e2m1 loads, f32 FMA)"),
 	/* ---- prefill-kernels: portable tensor-core FP4 expert GEMMs (moe_gemm_mma.h) ----
 	 * e4m3 mma.sync in every cc >= 8.9 image (one row per image), bf16 in the
 	 * sm_80 one. Priority 22 above the generic kernel and below the decode
 	 * GEMV (which refuses plans above 64 rows); on sm_90 19, below
 	 * moe_gemm_sm90_fp4 until the H200 benchmark has compared the two. */
-/* run() only where this build has the row's image (HAVE is its DSV4_HAVE_* flag). */
-#define MOE_MMA_FNS(HAVE, R, H) .run = (HAVE) ? KERN_FN(R) : NULL, .run_host = (HAVE) ? KERN_FN(H) : NULL,
-#define MOE_MMA_FP8_ROW(NAME, CC, TGT, HAVE, PRIO)                                                         \
-	{                                                                                              \
-		.name = NAME,                                                                          \
-		.backend = KERN_BACKEND_CUDA,                                                          \
-		.cc_min = CC,                                                                          \
-		.cc_max = CC,                                                                          \
-		.target = TGT,                                                                         \
-		.features = KERN_FEAT_FP8_MMA,                                                         \
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),         \
-		.priority = PRIO,                                                                      \
-		.supports = moe_mma_fp8_supports,                                                      \
-		MOE_MMA_FNS(HAVE, kern_moe_gemm_mma_fp8, kern_moe_gemm_mma_fp8_host)                   \
-		.desc = "tensor-core FP4 expert GEMM: e2m1 -> e4m3 in registers, mma.sync m16n8k32, "   \
-			"f32 block scales (>= 64-row plans)",                                          \
-	}
+#define MOE_MMA_FP8_ROW(NAME, CC, TGT, HAVE, PRIO)                                                            \
+	KERN_ROW_CUDA(NAME, CC, CC, TGT, PRIO, HAVE, kern_moe_gemm_mma_fp8, kern_moe_gemm_mma_fp8_host,            \
+	              .features = KERN_FEAT_FP8_MMA, .wfmt_accept = KERN_WFMT_MASK_FP4,                              \
+	              .supports = moe_mma_fp8_supports,                                                              \
+	              .desc = "tensor-core FP4 expert GEMM: e2m1 -> e4m3 in registers, mma.sync m16n8k32, "         \
+	                      "f32 block scales (>= 64-row plans)")
 	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm90a", 90, KERN_TARGET_SM90A, DSV4_HAVE_SM_90A, 19),
 	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm100a", 100, KERN_TARGET_SM100A, DSV4_HAVE_SM_100A, 22),
 	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm120a", 120, KERN_TARGET_SM120A, DSV4_HAVE_SM_120A, 22),
 	MOE_MMA_FP8_ROW("moe_gemm_mma_fp8_sm121a", 121, KERN_TARGET_SM121A, DSV4_HAVE_SM_121A, 22),
-	{
-		.name = "moe_gemm_mma_bf16",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.features = KERN_FEAT_BF16_MMA,
-		.wfmt_accept = KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4),
-		.priority = 15,
-		.supports = moe_mma_bf16_supports,
-		MOE_MMA_FNS(DSV4_HAVE_CUDA, kern_moe_gemm_mma_bf16, kern_moe_gemm_mma_bf16_host)
-		.desc = "tensor-core FP4 expert GEMM on bf16 mma.sync m16n8k16 (e2m1 x scale exact; cc >= 8.0)",
-	},
 #undef MOE_MMA_FP8_ROW
-#undef MOE_MMA_FNS
+	KERN_ROW_SM80("moe_gemm_mma_bf16", 15, kern_moe_gemm_mma_bf16, kern_moe_gemm_mma_bf16_host,
+	              .features = KERN_FEAT_BF16_MMA, .wfmt_accept = KERN_WFMT_MASK_FP4,
+	              .supports = moe_mma_bf16_supports,
+	              .desc = "tensor-core FP4 expert GEMM on bf16 mma.sync m16n8k16 (e2m1 x scale exact; cc >= 8.0)"),
 };
 
 const struct kern_op kern_op_moe_gemm = {

@@ -13,32 +13,13 @@
 #include "kernels/movement/movement.h"
 
 #include "dsv4_config.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/movement/movement_generic.h"
-#endif
 
 static const struct kern_variant copy_rows_variants[] = {
-	{
-		.name = "copy_rows_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_copy_rows_ref),
-		.run_host = KERN_FN(kern_copy_rows_ref),
-		.desc = "CPU reference: row gather / scatter / permutation (memcpy per row)",
-	},
-	{
-		.name = "copy_rows_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_copy_rows_cuda_generic),
-		.run_host = KERN_FN(kern_copy_rows_cuda_generic_host),
-#endif
-		.desc = "portable CUDA row gather / scatter: one CTA per row, 16-byte copies when aligned",
-	},
+	KERN_ROW_CPU_REF("copy_rows_cpu_ref", kern_copy_rows_ref,
+	                 .desc = "CPU reference: row gather / scatter / permutation (memcpy per row)"),
+	KERN_ROW_SM80("copy_rows_cuda_generic", 10, kern_copy_rows_cuda_generic, kern_copy_rows_cuda_generic_host,
+	              .desc = "portable CUDA row gather / scatter: one CTA per row, 16-byte copies when aligned"),
 };
 
 const struct kern_op kern_op_copy_rows = {
@@ -48,27 +29,10 @@ const struct kern_op kern_op_copy_rows = {
 };
 
 static const struct kern_variant embed_variants[] = {
-	{
-		.name = "embed_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_embed_ref),
-		.run_host = KERN_FN(kern_embed_ref),
-		.desc = "CPU reference: bf16 embedding rows widened to f32, n_copies each, vocab-parallel",
-	},
-	{
-		.name = "embed_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_embed_cuda_generic),
-		.run_host = KERN_FN(kern_embed_cuda_generic_host),
-#endif
-		.desc = "portable CUDA embedding lookup: one CTA per token, bf16 widened by a shift",
-	},
+	KERN_ROW_CPU_REF("embed_cpu_ref", kern_embed_ref,
+	                 .desc = "CPU reference: bf16 embedding rows widened to f32, n_copies each, vocab-parallel"),
+	KERN_ROW_SM80("embed_cuda_generic", 10, kern_embed_cuda_generic, kern_embed_cuda_generic_host,
+	              .desc = "portable CUDA embedding lookup: one CTA per token, bf16 widened by a shift"),
 };
 
 const struct kern_op kern_op_embed = {
@@ -78,27 +42,10 @@ const struct kern_op kern_op_embed = {
 };
 
 static const struct kern_variant block_copy_variants[] = {
-	{
-		.name = "block_copy_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_block_copy_ref),
-		.run_host = KERN_FN(kern_block_copy_ref),
-		.desc = "CPU reference: copy a region of pool blocks to other blocks",
-	},
-	{
-		.name = "block_copy_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_block_copy_cuda_generic),
-		.run_host = KERN_FN(kern_block_copy_cuda_generic_host),
-#endif
-		.desc = "portable CUDA pool region copy: CTAs over (pair, chunk), 16-byte copies when aligned",
-	},
+	KERN_ROW_CPU_REF("block_copy_cpu_ref", kern_block_copy_ref,
+	                 .desc = "CPU reference: copy a region of pool blocks to other blocks"),
+	KERN_ROW_SM80("block_copy_cuda_generic", 10, kern_block_copy_cuda_generic, kern_block_copy_cuda_generic_host,
+	              .desc = "portable CUDA pool region copy: CTAs over (pair, chunk), 16-byte copies when aligned"),
 };
 
 const struct kern_op kern_op_block_copy = {
@@ -108,27 +55,10 @@ const struct kern_op kern_op_block_copy = {
 };
 
 static const struct kern_variant block_fill_variants[] = {
-	{
-		.name = "block_fill_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_block_fill_ref),
-		.run_host = KERN_FN(kern_block_fill_ref),
-		.desc = "CPU reference: fill a region of pool blocks with a value",
-	},
-	{
-		.name = "block_fill_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_block_fill_cuda_generic),
-		.run_host = KERN_FN(kern_block_fill_cuda_generic_host),
-#endif
-		.desc = "portable CUDA pool region fill: CTAs over (block, chunk)",
-	},
+	KERN_ROW_CPU_REF("block_fill_cpu_ref", kern_block_fill_ref,
+	                 .desc = "CPU reference: fill a region of pool blocks with a value"),
+	KERN_ROW_SM80("block_fill_cuda_generic", 10, kern_block_fill_cuda_generic, kern_block_fill_cuda_generic_host,
+	              .desc = "portable CUDA pool region fill: CTAs over (block, chunk)"),
 };
 
 const struct kern_op kern_op_block_fill = {
@@ -138,27 +68,10 @@ const struct kern_op kern_op_block_fill = {
 };
 
 static const struct kern_variant round_bf16_variants[] = {
-	{
-		.name = "round_bf16_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_round_bf16_ref),
-		.run_host = KERN_FN(kern_round_bf16_ref),
-		.desc = "CPU reference: round f32 values to bf16 values in place (RNE)",
-	},
-	{
-		.name = "round_bf16_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_round_bf16_cuda_generic),
-		.run_host = KERN_FN(kern_round_bf16_cuda_generic_host),
-#endif
-		.desc = "portable CUDA bf16 rounding (integer RNE), one thread per element",
-	},
+	KERN_ROW_CPU_REF("round_bf16_cpu_ref", kern_round_bf16_ref,
+	                 .desc = "CPU reference: round f32 values to bf16 values in place (RNE)"),
+	KERN_ROW_SM80("round_bf16_cuda_generic", 10, kern_round_bf16_cuda_generic, kern_round_bf16_cuda_generic_host,
+	              .desc = "portable CUDA bf16 rounding (integer RNE), one thread per element"),
 };
 
 const struct kern_op kern_op_round_bf16 = {
@@ -168,27 +81,9 @@ const struct kern_op kern_op_round_bf16 = {
 };
 
 static const struct kern_variant add_variants[] = {
-	{
-		.name = "add_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_add_ref),
-		.run_host = KERN_FN(kern_add_ref),
-		.desc = "CPU reference: y += x, fp32",
-	},
-	{
-		.name = "add_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_add_cuda_generic),
-		.run_host = KERN_FN(kern_add_cuda_generic_host),
-#endif
-		.desc = "portable CUDA y += x, one thread per element",
-	},
+	KERN_ROW_CPU_REF("add_cpu_ref", kern_add_ref, .desc = "CPU reference: y += x, fp32"),
+	KERN_ROW_SM80("add_cuda_generic", 10, kern_add_cuda_generic, kern_add_cuda_generic_host,
+	              .desc = "portable CUDA y += x, one thread per element"),
 };
 
 const struct kern_op kern_op_add = {
@@ -198,27 +93,11 @@ const struct kern_op kern_op_add = {
 };
 
 static const struct kern_variant act_quant_sim_variants[] = {
-	{
-		.name = "act_quant_sim_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_act_quant_sim_ref),
-		.run_host = KERN_FN(kern_act_quant_sim_ref),
-		.desc = "CPU reference: FP8 / FP4 activation quantize-dequantize in place",
-	},
-	{
-		.name = "act_quant_sim_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_act_quant_sim_cuda_generic),
-		.run_host = KERN_FN(kern_act_quant_sim_cuda_generic_host),
-#endif
-		.desc = "portable CUDA FP8 / FP4 act quant simulation, one warp per block, bit-exact",
-	},
+	KERN_ROW_CPU_REF("act_quant_sim_cpu_ref", kern_act_quant_sim_ref,
+	                 .desc = "CPU reference: FP8 / FP4 activation quantize-dequantize in place"),
+	KERN_ROW_SM80("act_quant_sim_cuda_generic", 10, kern_act_quant_sim_cuda_generic,
+	              kern_act_quant_sim_cuda_generic_host,
+	              .desc = "portable CUDA FP8 / FP4 act quant simulation, one warp per block, bit-exact"),
 };
 
 const struct kern_op kern_op_act_quant_sim = {
@@ -228,27 +107,11 @@ const struct kern_op kern_op_act_quant_sim = {
 };
 
 static const struct kern_variant moe_row_weight_variants[] = {
-	{
-		.name = "moe_row_weight_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_moe_row_weight_ref),
-		.run_host = KERN_FN(kern_moe_row_weight_ref),
-		.desc = "CPU reference: routing weight of each grouped expert row",
-	},
-	{
-		.name = "moe_row_weight_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_moe_row_weight_cuda_generic),
-		.run_host = KERN_FN(kern_moe_row_weight_cuda_generic_host),
-#endif
-		.desc = "portable CUDA expert-row weights, row count read on the device",
-	},
+	KERN_ROW_CPU_REF("moe_row_weight_cpu_ref", kern_moe_row_weight_ref,
+	                 .desc = "CPU reference: routing weight of each grouped expert row"),
+	KERN_ROW_SM80("moe_row_weight_cuda_generic", 10, kern_moe_row_weight_cuda_generic,
+	              kern_moe_row_weight_cuda_generic_host,
+	              .desc = "portable CUDA expert-row weights, row count read on the device"),
 };
 
 const struct kern_op kern_op_moe_row_weight = {

@@ -11,33 +11,14 @@
 #include "kernels/norm/norm.h"
 
 #include "dsv4_config.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/norm/norm_generic.h"
-#endif
 
 static const struct kern_variant rmsnorm_variants[] = {
-	{
-		.name = "rmsnorm_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_rmsnorm_ref),
-		.run_host = KERN_FN(kern_rmsnorm_ref),
-		.desc = "CPU reference: RMSNorm (weighted/unweighted, bf16 in/out), fp32",
-	},
+	KERN_ROW_CPU_REF("rmsnorm_cpu_ref", kern_rmsnorm_ref,
+	                 .desc = "CPU reference: RMSNorm (weighted/unweighted, bf16 in/out), fp32"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "rmsnorm_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_rmsnorm_cuda_generic),
-		.run_host = KERN_FN(kern_rmsnorm_cuda_generic_host),
-#endif
-		.desc = "portable CUDA RMSNorm: one block per row, fp32, the reference roundings",
-	},
+	KERN_ROW_SM80("rmsnorm_cuda_generic", 10, kern_rmsnorm_cuda_generic, kern_rmsnorm_cuda_generic_host,
+	              .desc = "portable CUDA RMSNorm: one block per row, fp32, the reference roundings"),
 };
 
 const struct kern_op kern_op_rmsnorm = {

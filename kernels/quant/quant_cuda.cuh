@@ -81,6 +81,25 @@ static __device__ __forceinline__ float kq_fp8_block_scale(float amax)
 	return kq_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f);
 }
 
+/* kq_fp8_qdq, bit-identical but cheap, for a power-of-two block scale s and
+ * inv_s = 1 / s (so x / s == x · inv_s exactly): e4m3 RNE is done on the f32
+ * bits (3 mantissa bits kept) for normals, by rintf at 2^-9 steps for e4m3
+ * subnormals (|v| < 2^-6). Clamped to ±448 first, as the reference. */
+static __device__ __forceinline__ float kq_fp8_qdq_pow2(float x, float s, float inv_s)
+{
+	const float v = fminf(fmaxf(x * inv_s, -448.0f), 448.0f);
+	const float a = fabsf(v);
+	float q;
+	if (a < 0x1p-6f) {
+		q = rintf(a * 0x1p9f) * 0x1p-9f;
+	} else {
+		uint32_t u = __float_as_uint(a);
+		u = (u + 0x7FFFFu + ((u >> 20) & 1u)) & 0xFFF00000u;
+		q = __uint_as_float(u);
+	}
+	return copysignf(q, v) * s;
+}
+
 /* Load element i of an f32 (dt 0) or bf16 (dt 1) tensor / store with RNE. */
 static __device__ __forceinline__ float kq_load(const void *p, int dt, int64_t i)
 {

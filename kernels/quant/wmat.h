@@ -49,6 +49,12 @@ enum kern_wfmt {
 
 /* Bit for a mask of formats (variant declarations: formats accepted). */
 #define KERN_WFMT_BIT(f) (1u << (unsigned)(f))
+/* The masks variant tables share: the checkpoint FP8 formats, the FP4 expert
+ * formats, and every checkpoint format (the references read them all). */
+#define KERN_WFMT_MASK_FP8 (KERN_WFMT_BIT(KERN_WFMT_FP8_E8M0_B128) | KERN_WFMT_BIT(KERN_WFMT_FP8_F32_B128))
+#define KERN_WFMT_MASK_FP4 (KERN_WFMT_BIT(KERN_WFMT_MXFP4) | KERN_WFMT_BIT(KERN_WFMT_NVFP4))
+#define KERN_WFMT_MASK_CHECKPOINT \
+	(KERN_WFMT_BIT(KERN_WFMT_F32) | KERN_WFMT_BIT(KERN_WFMT_BF16) | KERN_WFMT_MASK_FP8 | KERN_WFMT_MASK_FP4)
 
 struct kern_wmat {
 	enum kern_wfmt fmt;

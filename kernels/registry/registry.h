@@ -65,6 +65,27 @@ struct kern_problem {
 typedef void (*kern_fn)(void);
 #define KERN_FN(f) ((kern_fn)(f))
 
+/* ---- table rows ----
+ * Each variant is one row of its op's table: a KERN_ROW_* macro fills the
+ * fields most rows share, and the row adds its own (wfmt_accept, supports,
+ * prepare, desc, ...) as designated initialisers. A CUDA row's functions
+ * exist only where this binary has its image: HAVE is that image's
+ * DSV4_HAVE_* flag (0 or 1), and with 0 run and run_host are NULL, which
+ * kern_select reports as "not compiled". H is NULL for rows without a
+ * host-buffer entry. */
+#define KERN_FN_IF(HAVE, f) ((HAVE) ? KERN_FN(f) : NULL)
+/* Entry 0 of every table: the CPU reference REF, priority 0, run and run_host both REF. */
+#define KERN_ROW_CPU_REF(NAME, REF, ...)                                                                      \
+	{.name = (NAME), .backend = KERN_BACKEND_CPU, .priority = 0, .run = KERN_FN(REF), .run_host = KERN_FN(REF), \
+	 __VA_ARGS__}
+/* A CUDA variant for cc CC_MIN..CC_MAX whose code lives in image TGT. */
+#define KERN_ROW_CUDA(NAME, CC_MIN, CC_MAX, TGT, PRIO, HAVE, R, H, ...)                                        \
+	{.name = (NAME), .backend = KERN_BACKEND_CUDA, .cc_min = (CC_MIN), .cc_max = (CC_MAX), .target = (TGT),     \
+	 .priority = (PRIO), .run = KERN_FN_IF(HAVE, R), .run_host = KERN_FN_IF(HAVE, H), __VA_ARGS__}
+/* The common CUDA row: the generic sm_80 image, every cc >= 8.0, in every CUDA build. */
+#define KERN_ROW_SM80(NAME, PRIO, R, H, ...) \
+	KERN_ROW_CUDA(NAME, 80, KERN_CC_ANY, KERN_TARGET_SM80, PRIO, DSV4_HAVE_CUDA, R, H, __VA_ARGS__)
+
 struct kern_variant;
 struct kern_op;
 

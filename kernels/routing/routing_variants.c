@@ -11,32 +11,13 @@
 #include "kernels/routing/routing.h"
 
 #include "dsv4_config.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/routing/routing_generic.h"
-#endif
 
 static const struct kern_variant route_variants[] = {
-	{
-		.name = "route_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_route_ref),
-		.run_host = KERN_FN(kern_route_ref),
-		.desc = "CPU reference: sqrt(softplus) top-k / hash routing",
-	},
+	KERN_ROW_CPU_REF("route_cpu_ref", kern_route_ref, .desc = "CPU reference: sqrt(softplus) top-k / hash routing"),
 	/* ---- generic cuda ops ---- */
-	{
-		.name = "route_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_route_cuda_generic),
-#endif
-		.desc = "portable CUDA sqrt(softplus) top-k / hash routing, one block per token",
-	},
+	KERN_ROW_SM80("route_cuda_generic", 10, kern_route_cuda_generic, NULL,
+	              .desc = "portable CUDA sqrt(softplus) top-k / hash routing, one block per token"),
 };
 
 const struct kern_op kern_op_route = {

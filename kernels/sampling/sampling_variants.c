@@ -13,32 +13,13 @@
 
 #include "dsv4_config.h"
 #include "kernels/registry/registry.h"
-#if DSV4_HAVE_CUDA
 #include "kernels/sampling/sampling_generic.h"
-#endif
 
 static const struct kern_variant sample_variants[] = {
-	{
-		.name = "sample_cpu_ref",
-		.backend = KERN_BACKEND_CPU,
-		.priority = 0,
-		.run = KERN_FN(kern_sample_batch_ref),
-		.run_host = KERN_FN(kern_sample_batch_ref),
-		.desc = "CPU reference: kern_sample_ref per row (penalties, min_p, top_k, top_p, logprobs)",
-	},
-	{
-		.name = "sample_cuda_generic",
-		.backend = KERN_BACKEND_CUDA,
-		.cc_min = 80,
-		.cc_max = KERN_CC_ANY,
-		.target = KERN_TARGET_SM80,
-		.priority = 10,
-#if DSV4_HAVE_CUDA
-		.run = KERN_FN(kern_sample_cuda_generic),
-		.run_host = KERN_FN(kern_sample_cuda_generic_host),
-#endif
-		.desc = "portable CUDA sampling: CTA per row, CUB radix sort of the probabilities, ids back only",
-	},
+	KERN_ROW_CPU_REF("sample_cpu_ref", kern_sample_batch_ref,
+	                 .desc = "CPU reference: kern_sample_ref per row (penalties, min_p, top_k, top_p, logprobs)"),
+	KERN_ROW_SM80("sample_cuda_generic", 10, kern_sample_cuda_generic, kern_sample_cuda_generic_host,
+	              .desc = "portable CUDA sampling: CTA per row, CUB radix sort of the probabilities, ids back only"),
 };
 
 const struct kern_op kern_op_sample = {

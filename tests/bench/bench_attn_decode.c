@@ -25,7 +25,7 @@
 
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
-#include "kernels/moe_gemm/moe_gemv.h"
+#include "tests/bench/bench_util.h"
 #include "tests/test.h"
 
 #if DSV4_HAVE_CUDA
@@ -36,55 +36,8 @@
 #define RD 64
 #define WIN 128
 #define TOPK 512
-#define FLUSH_BYTES ((size_t)256 << 20)
 
-static void *flush_buf;
-static cudaEvent_t ev0, ev1;
 static uint64_t rng = 0x5eed1234abcdull;
-
-static int cmp_f(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-	return x < y ? -1 : x > y;
-}
-
-typedef enum status (*bench_fn)(void *ctx);
-
-static double time_us(bench_fn fn, void *ctx, int iters, enum status *st)
-{
-	*st = ST_OK;
-	for (int i = 0; i < 3 && *st == ST_OK; i++)
-		*st = fn(ctx);
-	if (*st || cudaDeviceSynchronize() != cudaSuccess) {
-		if (!*st)
-			*st = ST_CUDA;
-		return NAN;
-	}
-	float *ms = malloc(sizeof(float) * (size_t)iters);
-	for (int i = 0; i < iters && *st == ST_OK; i++) {
-		cudaMemsetAsync(flush_buf, i & 0xFF, FLUSH_BYTES, 0);
-		cudaEventRecord(ev0, 0);
-		*st = fn(ctx);
-		cudaEventRecord(ev1, 0);
-		cudaEventSynchronize(ev1);
-		cudaEventElapsedTime(&ms[i], ev0, ev1);
-	}
-	qsort(ms, (size_t)iters, sizeof *ms, cmp_f);
-	double med = ms[iters / 2] * 1e3;
-	free(ms);
-	return *st ? NAN : med;
-}
-
-struct rd_ctx {
-	void *src, *sink;
-	size_t bytes;
-};
-
-static enum status rd_run(void *c)
-{
-	struct rd_ctx *r = c;
-	return kern_moe_gemv_bench_read(r->src, r->bytes, r->sink, NULL);
-}
 
 struct at_ctx {
 	kern_sparse_attn_fn fn;
@@ -186,15 +139,12 @@ static void bench_case(int T, int64_t ctx, int ratio, int iters, double read_bps
 	a.kv_rows[ns++] = ring_rows;
 	static const char *names[] = {"sparse_attn_cuda_decode", "sparse_attn_cuda_generic"};
 	for (int k = 0; k < 2; k++) {
-		const struct kern_variant *v = NULL;
-		for (int i = 0; i < kern_op_sparse_attn.n_variants; i++)
-			if (!strcmp(kern_op_sparse_attn.variants[i].name, names[k]))
-				v = &kern_op_sparse_attn.variants[i];
+		const struct kern_variant *v = bench_find_variant(&kern_op_sparse_attn, names[k]);
 		if (!v || !v->run)
 			continue;
 		struct at_ctx c = {.fn = (kern_sparse_attn_fn)v->run, .a = a};
 		enum status st;
-		double us = time_us(at_run, &c, iters, &st);
+		double us = bench_time_us(at_run, &c, iters, &st);
 		if (st != ST_OK) {
 			printf("| %s | %d | %lld | %s | %s | | |\n", kind_name(ratio), T, (long long)ctx, names[k],
 			       status_str(st));
@@ -220,16 +170,14 @@ int main(int argc, char **argv)
 	int iters = argc > 1 ? atoi(argv[1]) : 20;
 	if (iters < 1)
 		iters = 1;
-	cudaEventCreate(&ev0);
-	cudaEventCreate(&ev1);
-	if (cudaMalloc(&flush_buf, FLUSH_BYTES) != cudaSuccess)
+	if (bench_timer_init() != ST_OK)
 		return 1;
 	double read_bps = 4.8e12;
-	struct rd_ctx r = {.bytes = (size_t)1 << 30};
+	struct bench_bw_ctx r = {.kind = BENCH_BW_READ, .bytes = (size_t)1 << 30};
 	enum status st = ST_NOMEM;
 	if (cudaMalloc(&r.src, r.bytes) == cudaSuccess && cudaMalloc(&r.sink, 1 << 20) == cudaSuccess) {
 		cudaMemset(r.src, 0x5a, r.bytes);
-		double us = time_us(rd_run, &r, iters, &st);
+		double us = bench_time_us(bench_bw_run, &r, iters, &st);
 		if (st == ST_OK)
 			read_bps = (double)r.bytes / (us * 1e-6);
 	}
@@ -244,7 +192,7 @@ int main(int argc, char **argv)
 		for (int ci = 0; ci < 2; ci++)
 			for (int ti = 0; ti < 3; ti++)
 				bench_case(ts[ti], ctxs[ci], ratios[ri], iters, read_bps);
-	cudaFree(flush_buf);
+	bench_timer_release();
 	return 0;
 #else
 	(void)argc, (void)argv;

@@ -50,55 +50,18 @@
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
 #include "kernels/linear/linear_cublaslt.h"
-#include "kernels/moe_gemm/moe_gemv.h"
+#include "tests/bench/bench_util.h"
 
 #if DSV4_HAVE_CUDA
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #define HBM_BPS 4.8e12
 #define PEAK_FP8 1580e12
 #define PEAK_BF16 790e12
 #define PEAK_FP32 67e12
-#define FLUSH_BYTES ((size_t)256 << 20)
 
-static void *flush_buf;
-static cudaEvent_t ev0, ev1;
 /* Ceilings measured at start-up (nominal values until then). */
 static double g_read_bps = HBM_BPS, g_bf16_flops = PEAK_BF16, g_fp8_flops = PEAK_FP8;
-
-static int cmp_f(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* Median microseconds of `iters` calls of fn(ctx), L2 flushed before each. */
-typedef enum status (*bench_fn)(void *ctx);
-static double time_us(bench_fn fn, void *ctx, int iters, enum status *st)
-{
-	*st = ST_OK;
-	for (int i = 0; i < 3 && *st == ST_OK; i++)
-		*st = fn(ctx);
-	if (*st || cudaDeviceSynchronize() != cudaSuccess) {
-		if (!*st)
-			*st = ST_CUDA;
-		return NAN;
-	}
-	float *ms = malloc(sizeof(float) * (size_t)iters);
-	for (int i = 0; i < iters && *st == ST_OK; i++) {
-		cudaMemsetAsync(flush_buf, i & 0xFF, FLUSH_BYTES, 0);
-		cudaEventRecord(ev0, 0);
-		*st = fn(ctx);
-		cudaEventRecord(ev1, 0);
-		cudaEventSynchronize(ev1);
-		cudaEventElapsedTime(&ms[i], ev0, ev1);
-	}
-	qsort(ms, (size_t)iters, sizeof *ms, cmp_f);
-	double med = ms[iters / 2] * 1e3;
-	free(ms);
-	return *st ? NAN : med;
-}
 
 static void row(const char *name, const char *shape, double us, double flops, double bytes, double peak,
 		enum status st, const char *why)
@@ -121,28 +84,21 @@ static void header(const char *title, double peak, const char *peak_what)
 	printf("|---|---|---|---|---|---|---|\n");
 }
 
-static void *dev_upload(const void *h, size_t n)
+/* Whether variant v (named vname, NULL when this build lacks it) takes problem p
+ * on dev; a refusal is printed as the case's row. */
+static bool accepted(const struct kern_variant *v, const char *vname, const struct kern_problem *p,
+		     const struct kern_device *dev, const char *shape)
 {
-	void *d = NULL;
-	if (cudaMalloc(&d, n ? n : 1) != cudaSuccess)
-		return NULL;
-	if (h && n)
-		cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
-	return d;
+	char why[KERN_REASON_BYTES];
+	if (v && kern_variant_accepts(v, p, dev, NULL, why, sizeof why))
+		return true;
+	char msg[KERN_REASON_BYTES + 16];
+	snprintf(msg, sizeof msg, "refused: %s", v ? why : "absent");
+	row(vname, shape, 0, 0, 0, 1, ST_OK, msg);
+	return false;
 }
 
 /* ---- linear ---- */
-
-struct lin_ctx {
-	kern_linear_fn fn;
-	struct kern_linear_args a;
-};
-
-static enum status lin_run(void *c)
-{
-	struct lin_ctx *l = c;
-	return l->fn(&l->a);
-}
 
 static void bench_linear(const struct kern_device *dev, int iters)
 {
@@ -165,42 +121,30 @@ static void bench_linear(const struct kern_device *dev, int iters)
 			snprintf(shape, sizeof shape, "%s %lldx%lld T=%lld", shapes[s].name, (long long)in, (long long)out,
 				 (long long)T);
 			for (int vi = 0; vi < 2; vi++) {
-				const struct kern_variant *v = NULL;
-				for (int i = 0; i < kern_op_linear.n_variants; i++)
-					if (!strcmp(kern_op_linear.variants[i].name, vnames[vi]))
-						v = &kern_op_linear.variants[i];
+				const struct kern_variant *v = bench_find_variant(&kern_op_linear, vnames[vi]);
 				struct kern_linear_shape sh = {.in = in, .out = out, .max_tokens = T, .act_quant_block = 128,
 							       .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 				struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
-				char why[KERN_REASON_BYTES];
-				if (!v || !kern_variant_accepts(v, &p, dev, NULL, why, sizeof why)) {
-					char msg[KERN_REASON_BYTES + 16];
-					snprintf(msg, sizeof msg, "refused: %s", v ? why : "absent");
-					row(vnames[vi], shape, 0, 0, 0, 1, ST_OK, msg);
+				if (!accepted(v, vnames[vi], &p, dev, shape))
 					continue;
-				}
 				struct kern_wmat wp;
 				if (kern_prepare_weight(v, &w, &wp, &e))
 					continue;
 				const size_t wb = kern_wmat_data_bytes(&wp), sb = kern_wmat_scale_bytes(&wp);
-				struct kern_wmat dw = wp;
-				dw.owned = NULL;
-				dw.data = dev_upload(wp.data, wb);
-				dw.scale = dev_upload(wp.scale, sb);
-				void *dx = dev_upload(NULL, (size_t)(T * in) * 2), *dy = dev_upload(NULL, (size_t)(T * out) * 2);
+				struct kern_wmat dw = bench_wmat_upload(&wp);
+				void *dx = bench_dev_upload(NULL, (size_t)(T * in) * 2), *dy = bench_dev_upload(NULL, (size_t)(T * out) * 2);
 				cudaMemset(dx, 0x3c, (size_t)(T * in) * 2); /* bf16 ~1.0: finite activations */
 				size_t wsb = kern_linear_cublaslt_workspace_bytes(T, in);
-				void *ws = dev_upload(NULL, wsb);
-				struct lin_ctx c = {.fn = (kern_linear_fn)v->run,
+				void *ws = bench_dev_upload(NULL, wsb);
+				struct bench_lin_ctx c = {.fn = (kern_linear_fn)v->run,
 						    .a = {.n_tokens = T, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
 							  .y_dtype = KERN_DT_BF16, .w = &dw, .act_quant_block = 128,
 							  .workspace = ws, .workspace_bytes = wsb}};
 				enum status st;
-				double us = time_us(lin_run, &c, iters, &st);
+				double us = bench_time_us(bench_lin_run, &c, iters, &st);
 				row(vnames[vi], shape, us, 2.0 * T * in * out, (double)(wb + sb) + 2.0 * T * (in + out),
 				    g_fp8_flops, st, NULL);
-				cudaFree((void *)dw.data);
-				cudaFree((void *)dw.scale);
+				bench_wmat_free(&dw);
 				cudaFree(dx);
 				cudaFree(dy);
 				cudaFree(ws);
@@ -242,23 +186,17 @@ static void bench_linear_decode(const struct kern_device *dev, int iters)
 		const int64_t in = shapes[s].in, out = shapes[s].out;
 		if (kern_wmat_make_random(&w, KERN_WFMT_FP8_E8M0_B128, out, in, &rng, &e))
 			continue;
-		void *dx = dev_upload(NULL, (size_t)(64 * in) * 2), *dy = dev_upload(NULL, (size_t)(64 * out) * 2);
+		void *dx = bench_dev_upload(NULL, (size_t)(64 * in) * 2), *dy = bench_dev_upload(NULL, (size_t)(64 * out) * 2);
 		cudaMemset(dx, 0x3c, (size_t)(64 * in) * 2); /* bf16 ~1.0: finite activations */
 		for (int vi = 0; vi < 3; vi++) {
-			const struct kern_variant *v = NULL;
-			for (int i = 0; i < kern_op_linear.n_variants; i++)
-				if (!strcmp(kern_op_linear.variants[i].name, vnames[vi]))
-					v = &kern_op_linear.variants[i];
+			const struct kern_variant *v = bench_find_variant(&kern_op_linear, vnames[vi]);
 			struct kern_wmat wp;
 			if (!v || !v->run || kern_prepare_weight(v, &w, &wp, &e))
 				continue;
 			const size_t wb = kern_wmat_data_bytes(&wp), sb = kern_wmat_scale_bytes(&wp);
-			struct kern_wmat dw = wp;
-			dw.owned = NULL;
-			dw.data = dev_upload(wp.data, wb);
-			dw.scale = dev_upload(wp.scale, sb);
+			struct kern_wmat dw = bench_wmat_upload(&wp);
 			const size_t wsb = vi == 1 ? kern_linear_cublaslt_workspace_bytes(64, in) : 0;
-			void *ws = wsb ? dev_upload(NULL, wsb) : NULL;
+			void *ws = wsb ? bench_dev_upload(NULL, wsb) : NULL;
 			for (int ti = 0; ti < 7; ti++) {
 				const int64_t T = Ts[ti];
 				char shape[64], name[2 * KERN_NAME_BYTES];
@@ -273,18 +211,17 @@ static void bench_linear_decode(const struct kern_device *dev, int iters)
 				snprintf(name, sizeof name, "%.*s%s", KERN_NAME_BYTES - 1, vnames[vi], ok ? "" : "*");
 				if (!ok && vi != 0)
 					continue; /* the other variants only where they would be chosen */
-				struct lin_ctx c = {.fn = (kern_linear_fn)v->run,
+				struct bench_lin_ctx c = {.fn = (kern_linear_fn)v->run,
 						    .a = {.n_tokens = T, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
 							  .y_dtype = KERN_DT_BF16, .w = &dw,
 							  .act_quant_block = shapes[s].aq, .workspace = ws,
 							  .workspace_bytes = wsb}};
 				enum status st;
-				double us = time_us(lin_run, &c, iters, &st);
+				double us = bench_time_us(bench_lin_run, &c, iters, &st);
 				row(name, shape, us, 2.0 * T * in * out, (double)(wb + sb) + 2.0 * T * (in + out),
 				    g_fp8_flops, st, NULL);
 			}
-			cudaFree((void *)dw.data);
-			cudaFree((void *)dw.scale);
+			bench_wmat_free(&dw);
 			cudaFree(ws);
 			kern_wmat_release(&wp);
 		}
@@ -295,17 +232,6 @@ static void bench_linear_decode(const struct kern_device *dev, int iters)
 }
 
 /* ---- moe_gemm ---- */
-
-struct moe_ctx {
-	kern_moe_gemm_fn fn;
-	struct kern_moe_gemm_args a;
-};
-
-static enum status moe_run(void *c)
-{
-	struct moe_ctx *m = c;
-	return m->fn(&m->a);
-}
 
 /* E experts of [2048, 4096], each owning rows_per_expert[ri] rows (so
  * E = 1 is the single-expert sweep, E = 6 a decode step of T tokens × top-6
@@ -328,16 +254,13 @@ static void bench_moe_set(const struct kern_device *dev, int iters, int E, const
 		/* Every expert gets its own copy, so E experts really read E × the bytes. */
 		struct kern_wmat dw[8];
 		for (int x = 0; x < E; x++) {
-			dw[x] = w;
-			dw[x].owned = NULL;
-			dw[x].data = dev_upload(w.data, wb);
-			dw[x].scale = dev_upload(w.scale, sb);
+			dw[x] = bench_wmat_upload(&w);
 		}
-		void *dwm = dev_upload(dw, sizeof dw[0] * (size_t)E);
+		void *dwm = bench_dev_upload(dw, sizeof dw[0] * (size_t)E);
 		const size_t xrows = (size_t)(max_r * E);
-		void *dx = dev_upload(NULL, xrows * (size_t)in * 2), *dy = dev_upload(NULL, xrows * (size_t)out * 2);
+		void *dx = bench_dev_upload(NULL, xrows * (size_t)in * 2), *dy = bench_dev_upload(NULL, xrows * (size_t)out * 2);
 		cudaMemset(dx, 0x3c, xrows * (size_t)in * 2);
-		int32_t *doff = dev_upload(NULL, (size_t)(E + 1) * sizeof(int32_t));
+		int32_t *doff = bench_dev_upload(NULL, (size_t)(E + 1) * sizeof(int32_t));
 		for (int ri = 0; ri < n_rows_cases; ri++) {
 			const int64_t R = rows[ri];
 			int32_t off[9];
@@ -347,36 +270,26 @@ static void bench_moe_set(const struct kern_device *dev, int iters, int E, const
 			char shape[64];
 			snprintf(shape, sizeof shape, "%s %dx rows=%lld", kern_wfmt_name(fmt), E, (long long)R);
 			for (int vi = 0; vi < 3; vi++) {
-				const struct kern_variant *v = NULL;
-				for (int i = 0; i < kern_op_moe_gemm.n_variants; i++)
-					if (!strcmp(kern_op_moe_gemm.variants[i].name, vnames[vi]))
-						v = &kern_op_moe_gemm.variants[i];
+				const struct kern_variant *v = bench_find_variant(&kern_op_moe_gemm, vnames[vi]);
 				struct kern_moe_gemm_shape sh = {.in = in, .out = out, .n_experts = E, .max_rows = R * E,
 								 .act_quant_block = 128, .x_dtype = KERN_DT_BF16,
 								 .y_dtype = KERN_DT_BF16};
 				struct kern_problem p = {.wfmt = fmt, .tp_size = 1, .shape = &sh};
-				char why[KERN_REASON_BYTES];
-				if (!v || !kern_variant_accepts(v, &p, dev, NULL, why, sizeof why)) {
-					char msg[KERN_REASON_BYTES + 16];
-					snprintf(msg, sizeof msg, "refused: %s", v ? why : "absent");
-					row(vnames[vi], shape, 0, 0, 0, 1, ST_OK, msg);
+				if (!accepted(v, vnames[vi], &p, dev, shape))
 					continue;
-				}
-				struct moe_ctx c = {.fn = (kern_moe_gemm_fn)v->run,
+				struct bench_moe_ctx c = {.fn = (kern_moe_gemm_fn)v->run,
 						    .a = {.n_rows = R * E, .n_experts = E, .expert_offsets = doff,
 							  .n_x_rows = R * E, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
 							  .y_dtype = KERN_DT_BF16, .w = dw, .w_dev = dwm,
 							  .act_quant_block = 128}};
 				enum status st;
-				double us = time_us(moe_run, &c, iters, &st);
+				double us = bench_time_us(bench_moe_run, &c, iters, &st);
 				row(vnames[vi], shape, us, 2.0 * R * E * in * out,
 				    (double)E * (wb + sb) + 2.0 * R * E * (in + out), g_bf16_flops, st, NULL);
 			}
 		}
-		for (int x = 0; x < E; x++) {
-			cudaFree((void *)dw[x].data);
-			cudaFree((void *)dw[x].scale);
-		}
+		for (int x = 0; x < E; x++)
+			bench_wmat_free(&dw[x]);
 		cudaFree(dwm);
 		cudaFree(dx);
 		cudaFree(dy);
@@ -414,18 +327,15 @@ static void bench_hc(const struct kern_device *dev, int iters)
 	static const int64_t Ts[] = {1, 16, 128, 1024};
 	const int k = 16384, n_out = 24;
 	header("hc_prenorm, [T, 16384] x [24, 16384]^T + sum of squares, fp32", PEAK_FP32, "nominal fp32 FMA");
-	const struct kern_variant *v = NULL;
-	for (int i = 0; i < kern_op_hc_prenorm.n_variants; i++)
-		if (!strcmp(kern_op_hc_prenorm.variants[i].name, "hc_prenorm_cuda_generic"))
-			v = &kern_op_hc_prenorm.variants[i];
+	const struct kern_variant *v = bench_find_variant(&kern_op_hc_prenorm, "hc_prenorm_cuda_generic");
 	struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1};
 	char why[KERN_REASON_BYTES];
 	if (!v || !kern_variant_accepts(v, &p, dev, NULL, why, sizeof why)) {
 		row("hc_prenorm_cuda_generic", "-", 0, 0, 0, 1, ST_OK, v ? why : "absent");
 		return;
 	}
-	float *dfn = dev_upload(NULL, (size_t)n_out * k * 4), *dx = dev_upload(NULL, (size_t)1024 * k * 4);
-	float *dmix = dev_upload(NULL, (size_t)1024 * n_out * 4), *dsq = dev_upload(NULL, 1024 * 4);
+	float *dfn = bench_dev_upload(NULL, (size_t)n_out * k * 4), *dx = bench_dev_upload(NULL, (size_t)1024 * k * 4);
+	float *dmix = bench_dev_upload(NULL, (size_t)1024 * n_out * 4), *dsq = bench_dev_upload(NULL, 1024 * 4);
 	cudaMemset(dfn, 0, (size_t)n_out * k * 4);
 	cudaMemset(dx, 0, (size_t)1024 * k * 4);
 	for (int ti = 0; ti < 4; ti++) {
@@ -436,7 +346,7 @@ static void bench_hc(const struct kern_device *dev, int iters)
 				   .a = {.x = dx, .fn = dfn, .mix = dmix, .sqr_sum = dsq, .n_tokens = T, .k = k,
 					 .n_out = n_out}};
 		enum status st;
-		double us = time_us(hc_run, &c, iters, &st);
+		double us = bench_time_us(hc_run, &c, iters, &st);
 		row(v->name, shape, us, 2.0 * T * k * (n_out + 1), 4.0 * ((double)n_out * k + (double)T * k + T * (n_out + 1)),
 		    PEAK_FP32, st, NULL);
 	}
@@ -447,122 +357,6 @@ static void bench_hc(const struct kern_device *dev, int iters)
 }
 
 /* ---- ceilings measured in this run ---- */
-
-struct bw_ctx {
-	int kind; /* 0 cudaMemcpyAsync, 1 copy kernel, 2 read kernel */
-	void *dst, *src, *sink;
-	size_t bytes;
-};
-
-static enum status bw_run(void *c)
-{
-	struct bw_ctx *b = c;
-	if (b->kind == 0)
-		return cudaMemcpyAsync(b->dst, b->src, b->bytes, cudaMemcpyDeviceToDevice, 0) == cudaSuccess ? ST_OK
-													: ST_CUDA;
-	if (b->kind == 1)
-		return kern_moe_gemv_bench_copy(b->dst, b->src, b->bytes, NULL);
-	return kern_moe_gemv_bench_read(b->src, b->bytes, b->sink, NULL);
-}
-
-struct lt_ctx {
-	cublasLtHandle_t h;
-	cublasLtMatmulDesc_t op;
-	cublasLtMatrixLayout_t la, lb, lc;
-	cublasLtMatmulHeuristicResult_t heur;
-	const void *A, *B;
-	void *C, *ws;
-	size_t ws_bytes;
-};
-
-static enum status lt_run(void *c)
-{
-	struct lt_ctx *l = c;
-	const float alpha = 1.0f, beta = 0.0f;
-	return cublasLtMatmul(l->h, l->op, &alpha, l->A, l->la, l->B, l->lb, &beta, l->C, l->lc, l->C, l->lc,
-			      &l->heur.algo, l->ws, l->ws_bytes, 0) == CUBLAS_STATUS_SUCCESS
-		       ? ST_OK
-		       : ST_CUDA;
-}
-
-/* cuBLASLt n^3 GEMM, D = A^T B (TN: A stored [m][k], B [n][k], both K-major),
- * bf16 out, f32 compute; fp8: e4m3 A and B with SCALAR_32F scales (1.0).
- * FLOP/s of the median call, or 0 when cuBLASLt refuses. */
-static double lt_gemm_flops(int fp8, int64_t n, int iters, char *why, size_t wn)
-{
-	struct lt_ctx l = {0};
-	double flops = 0;
-	const size_t eb = fp8 ? 1 : 2, ab = (size_t)(n * n) * eb;
-	const cudaDataType_t ab_t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
-	void *A = NULL, *B = NULL, *C = NULL;
-	float *dscale = NULL;
-	const float one = 1.0f;
-	l.ws_bytes = (size_t)64 << 20;
-	snprintf(why, wn, "setup failed");
-	if (cudaMalloc(&A, ab) || cudaMalloc(&B, ab) || cudaMalloc(&C, (size_t)(n * n) * 2) ||
-	    cudaMalloc(&l.ws, l.ws_bytes) || cudaMalloc((void **)&dscale, sizeof(float)))
-		goto out;
-	/* finite, nonzero inputs: e4m3 0x38 = 1.0 (sums of 8192 stay finite in bf16), bf16 0x3c3c ~ 0.0115 */
-	cudaMemset(A, fp8 ? 0x38 : 0x3c, ab);
-	cudaMemset(B, fp8 ? 0x38 : 0x3c, ab);
-	cudaMemcpy(dscale, &one, sizeof one, cudaMemcpyHostToDevice);
-	l.A = A;
-	l.B = B;
-	l.C = C;
-	if (cublasLtCreate(&l.h) != CUBLAS_STATUS_SUCCESS)
-		goto out;
-	if (cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
-		goto out;
-	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-	if (fp8) {
-		cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dscale, sizeof dscale);
-		cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dscale, sizeof dscale);
-	}
-	if (cublasLtMatrixLayoutCreate(&l.la, ab_t, (uint64_t)n, (uint64_t)n, n) != CUBLAS_STATUS_SUCCESS ||
-	    cublasLtMatrixLayoutCreate(&l.lb, ab_t, (uint64_t)n, (uint64_t)n, n) != CUBLAS_STATUS_SUCCESS ||
-	    cublasLtMatrixLayoutCreate(&l.lc, CUDA_R_16BF, (uint64_t)n, (uint64_t)n, n) != CUBLAS_STATUS_SUCCESS)
-		goto out;
-	cublasLtMatmulPreference_t pref = NULL;
-	int found = 0;
-	if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
-		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &l.ws_bytes,
-						     sizeof l.ws_bytes);
-		if (cublasLtMatmulAlgoGetHeuristic(l.h, l.op, l.la, l.lb, l.lc, l.lc, pref, 1, &l.heur, &found) !=
-		    CUBLAS_STATUS_SUCCESS)
-			found = 0;
-		cublasLtMatmulPreferenceDestroy(pref);
-	}
-	if (!found) {
-		snprintf(why, wn, "cuBLASLt found no algorithm");
-		goto out;
-	}
-	enum status st;
-	double us = time_us(lt_run, &l, iters, &st);
-	if (st == ST_OK && us > 0)
-		flops = 2.0 * (double)n * n * n / (us * 1e-6);
-	else
-		snprintf(why, wn, "cuBLASLt matmul failed");
-out:
-	if (l.la)
-		cublasLtMatrixLayoutDestroy(l.la);
-	if (l.lb)
-		cublasLtMatrixLayoutDestroy(l.lb);
-	if (l.lc)
-		cublasLtMatrixLayoutDestroy(l.lc);
-	if (l.op)
-		cublasLtMatmulDescDestroy(l.op);
-	if (l.h)
-		cublasLtDestroy(l.h);
-	cudaFree(A);
-	cudaFree(B);
-	cudaFree(C);
-	cudaFree(l.ws);
-	cudaFree(dscale);
-	cudaGetLastError();
-	return flops;
-}
 
 static void bench_ceilings(int iters)
 {
@@ -579,9 +373,9 @@ static void bench_ceilings(int iters)
 		static const char *names[] = {"cudaMemcpyAsync D2D", "copy kernel (16-byte vector)",
 					      "read-only kernel (16-byte vector)"};
 		for (int k = 0; k < 3; k++) {
-			struct bw_ctx c = {.kind = k, .dst = b, .src = a, .sink = sink, .bytes = bytes};
+			struct bench_bw_ctx c = {.kind = (enum bench_bw_kind)k, .dst = b, .src = a, .sink = sink, .bytes = bytes};
 			enum status st;
-			double us = time_us(bw_run, &c, iters, &st);
+			double us = bench_time_us(bench_bw_run, &c, iters, &st);
 			const double moved = k < 2 ? 2.0 * (double)bytes : (double)bytes;
 			if (st != ST_OK) {
 				printf("| %s | 1 GiB | %s | | |\n", names[k], status_str(st));
@@ -605,7 +399,8 @@ static void bench_ceilings(int iters)
 	char why[128];
 	const int64_t n = 8192;
 	for (int fp8 = 0; fp8 < 2; fp8++) {
-		double f = lt_gemm_flops(fp8, n, iters, why, sizeof why);
+		/* finite, nonzero inputs: e4m3 0x38 = 1.0 (sums of 8192 stay finite in bf16), bf16 0x3c3c ~ 0.0115 */
+		double f = bench_lt_gemm_flops(fp8, n, n, n, fp8 ? 0x38 : 0x3c, iters, why, sizeof why);
 		const char *nm = fp8 ? "cuBLASLt fp8 e4m3 GEMM" : "cuBLASLt bf16 GEMM";
 		if (f > 0) {
 			printf("| %s | 8192^3, TN, f32 accumulate, bf16 out%s | %.1f | %.3g FLOP | %.0f TFLOP/s |\n", nm,
@@ -630,22 +425,10 @@ int main(int argc, char **argv)
 	const bool only_gemv = argc > 2 && !strcmp(argv[2], "gemv");
 	if (iters < 1)
 		iters = 1;
-	if (kern_device_count() == 0) {
-		fprintf(stderr, "SKIP: no CUDA device\n");
-		return 77;
-	}
 	struct kern_device dev;
-	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK) {
-		fprintf(stderr, "SKIP: %s\n", e.msg);
-		return 77;
-	}
-	if (cudaMalloc(&flush_buf, FLUSH_BYTES) != cudaSuccess) {
-		fprintf(stderr, "cannot allocate the L2 flush buffer\n");
-		return 1;
-	}
-	cudaEventCreate(&ev0);
-	cudaEventCreate(&ev1);
+	int rc = bench_start(&dev);
+	if (rc)
+		return rc;
 	printf("## kernel benchmark: %s (cc %d.%d, %d SMs), median of %d, L2 flushed\n", dev.name, dev.cc_major,
 	       dev.cc_minor, dev.sm_count, iters);
 	bench_ceilings(iters);
@@ -656,7 +439,7 @@ int main(int argc, char **argv)
 	}
 	bench_linear_decode(&dev, iters);
 	kern_linear_cublaslt_release();
-	cudaFree(flush_buf);
+	bench_timer_release();
 	return 0;
 }
 

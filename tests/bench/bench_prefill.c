@@ -39,148 +39,15 @@
 #include "dsv4_config.h"
 #include "kernels/kernels.h"
 #include "kernels/linear/linear_cublaslt.h"
+#include "tests/bench/bench_util.h"
 
 #if DSV4_HAVE_CUDA
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#define FLUSH_BYTES ((size_t)256 << 20)
-
-static void *flush_buf;
-static cudaEvent_t ev0, ev1;
 static double g_lt_peak; /* cuBLASLt FP8 8192^3, FLOP/s */
 
-static int cmp_f(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-	return x < y ? -1 : x > y;
-}
-
-typedef enum status (*bench_fn)(void *ctx);
-static double time_us(bench_fn fn, void *ctx, int iters, enum status *st)
-{
-	*st = ST_OK;
-	for (int i = 0; i < 3 && *st == ST_OK; i++)
-		*st = fn(ctx);
-	if (*st || cudaDeviceSynchronize() != cudaSuccess) {
-		if (!*st)
-			*st = ST_CUDA;
-		cudaGetLastError();
-		return NAN;
-	}
-	float *ms = malloc(sizeof(float) * (size_t)iters);
-	for (int i = 0; i < iters && *st == ST_OK; i++) {
-		cudaMemsetAsync(flush_buf, i & 0xFF, FLUSH_BYTES, 0);
-		cudaEventRecord(ev0, 0);
-		*st = fn(ctx);
-		cudaEventRecord(ev1, 0);
-		cudaEventSynchronize(ev1);
-		cudaEventElapsedTime(&ms[i], ev0, ev1);
-	}
-	qsort(ms, (size_t)iters, sizeof *ms, cmp_f);
-	double med = ms[iters / 2] * 1e3;
-	free(ms);
-	if (cudaDeviceSynchronize() != cudaSuccess && !*st) {
-		*st = ST_CUDA;
-		cudaGetLastError();
-	}
-	return *st ? NAN : med;
-}
-
-/* ---- cuBLASLt FP8 GEMM of any M, N, K ---- */
-
-struct lt_ctx {
-	cublasLtHandle_t h;
-	cublasLtMatmulDesc_t op;
-	cublasLtMatrixLayout_t la, lb, lc;
-	cublasLtMatmulHeuristicResult_t heur;
-	const void *A, *B;
-	void *C, *ws;
-	size_t ws_bytes;
-};
-
-static enum status lt_run(void *c)
-{
-	struct lt_ctx *l = c;
-	const float alpha = 1.0f, beta = 0.0f;
-	return cublasLtMatmul(l->h, l->op, &alpha, l->A, l->la, l->B, l->lb, &beta, l->C, l->lc, l->C, l->lc,
-			      &l->heur.algo, l->ws, l->ws_bytes, 0) == CUBLAS_STATUS_SUCCESS
-		       ? ST_OK
-		       : ST_CUDA;
-}
-
-/* D [n][m] = B [n][k] · A [m][k]^T (TN, both K-major), e4m3 in, bf16 out,
- * f32 compute, SCALAR_32F scales of 1: FLOP/s of the median call, 0 when
- * cuBLASLt refuses (why says so). */
-static double lt_fp8_flops(int64_t m, int64_t n, int64_t k, int iters, char *why, size_t wn)
-{
-	struct lt_ctx l = {0};
-	double flops = 0;
-	void *A = NULL, *B = NULL, *C = NULL;
-	float *dscale = NULL;
-	const float one = 1.0f;
-	l.ws_bytes = (size_t)64 << 20;
-	snprintf(why, wn, "cuBLASLt setup failed");
-	if (cudaMalloc(&A, (size_t)(m * k)) || cudaMalloc(&B, (size_t)(n * k)) || cudaMalloc(&C, (size_t)(m * n) * 2) ||
-	    cudaMalloc(&l.ws, l.ws_bytes) || cudaMalloc((void **)&dscale, sizeof(float)))
-		goto out;
-	cudaMemset(A, 0x30, (size_t)(m * k)); /* e4m3 0.5: sums stay finite in bf16 */
-	cudaMemset(B, 0x30, (size_t)(n * k));
-	cudaMemcpy(dscale, &one, sizeof one, cudaMemcpyHostToDevice);
-	l.A = A;
-	l.B = B;
-	l.C = C;
-	if (cublasLtCreate(&l.h) != CUBLAS_STATUS_SUCCESS ||
-	    cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
-		goto out;
-	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dscale, sizeof dscale);
-	cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dscale, sizeof dscale);
-	if (cublasLtMatrixLayoutCreate(&l.la, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)m, k) != CUBLAS_STATUS_SUCCESS ||
-	    cublasLtMatrixLayoutCreate(&l.lb, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, k) != CUBLAS_STATUS_SUCCESS ||
-	    cublasLtMatrixLayoutCreate(&l.lc, CUDA_R_16BF, (uint64_t)m, (uint64_t)n, m) != CUBLAS_STATUS_SUCCESS)
-		goto out;
-	cublasLtMatmulPreference_t pref = NULL;
-	int found = 0;
-	if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
-		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &l.ws_bytes,
-						     sizeof l.ws_bytes);
-		if (cublasLtMatmulAlgoGetHeuristic(l.h, l.op, l.la, l.lb, l.lc, l.lc, pref, 1, &l.heur, &found) !=
-		    CUBLAS_STATUS_SUCCESS)
-			found = 0;
-		cublasLtMatmulPreferenceDestroy(pref);
-	}
-	if (!found) {
-		snprintf(why, wn, "cuBLASLt found no FP8 algorithm");
-		goto out;
-	}
-	enum status st;
-	double us = time_us(lt_run, &l, iters, &st);
-	if (st == ST_OK && us > 0)
-		flops = 2.0 * (double)m * n * k / (us * 1e-6);
-	else
-		snprintf(why, wn, "cuBLASLt FP8 matmul failed");
-out:
-	if (l.la)
-		cublasLtMatrixLayoutDestroy(l.la);
-	if (l.lb)
-		cublasLtMatrixLayoutDestroy(l.lb);
-	if (l.lc)
-		cublasLtMatrixLayoutDestroy(l.lc);
-	if (l.op)
-		cublasLtMatmulDescDestroy(l.op);
-	if (l.h)
-		cublasLtDestroy(l.h);
-	cudaFree(A);
-	cudaFree(B);
-	cudaFree(C);
-	cudaFree(l.ws);
-	cudaFree(dscale);
-	cudaGetLastError();
-	return flops;
-}
+/* the cuBLASLt operands' byte: e4m3 0.5, so sums stay finite in bf16 */
+#define LT_FILL 0x30
 
 static void row(const char *op, const char *shape, const char *variant, double us, double flops, double lt_same,
 		enum status st, const char *why)
@@ -199,24 +66,6 @@ static void row(const char *op, const char *shape, const char *variant, double u
 	       same, pct_same, g_lt_peak > 0 ? 100.0 * rate / g_lt_peak : 0.0);
 }
 
-static void *dev_upload(const void *h, size_t n)
-{
-	void *d = NULL;
-	if (cudaMalloc(&d, n ? n : 1) != cudaSuccess)
-		return NULL;
-	if (h && n)
-		cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
-	return d;
-}
-
-static const struct kern_variant *find(const struct kern_op *op, const char *name)
-{
-	for (int i = 0; i < op->n_variants; i++)
-		if (!strcmp(op->variants[i].name, name))
-			return &op->variants[i];
-	return NULL;
-}
-
 static const char *fp8_image(const struct kern_device *dev)
 {
 	switch (dev->cc_major * 10 + dev->cc_minor) {
@@ -229,17 +78,6 @@ static const char *fp8_image(const struct kern_device *dev)
 }
 
 /* ---- linear ---- */
-
-struct lin_ctx {
-	kern_linear_fn fn;
-	struct kern_linear_args a;
-};
-
-static enum status lin_run(void *c)
-{
-	struct lin_ctx *l = c;
-	return l->fn(&l->a);
-}
 
 static void bench_linear(const struct kern_device *dev, int iters)
 {
@@ -267,19 +105,21 @@ static void bench_linear(const struct kern_device *dev, int iters)
 			snprintf(shape, sizeof shape, "%s %lld -> %lld, T %lld", shapes[s].name, (long long)in, (long long)out,
 				 (long long)T);
 			const double flops = 2.0 * (double)T * in * out;
-			const double lt_same = lt_fp8_flops(out, T, in, iters, why, sizeof why);
+			const double lt_same = bench_lt_gemm_flops(true, out, T, in, LT_FILL, iters, why, sizeof why);
 			row("linear", shape, "cuBLASLt FP8 (plain)", lt_same > 0 ? flops / lt_same * 1e6 : 0, flops, lt_same,
 			    ST_OK, lt_same > 0 ? NULL : why);
 			uint16_t *hx = malloc((size_t)(T * in) * 2);
 			for (int64_t i = 0; i < T * in; i++)
 				hx[i] = (uint16_t)(0x3C00 + (kern_rand_u64(&rng) & 0x3FF)) ^ (uint16_t)((i & 1) << 15);
-			void *dx = dev_upload(hx, (size_t)(T * in) * 2), *dy = dev_upload(NULL, (size_t)(T * out) * 2);
+			void *dx = bench_dev_upload(hx, (size_t)(T * in) * 2);
+			void *dy = bench_dev_upload(NULL, (size_t)(T * out) * 2);
 			free(hx);
 			struct kern_linear_shape ls = {.in = in, .out = out, .max_tokens = T, .act_quant_block = 128,
 						       .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 			struct kern_problem p = {.wfmt = w.fmt, .tp_size = 1, .shape = &ls};
 			for (int vi = 0; vi < 4; vi++) {
-				const struct kern_variant *v = vnames[vi][0] ? find(&kern_op_linear, vnames[vi]) : NULL;
+				const struct kern_variant *v =
+					vnames[vi][0] ? bench_find_variant(&kern_op_linear, vnames[vi]) : NULL;
 				if (!v || (vi == 3 && T > 1024))
 					continue;
 				if (!kern_variant_accepts(v, &p, dev, NULL, why, sizeof why) || !v->run) {
@@ -292,21 +132,17 @@ static void bench_linear(const struct kern_device *dev, int iters)
 					row("linear", shape, v->name, 0, 0, 0, ST_OK, e.msg);
 					continue;
 				}
-				struct kern_wmat dw = wp;
-				dw.data = dev_upload(wp.data, kern_wmat_data_bytes(&wp));
-				dw.scale = dev_upload(wp.scale, kern_wmat_scale_bytes(&wp));
-				dw.owned = NULL;
+				struct kern_wmat dw = bench_wmat_upload(&wp);
 				size_t wsb = vi == 2 ? kern_linear_cublaslt_workspace_bytes(T, in) : 0;
-				void *ws = wsb ? dev_upload(NULL, wsb) : NULL;
-				struct lin_ctx lc = {.fn = (kern_linear_fn)v->run,
+				void *ws = wsb ? bench_dev_upload(NULL, wsb) : NULL;
+				struct bench_lin_ctx lc = {.fn = (kern_linear_fn)v->run,
 						     .a = {.n_tokens = T, .x = dx, .x_dtype = KERN_DT_BF16, .y = dy,
 							   .y_dtype = KERN_DT_BF16, .w = &dw, .act_quant_block = 128,
 							   .workspace = ws, .workspace_bytes = wsb}};
 				enum status st;
-				double us = time_us(lin_run, &lc, iters, &st);
+				double us = bench_time_us(bench_lin_run, &lc, iters, &st);
 				row("linear", shape, v->name, us, flops, lt_same, st, NULL);
-				cudaFree((void *)dw.data);
-				cudaFree((void *)dw.scale);
+				bench_wmat_free(&dw);
 				cudaFree(ws);
 				kern_wmat_release(&wp);
 			}
@@ -319,17 +155,6 @@ static void bench_linear(const struct kern_device *dev, int iters)
 }
 
 /* ---- moe_gemm ---- */
-
-struct moe_ctx {
-	kern_moe_gemm_fn fn;
-	struct kern_moe_gemm_args a;
-};
-
-static enum status moe_run(void *c)
-{
-	struct moe_ctx *m = c;
-	return m->fn(&m->a);
-}
 
 static void bench_moe(const struct kern_device *dev, int iters)
 {
@@ -350,7 +175,7 @@ static void bench_moe(const struct kern_device *dev, int iters)
 				continue;
 			const size_t db = kern_wmat_data_bytes(&w), sb = kern_wmat_scale_bytes(&w);
 			const size_t stride = ((db + 255) & ~(size_t)255) + ((sb + 255) & ~(size_t)255);
-			uint8_t *dwbuf = dev_upload(NULL, (size_t)E * stride);
+			uint8_t *dwbuf = bench_dev_upload(NULL, (size_t)E * stride);
 			struct kern_wmat *hw = calloc((size_t)E, sizeof *hw);
 			for (int64_t x = 0; dwbuf && x < E; x++) {
 				hw[x] = w;
@@ -360,14 +185,14 @@ static void bench_moe(const struct kern_device *dev, int iters)
 				cudaMemcpy((void *)hw[x].data, w.data, db, cudaMemcpyHostToDevice);
 				cudaMemcpy((void *)hw[x].scale, w.scale, sb, cudaMemcpyHostToDevice);
 			}
-			void *dwm = dev_upload(hw, (size_t)E * sizeof *hw);
+			void *dwm = bench_dev_upload(hw, (size_t)E * sizeof *hw);
 			for (int ri = 0; ri < 4; ri++) {
 				const int64_t rpe = rpes[ri], R = E * rpe, X = s == 0 ? (R + 5) / 6 : R;
 				char shape[96], why[KERN_REASON_BYTES];
 				snprintf(shape, sizeof shape, "%s %s %lld -> %lld, %lld x %lld rows", kern_wfmt_name(fmt),
 					 s == 0 ? "w1" : "w2", (long long)in, (long long)out, (long long)E, (long long)rpe);
 				const double flops = 2.0 * (double)R * in * out;
-				const double lt_same = lt_fp8_flops(out, R, in, iters, why, sizeof why);
+				const double lt_same = bench_lt_gemm_flops(true, out, R, in, LT_FILL, iters, why, sizeof why);
 				row("moe_gemm", shape, "cuBLASLt FP8 (dense, all rows)",
 				    lt_same > 0 ? flops / lt_same * 1e6 : 0, flops, lt_same, ST_OK, lt_same > 0 ? NULL : why);
 				int32_t *off = malloc(sizeof(int32_t) * (size_t)(E + 1)), *src = malloc(sizeof(int32_t) * (size_t)R);
@@ -378,9 +203,10 @@ static void bench_moe(const struct kern_device *dev, int iters)
 				uint16_t *hx = malloc((size_t)(X * in) * 2);
 				for (int64_t i = 0; i < X * in; i++)
 					hx[i] = (uint16_t)(0x3C00 + (kern_rand_u64(&rng) & 0x3FF)) ^ (uint16_t)((i & 1) << 15);
-				void *dx = dev_upload(hx, (size_t)(X * in) * 2), *dy = dev_upload(NULL, (size_t)(R * out) * 2);
-				void *doff = dev_upload(off, sizeof(int32_t) * (size_t)(E + 1));
-				void *dsrc = s == 0 ? dev_upload(src, sizeof(int32_t) * (size_t)R) : NULL;
+				void *dx = bench_dev_upload(hx, (size_t)(X * in) * 2);
+				void *dy = bench_dev_upload(NULL, (size_t)(R * out) * 2);
+				void *doff = bench_dev_upload(off, sizeof(int32_t) * (size_t)(E + 1));
+				void *dsrc = s == 0 ? bench_dev_upload(src, sizeof(int32_t) * (size_t)R) : NULL;
 				free(hx);
 				struct kern_moe_gemm_shape ms = {.in = in, .out = out, .n_experts = E, .max_rows = R,
 								 .act_quant_block = 128, .x_dtype = KERN_DT_BF16,
@@ -394,7 +220,8 @@ static void bench_moe(const struct kern_device *dev, int iters)
 					   {"moe_gemm_sm90_fp4", NULL},
 					   {"moe_gemm_cuda_generic", NULL}};
 				for (int vi = 0; vi < 4; vi++) {
-					const struct kern_variant *v = vs[vi].name[0] ? find(&kern_op_moe_gemm, vs[vi].name) : NULL;
+					const struct kern_variant *v =
+						vs[vi].name[0] ? bench_find_variant(&kern_op_moe_gemm, vs[vi].name) : NULL;
 					if (!v || (vi == 3 && rpe > 64))
 						continue;
 					if (!kern_variant_accepts(v, &p, dev, NULL, why, sizeof why) || !v->run) {
@@ -402,13 +229,13 @@ static void bench_moe(const struct kern_device *dev, int iters)
 							row("moe_gemm", shape, v->name, 0, 0, 0, ST_OK, why);
 						continue;
 					}
-					struct moe_ctx mc = {.fn = vs[vi].fn ? vs[vi].fn : (kern_moe_gemm_fn)v->run,
+					struct bench_moe_ctx mc = {.fn = vs[vi].fn ? vs[vi].fn : (kern_moe_gemm_fn)v->run,
 							     .a = {.n_rows = R, .n_experts = E, .expert_offsets = doff,
 								   .row_src = dsrc, .n_x_rows = X, .x = dx,
 								   .x_dtype = KERN_DT_BF16, .y = dy, .y_dtype = KERN_DT_BF16,
 								   .w = hw, .w_dev = dwm, .act_quant_block = 128}};
 					enum status st;
-					double us = time_us(moe_run, &mc, iters, &st);
+					double us = bench_time_us(bench_moe_run, &mc, iters, &st);
 					row("moe_gemm", shape, v->name, us, flops, lt_same, st, NULL);
 				}
 				cudaFree(dx);
@@ -431,22 +258,12 @@ int main(int argc, char **argv)
 	int iters = argc > 1 ? atoi(argv[1]) : 10;
 	if (iters < 1)
 		iters = 10;
-	if (kern_device_count() == 0) {
-		fprintf(stderr, "no CUDA device\n");
-		return 77;
-	}
 	struct kern_device dev;
-	struct err e = {0};
-	if (kern_device_detect(0, &dev, &e) != ST_OK) {
-		fprintf(stderr, "%s\n", e.msg);
-		return 77;
-	}
-	if (cudaMalloc(&flush_buf, FLUSH_BYTES) != cudaSuccess)
-		return 1;
-	cudaEventCreate(&ev0);
-	cudaEventCreate(&ev1);
+	int rc = bench_start(&dev);
+	if (rc)
+		return rc;
 	char why[KERN_REASON_BYTES] = "";
-	g_lt_peak = lt_fp8_flops(8192, 8192, 8192, iters, why, sizeof why);
+	g_lt_peak = bench_lt_gemm_flops(true, 8192, 8192, 8192, LT_FILL, iters, why, sizeof why);
 	printf("## Prefill GEMMs on %s (cc %d.%d, %d SMs), median of %d calls, L2 flushed\n\n", dev.name, dev.cc_major,
 	       dev.cc_minor, dev.sm_count, iters);
 	if (g_lt_peak > 0)
@@ -459,7 +276,7 @@ int main(int argc, char **argv)
 	bench_linear(&dev, iters);
 	bench_moe(&dev, iters);
 	kern_linear_cublaslt_release();
-	cudaFree(flush_buf);
+	bench_timer_release();
 	return 0;
 }
 

@@ -10,7 +10,6 @@ print (--profile), and that bad arguments are usage errors (exit 2).
 steps are CUDA graphs and the profiled ones run on a second, eager executor; it skips (77)
 without a GPU.
 """
-import fcntl
 import json
 import os
 import random
@@ -19,6 +18,9 @@ import sys
 import tempfile
 
 SRC = os.environ.get("DSV4_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests"))
+from tiny_dir import tiny_dir  # noqa: E402
+
 BIN = os.environ.get("DSV4_BIN", "build/server/dsv4")
 FAILS = []
 
@@ -28,22 +30,6 @@ def check(cond, what):
         FAILS.append(what)
         print("FAIL:", what, file=sys.stderr)
     return cond
-
-
-def tiny_dir():
-    d = os.environ.get("DSV4_TINY_DIR")
-    if d:
-        return d
-    d = os.path.join(os.environ.get("DSV4_BUILD_ROOT", "/tmp"), "tiny-models")
-    stamp = os.path.join(d, "tiny-nvfp4-deq", ".make_tiny_model.stamp")
-    if not os.path.exists(stamp):
-        # the same directory and lock as tests/model/test_generate.py and tests/tiny_dir.h
-        with open(d + ".lock", "a+") as lk:
-            fcntl.flock(lk, fcntl.LOCK_EX)
-            if not os.path.exists(stamp):
-                subprocess.run([sys.executable, os.path.join(SRC, "scripts", "make_tiny_model"), "--variant", "all",
-                                "--out", d], check=True, stdout=subprocess.DEVNULL)
-    return d
 
 
 def main():

@@ -350,6 +350,54 @@ static void test_duplicate_rank(void)
 	T_CHECK(wait_child(w2) == 0);
 }
 
+/* A loopback connection to port, retried for about 2 s while the master
+ * starts listening; -1 when none is made. */
+static int connect_retry(int port)
+{
+	for (int i = 0; i < 100; i++) {
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		if (connect(s, (struct sockaddr *)&a, sizeof a) == 0)
+			return s;
+		close(s);
+		sleep_ms(20);
+	}
+	return -1;
+}
+
+#define REPLY_BYTES (4096 + 13)
+
+/* Reads from s until the master closes it into buf (REPLY_BYTES, left
+ * NUL-terminated); a forked client exits with timeout_code when nothing
+ * arrives for 5 s. Returns the bytes read. */
+static size_t read_until_close(int s, uint8_t *buf, int timeout_code)
+{
+	size_t got = 0;
+	for (;;) {
+		struct pollfd p = { .fd = s, .events = POLLIN };
+		if (poll(&p, 1, 5000) <= 0)
+			_exit(timeout_code);
+		ssize_t r = recv(s, buf + got, REPLY_BYTES - 1 - got, 0);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	buf[got] = 0;
+	return got;
+}
+
+/* Whether the reply frame buf (got bytes) has type want_type and a text
+ * containing needle; says what it got on stderr, as who, when not. */
+static bool reply_is(const uint8_t *buf, size_t got, int want_type, const char *needle, const char *who)
+{
+	if (got >= 12 && buf[6] == want_type && strstr((const char *)buf + 12, needle))
+		return true;
+	fprintf(stderr, "%s: reply type %d '%s', wanted %d '%s'\n", who, got >= 12 ? buf[6] : -1,
+		got >= 12 ? (const char *)buf + 12 : "", want_type, needle);
+	return false;
+}
+
 /* A raw client: connects to port (retrying), sends bytes, reads the reply
  * frame, checks its type and text. */
 static pid_t spawn_raw_client(int port, const uint8_t *bytes, size_t n, int want_type, const char *needle)
@@ -357,42 +405,19 @@ static pid_t spawn_raw_client(int port, const uint8_t *bytes, size_t n, int want
 	pid_t pid = fork();
 	if (pid != 0)
 		return pid;
-	int s = -1;
-	for (int i = 0; i < 100; i++) {
-		s = socket(AF_INET, SOCK_STREAM, 0);
-		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		if (connect(s, (struct sockaddr *)&a, sizeof a) == 0)
-			break;
-		close(s);
-		s = -1;
-		sleep_ms(20);
-	}
+	int s = connect_retry(port);
 	if (s < 0)
 		_exit(40);
 	if (send(s, bytes, n, MSG_NOSIGNAL) != (ssize_t)n)
 		_exit(41);
 	if (want_type < 0) /* a port probe: connect, close */
 		_exit(0);
-	uint8_t buf[4096 + 13];
-	size_t got = 0;
-	for (;;) {
-		struct pollfd p = { .fd = s, .events = POLLIN };
-		if (poll(&p, 1, 5000) <= 0)
-			_exit(42);
-		ssize_t r = recv(s, buf + got, sizeof buf - 1 - got, 0);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	buf[got] = 0;
+	uint8_t buf[REPLY_BYTES];
+	size_t got = read_until_close(s, buf, 42);
 	if (want_type == 0) /* just held the connection until the master dropped it */
 		_exit(0);
-	if (got < 12 || buf[6] != want_type || !strstr((char *)buf + 12, needle)) {
-		fprintf(stderr, "raw client: reply type %d '%s', wanted %d '%s'\n", got >= 12 ? buf[6] : -1,
-			got >= 12 ? (char *)buf + 12 : "", want_type, needle);
+	if (!reply_is(buf, got, want_type, needle, "raw client"))
 		_exit(43);
-	}
 	_exit(0);
 }
 
@@ -429,17 +454,7 @@ static pid_t spawn_hello_client(int port, uint32_t rank, const struct comm_secre
 	pid_t pid = fork();
 	if (pid != 0)
 		return pid;
-	int s = -1;
-	for (int i = 0; i < 100; i++) {
-		s = socket(AF_INET, SOCK_STREAM, 0);
-		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		if (connect(s, (struct sockaddr *)&a, sizeof a) == 0)
-			break;
-		close(s);
-		s = -1;
-		sleep_ms(20);
-	}
+	int s = connect_retry(port);
 	if (s < 0)
 		_exit(50);
 	uint8_t ch[44];
@@ -456,25 +471,12 @@ static pid_t spawn_hello_client(int port, uint32_t rank, const struct comm_secre
 	size_t n = make_hello(hello, rank, 2, 0, key, stale ? zero : ch + 12, true);
 	if (send(s, hello, n, MSG_NOSIGNAL) != (ssize_t)n)
 		_exit(53);
-	uint8_t buf[4096 + 13];
-	got = 0;
-	for (;;) {
-		struct pollfd p = { .fd = s, .events = POLLIN };
-		if (poll(&p, 1, 5000) <= 0)
-			_exit(54);
-		ssize_t r = recv(s, buf + got, sizeof buf - 1 - got, 0);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	buf[got] = 0;
+	uint8_t buf[REPLY_BYTES];
+	got = read_until_close(s, buf, 54);
 	if (want_type == 0)
 		_exit(got == 0 ? 0 : 55); /* dropped without a word */
-	if (got < 12 || buf[6] != want_type || !strstr((char *)buf + 12, needle)) {
-		fprintf(stderr, "hello client: reply type %d '%s', wanted %d '%s'\n", got >= 12 ? buf[6] : -1,
-			got >= 12 ? (char *)buf + 12 : "", want_type, needle);
+	if (!reply_is(buf, got, want_type, needle, "hello client"))
 		_exit(56);
-	}
 	_exit(0);
 }
 

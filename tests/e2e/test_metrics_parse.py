@@ -96,13 +96,34 @@ def sse_json(body):
     return evs
 
 
-def main():
-    seed = int(os.environ.get("DSV4_TEST_SEED", random.SystemRandom().randrange(1 << 31)))
-    print("seed", seed, "(DSV4_TEST_SEED to repeat)", flush=True)
-    rng = random.Random(seed)
-    srv = Server("--api-key", KEY, name="tiny-metrics")
-    # The readiness probe's /health is counted once its connection completes, maybe after
-    # the client saw the answer: take the baseline once it is in.
+class Tally:
+    """What the clients saw: HTTP statuses by route, finish reasons, the usage the answers reported."""
+
+    def __init__(self):
+        self.http_seen = Counter()   # (route, status) -> n
+        self.reasons = Counter()     # finished_reason -> n
+        self.prompt_tokens = self.gen_tokens = 0
+        self.n_requests = 0          # scheduler requests that produced a first token
+        self.gen_per_request = []
+
+    def account(self, usage, finish):
+        self.prompt_tokens += usage["prompt_tokens"]
+        self.gen_tokens += usage["completion_tokens"]
+        self.reasons[finish] += 1
+        self.n_requests += 1
+        self.gen_per_request.append(usage["completion_tokens"])
+
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+
+
+def random_prompt(rng):
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 30))) + " %x" % rng.getrandbits(64)
+
+
+def baseline(srv):
+    """The first scrape, once the readiness probe's /health is counted (its connection may complete
+    after the client saw the answer)."""
     t0 = time.time()
     while True:
         m0 = scrape(srv)
@@ -110,89 +131,80 @@ def main():
             break
         time.sleep(0.05)
     check(val(m0, "dsv4:num_requests_running") == 0 and val(m0, "dsv4:kv_cache_usage_perc") == 0, "idle at start")
+    return m0
 
-    http_seen = Counter()   # (route, status) -> n
-    reasons = Counter()     # finished_reason -> n
-    prompt_tokens = gen_tokens = 0
-    n_requests = 0          # scheduler requests that produced a first token
-    gen_per_request = []
-    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 
-    def prompt():
-        return " ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) + " %x" % rng.getrandbits(64)
-
-    def account(usage, finish):
-        nonlocal prompt_tokens, gen_tokens, n_requests
-        prompt_tokens += usage["prompt_tokens"]
-        gen_tokens += usage["completion_tokens"]
-        reasons[finish] += 1
-        n_requests += 1
-        gen_per_request.append(usage["completion_tokens"])
-
-    for i in range(rng.randint(12, 20)):
-        kind = rng.choice(["chat", "completions"])
-        route = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
-        stream = rng.random() < 0.5
-        body = {"model": "tiny-metrics", "max_tokens": rng.randint(1, 12), "temperature": 0}
-        if kind == "chat":
-            body["messages"] = [{"role": "user", "content": prompt()}]
-        else:
-            body["prompt"] = prompt()
-        if stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        want_stop = rng.random() < 0.4 and body["max_tokens"] >= 4
-        if want_stop:  # the greedy answer first, then the same request stopped inside it
-            first = dict(body, stream=False)
-            first.pop("stream_options", None)
-            st, raw, _ = srv.request("POST", route, first, AUTH)
-            check(st == 200, "%s 200: %s" % (route, raw[:200]))
-            http_seen[(route, 200)] += 1
-            ans = json.loads(raw)
-            text = ans["choices"][0]["message"]["content"] if kind == "chat" else ans["choices"][0]["text"]
-            account(ans["usage"], ans["choices"][0]["finish_reason"])
-            if text and len(text) >= 3:
-                body["stop"] = [text[1:3]]
-        st, raw, _ = srv.request("POST", route, body, AUTH)
+def generate(srv, rng, tally):
+    """One random chat or completion, streamed or not; sometimes stopped by a string taken from its
+    greedy answer. Returns its route."""
+    kind = rng.choice(["chat", "completions"])
+    route = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    stream = rng.random() < 0.5
+    body = {"model": "tiny-metrics", "max_tokens": rng.randint(1, 12), "temperature": 0}
+    if kind == "chat":
+        body["messages"] = [{"role": "user", "content": random_prompt(rng)}]
+    else:
+        body["prompt"] = random_prompt(rng)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    want_stop = rng.random() < 0.4 and body["max_tokens"] >= 4
+    if want_stop:  # the greedy answer first, then the same request stopped inside it
+        first = dict(body, stream=False)
+        first.pop("stream_options", None)
+        st, raw, _ = srv.request("POST", route, first, AUTH)
         check(st == 200, "%s 200: %s" % (route, raw[:200]))
-        http_seen[(route, 200)] += 1
-        if stream:
-            evs = sse_json(raw)
-            usage = evs[-1]["usage"]
-            finish = [c["finish_reason"] for e in evs for c in e["choices"] if c.get("finish_reason")]
-            check(len(finish) == 1, "one finish reason in the stream: %r" % finish)
-            account(usage, finish[0] if finish else None)
-        else:
-            ans = json.loads(raw)
-            account(ans["usage"], ans["choices"][0]["finish_reason"])
-        if "stop" in body:
-            check(reasons["stop"] > 0, "a stop string taken from the greedy answer stops it")
+        tally.http_seen[(route, 200)] += 1
+        ans = json.loads(raw)
+        text = ans["choices"][0]["message"]["content"] if kind == "chat" else ans["choices"][0]["text"]
+        tally.account(ans["usage"], ans["choices"][0]["finish_reason"])
+        if text and len(text) >= 3:
+            body["stop"] = [text[1:3]]
+    st, raw, _ = srv.request("POST", route, body, AUTH)
+    check(st == 200, "%s 200: %s" % (route, raw[:200]))
+    tally.http_seen[(route, 200)] += 1
+    if stream:
+        evs = sse_json(raw)
+        usage = evs[-1]["usage"]
+        finish = [c["finish_reason"] for e in evs for c in e["choices"] if c.get("finish_reason")]
+        check(len(finish) == 1, "one finish reason in the stream: %r" % finish)
+        tally.account(usage, finish[0] if finish else None)
+    else:
+        ans = json.loads(raw)
+        tally.account(ans["usage"], ans["choices"][0]["finish_reason"])
+    if "stop" in body:
+        check(tally.reasons["stop"] > 0, "a stop string taken from the greedy answer stops it")
+    return route
 
-        # Errors in between: bad JSON, a bad value, no key, unknown route.
-        r = rng.random()
-        if r < 0.3:
-            st, _, _ = srv.request("POST", route, b"{not json", AUTH)
-            check(st == 400, "bad JSON 400 (got %d)" % st)
-            http_seen[(route, 400)] += 1
-        elif r < 0.5:
-            st, _, _ = srv.request("POST", route, {"prompt": "x", "messages": [], "temperature": 9}, AUTH)
-            check(st == 400, "bad value 400 (got %d)" % st)
-            http_seen[(route, 400)] += 1
-        elif r < 0.7:
-            st, _, _ = srv.request("POST", route, {"prompt": "x"})
-            check(st == 401, "no key 401 (got %d)" % st)
-            http_seen[("unauthorized", 401)] += 1
-        elif r < 0.85:
-            st, _, _ = srv.request("GET", "/v1/nothing-%d" % i, None, AUTH)
-            check(st == 404, "unknown route 404 (got %d)" % st)
-            http_seen[("other", 404)] += 1
-        else:
-            st, _, _ = srv.get("/health")
-            check(st == 200, "/health 200")
-            http_seen[("/health", 200)] += 1
 
-    # One client that goes away mid-stream: an abort, a 499, a disconnect.
-    body = json.dumps({"model": "tiny-metrics", "prompt": prompt(), "max_tokens": 1000000 // 100,
+def refused_or_other(srv, rng, tally, route, i):
+    """Something in between the generations: bad JSON, a bad value, no key, an unknown route, /health."""
+    r = rng.random()
+    if r < 0.3:
+        st, _, _ = srv.request("POST", route, b"{not json", AUTH)
+        check(st == 400, "bad JSON 400 (got %d)" % st)
+        tally.http_seen[(route, 400)] += 1
+    elif r < 0.5:
+        st, _, _ = srv.request("POST", route, {"prompt": "x", "messages": [], "temperature": 9}, AUTH)
+        check(st == 400, "bad value 400 (got %d)" % st)
+        tally.http_seen[(route, 400)] += 1
+    elif r < 0.7:
+        st, _, _ = srv.request("POST", route, {"prompt": "x"})
+        check(st == 401, "no key 401 (got %d)" % st)
+        tally.http_seen[("unauthorized", 401)] += 1
+    elif r < 0.85:
+        st, _, _ = srv.request("GET", "/v1/nothing-%d" % i, None, AUTH)
+        check(st == 404, "unknown route 404 (got %d)" % st)
+        tally.http_seen[("other", 404)] += 1
+    else:
+        st, _, _ = srv.get("/health")
+        check(st == 200, "/health 200")
+        tally.http_seen[("/health", 200)] += 1
+
+
+def hang_up_mid_stream(srv, rng, tally):
+    """One client that goes away mid-stream: an abort, a 499, a disconnect."""
+    body = json.dumps({"model": "tiny-metrics", "prompt": random_prompt(rng), "max_tokens": 1000000 // 100,
                        "ignore_eos": True, "stream": True}).encode()
     s = socket.create_connection(("127.0.0.1", srv.port))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
@@ -206,33 +218,45 @@ def main():
         got += chunk
     s.close()
     check(got.startswith(b"HTTP/1.1 200"), "the long stream started: %r" % got[:80])
-    http_seen[("/v1/completions", 499)] += 1
-    reasons["abort"] += 1
-    n_requests += 1
+    tally.http_seen[("/v1/completions", 499)] += 1
+    tally.reasons["abort"] += 1
+    tally.n_requests += 1
 
-    # The counters settle once the last completion callback has run.
+
+def settled(srv, m0, tally):
+    """The scrape once the last completion callback has run (or after 20 s)."""
     t0 = time.time()
     while True:
         m1 = scrape(srv)
         done = val(m1, "dsv4:num_requests_running") == 0 and \
             delta(m0, m1, "dsv4:request_success_total", finished_reason="abort") >= 1 and \
             delta(m0, m1, "dsv4:http_requests_client_disconnected_total") >= 1 and \
-            sum(delta(m0, m1, "dsv4:http_requests_total", route=r, status=str(s)) for (r, s) in http_seen) >= \
-            sum(http_seen.values())
+            sum(delta(m0, m1, "dsv4:http_requests_total", route=r, status=str(s)) for (r, s) in tally.http_seen) >= \
+            sum(tally.http_seen.values())
         if done or time.time() - t0 > 20:
-            break
+            return m1
         time.sleep(0.1)
+
+
+def check_requests_and_reasons(m0, m1, tally):
+    """http_requests_total by route and status, the disconnect, request_success_total by reason."""
     # The scrape of /metrics itself shows up too; only what we made is compared here.
-    for (route, status), n in sorted(http_seen.items()):
+    for (route, status), n in sorted(tally.http_seen.items()):
         d = delta(m0, m1, "dsv4:http_requests_total", route=route, status=str(status))
         check(d == n, "http_requests_total{route=%s,status=%d} +%d (got +%g)" % (route, status, n, d))
     check(delta(m0, m1, "dsv4:http_requests_total", route="/metrics", status="200") >= 1, "/metrics counts itself")
     check(delta(m0, m1, "dsv4:http_requests_client_disconnected_total") == 1, "one disconnect counted")
+    reasons = tally.reasons
     for reason in set(reasons) | {"stop", "length", "abort"}:
         d = delta(m0, m1, "dsv4:request_success_total", finished_reason=reason)
         check(d == reasons[reason], "request_success_total{finished_reason=%s} +%d (got +%g)" %
               (reason, reasons[reason], d))
     check(reasons["length"] > 0, "some requests ended by length: %r" % reasons)
+
+
+def check_token_counters(m0, m1, tally):
+    """Prompt and generation token counters against the usage the answers reported."""
+    prompt_tokens, gen_tokens = tally.prompt_tokens, tally.gen_tokens
     dp = delta(m0, m1, "dsv4:prompt_tokens_total")
     aborted_prompt = delta(m0, m1, "dsv4:request_prompt_tokens_sum") - prompt_tokens
     check(aborted_prompt > 0, "the aborted request's prompt is in request_prompt_tokens_sum")
@@ -243,6 +267,11 @@ def main():
     check(dgh >= gen_tokens + 2 and dgh <= dg <= dgh + 16,
           "generation_tokens_total: the answers' %d plus the aborted stream's (got +%g, "
           "request_generation_tokens_sum +%g)" % (gen_tokens, dg, dgh))
+
+
+def check_histogram_counts(m0, m1, tally):
+    """The per-request token and timing histograms count the requests made."""
+    n_requests = tally.n_requests
     for h in ("request_prompt_tokens", "request_generation_tokens"):
         d = delta(m0, m1, "dsv4:%s_count" % h)
         check(d == n_requests, "%s_count +%d (got +%g)" % (h, n_requests, d))
@@ -259,12 +288,29 @@ def main():
     le1 = [dict(k[1])["le"] for k in m1 if k[0] == "dsv4:request_generation_tokens_bucket" and
            float(dict(k[1])["le"]) == 1.0]
     d1 = delta(m0, m1, "dsv4:request_generation_tokens_bucket", le=le1[0] if le1 else "1")
-    check(d1 == sum(1 for g in gen_per_request if g <= 1), "request_generation_tokens le=1 bucket: +%g for %r" %
-          (d1, gen_per_request))
+    check(d1 == sum(1 for g in tally.gen_per_request if g <= 1), "request_generation_tokens le=1 bucket: +%g for %r" %
+          (d1, tally.gen_per_request))
     ditl = delta(m0, m1, "dsv4:inter_token_latency_seconds_count")
     check(ditl > 0, "inter-token latency observed")
     dhttp = delta(m0, m1, "dsv4:http_request_duration_seconds_count")
-    check(dhttp >= sum(http_seen.values()), "http_request_duration_seconds_count covers the requests")
+    check(dhttp >= sum(tally.http_seen.values()), "http_request_duration_seconds_count covers the requests")
+
+
+def main():
+    seed = int(os.environ.get("DSV4_TEST_SEED", random.SystemRandom().randrange(1 << 31)))
+    print("seed", seed, "(DSV4_TEST_SEED to repeat)", flush=True)
+    rng = random.Random(seed)
+    srv = Server("--api-key", KEY, name="tiny-metrics")
+    m0 = baseline(srv)
+    tally = Tally()
+    for i in range(rng.randint(12, 20)):
+        route = generate(srv, rng, tally)
+        refused_or_other(srv, rng, tally, route, i)
+    hang_up_mid_stream(srv, rng, tally)
+    m1 = settled(srv, m0, tally)
+    check_requests_and_reasons(m0, m1, tally)
+    check_token_counters(m0, m1, tally)
+    check_histogram_counts(m0, m1, tally)
     check(val(m1, "dsv4:kv_cache_usage_perc") == 0 and val(m1, "dsv4:num_requests_waiting") == 0, "idle at the end")
 
     stop_and_check(srv, check)

@@ -147,16 +147,48 @@ def tiny_build():
         shutil.rmtree(d, ignore_errors=True)
 
 
-def main():
-    cli_errors()
-    tiny_build()
-    # An explicit context limit: the default is the device's (16384 on the CPU, the model's 1M on a GPU),
-    # and the context-length check below needs one a request can exceed.
-    srv = Server("cpu", "--api-key", KEY, "--max-model-len", "16384")
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
-    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
+def raw_post(srv, path, body, length=None, extra=b""):
+    """A POST over a raw socket, so that a check can hang up mid-reply; returns the connected socket."""
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\n" + extra +
+              b"Content-Length: %d\r\n\r\n" % (len(body) if length is None else length) + body)
+    return s
 
-    # ---- health, models, metrics ----
+
+class NotifyListener:
+    """A datagram socket standing in for systemd: collects what the server sends to $NOTIFY_SOCKET."""
+
+    def __init__(self):
+        self.path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dsv4-e2e-notify-%d.sock" % os.getpid())
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.2)
+        self.notes = []
+        self.stopping = False
+        self.thread = threading.Thread(target=self._collect)
+        self.thread.start()
+
+    def _collect(self):
+        while not self.stopping:
+            try:
+                self.notes.append(self.sock.recv(4096).decode())
+            except socket.timeout:
+                pass
+
+    def stop(self):
+        """Stops collecting; returns the first line of each message."""
+        self.stopping = True
+        self.thread.join()
+        self.sock.close()
+        os.unlink(self.path)
+        return [n.split("\n")[0] for n in self.notes]
+
+
+def check_health_models_metrics(srv, client):
+    """/health, the models list and /metrics."""
     st, body, _ = http(srv, "GET", "/health", key=None)
     check(st == 200 and json.loads(body)["status"] == "ready", "/health 200 ready: %s %s" % (st, body))
     models = client.models.list()
@@ -165,7 +197,9 @@ def main():
     check(st == 200 and "dsv4:num_requests_running" in body, "/metrics exposes the gauges")
     check('dsv4_kernel_info{layer="0"' in body, "/metrics lists the CPU executor's kernel plan")
 
-    # ---- chat: non-streamed vs streamed at temperature 0 ----
+
+def check_chat_streamed(client, msgs):
+    """Chat at temperature 0, non-streamed vs streamed; returns the content."""
     r = client.chat.completions.create(model="tiny-e2e", messages=msgs, max_tokens=8, temperature=0)
     c0 = r.choices[0]
     check(r.object == "chat.completion" and r.id.startswith("chatcmpl-"), "chat object/id")
@@ -192,8 +226,11 @@ def main():
     check(roles == ["assistant"], "one role chunk: %r" % roles)
     check(finish == c0.finish_reason, "same finish reason: %r vs %r" % (finish, c0.finish_reason))
     check(usage is not None and usage.completion_tokens == r.usage.completion_tokens, "final usage chunk: %r" % usage)
+    return text
 
-    # ---- SSE bytes with curl ----
+
+def check_sse_bytes(srv, msgs):
+    """The SSE bytes of a streamed chat, read with curl."""
     raw = curl(srv, "/v1/chat/completions", {"model": "tiny-e2e", "messages": msgs, "max_tokens": 3,
                                              "temperature": 0, "stream": True})
     evs = sse_events(raw)
@@ -202,7 +239,9 @@ def main():
           "no usage key without include_usage")
     check(evs[-1]["choices"][0]["finish_reason"] is not None, "finish chunk last")
 
-    # ---- content parts, thinking on: reasoning kept out of content ----
+
+def check_thinking_parts(client):
+    """Content parts with thinking on: the reasoning is kept out of the content."""
     r = client.chat.completions.create(
         model="tiny-e2e", max_tokens=6, temperature=0,
         messages=[{"role": "user", "content": [{"type": "text", "text": "Think."}]}],
@@ -212,7 +251,9 @@ def main():
     check(rc is not None or m.content is not None, "thinking answer has reasoning or content")
     check(not (m.content or "").count("</think>"), "no </think> in content")
 
-    # ---- n=2, sampling parameters, seed reproducibility ----
+
+def check_sampling(client, msgs):
+    """n=2, the sampling parameters, and a seed reproducing its output."""
     kw = dict(model="tiny-e2e", messages=msgs, max_tokens=6, n=2, temperature=0.9, top_p=0.9, seed=1234,
               presence_penalty=0.5, frequency_penalty=0.5, logit_bias={"100": 5},
               extra_body={"top_k": 20, "min_p": 0.01, "repetition_penalty": 1.1})
@@ -224,7 +265,9 @@ def main():
     check(r1.usage.completion_tokens == sum(r.usage.completion_tokens for r in [r1]) and
           r1.usage.completion_tokens >= 2, "n=2 usage counts both choices: %r" % r1.usage)
 
-    # ---- completions: string, ids, list, echo, logprobs ----
+
+def check_completions(srv, client):
+    """Completions: a string, token ids, a list, echo, logprobs; returns the greedy text."""
     cr = client.completions.create(model="tiny-e2e", prompt="The capital of France is", max_tokens=6,
                                    temperature=0, logprobs=2)
     ctext = cr.choices[0].text
@@ -244,8 +287,11 @@ def main():
                                    echo=True)
     check(len(cl.choices) == 2 and cl.choices[0].text.startswith("one") and cl.choices[1].text.startswith("two"),
           "prompt list + echo: %r" % [c.text for c in cl.choices])
+    return ctext
 
-    # ---- stop strings ----
+
+def check_stop_strings(client, ctext):
+    """Stop strings (kept or not in the output) and min_tokens."""
     if len(ctext) > 4:
         stop = ctext[2:4]
         sr = client.completions.create(model="tiny-e2e", prompt="The capital of France is", max_tokens=6,
@@ -260,7 +306,9 @@ def main():
                                    extra_body={"min_tokens": 5})
     check(mt.usage.completion_tokens == 5, "min_tokens: %r" % mt.usage)
 
-    # ---- chat logprobs ----
+
+def check_chat_logprobs(client, msgs):
+    """Chat logprobs and top_logprobs."""
     r = client.chat.completions.create(model="tiny-e2e", messages=msgs, max_tokens=4, temperature=0,
                                        logprobs=True, top_logprobs=3)
     ent = r.choices[0].logprobs.content
@@ -268,10 +316,9 @@ def main():
           "chat logprobs: %r" % ent)
     check(all(e.logprob <= 0 for e in ent), "logprobs <= 0")
 
-    # ---- tools: a valid request, whatever the model emits; then a round trip ----
-    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                               "parameters": {"type": "object", "properties": {
-                                                   "city": {"type": "string"}}, "required": ["city"]}}}]
+
+def check_tools(client, tools):
+    """Tools: a valid request, whatever the model emits; then a round trip."""
     r = client.chat.completions.create(model="tiny-e2e", messages=[{"role": "user", "content": "Weather in Paris?"}],
                                        tools=tools, tool_choice="auto", max_tokens=8, temperature=0)
     c = r.choices[0]
@@ -289,7 +336,9 @@ def main():
         {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\": 21}"}])
     check(rt.choices[0].finish_reason in ("stop", "length", "tool_calls"), "tool round trip answered")
 
-    # Token ids of a known DSML tool call, for the scripted server below.
+
+def dsml_script_ids(srv):
+    """Token ids of a known DSML tool call (then end of sentence), for the scripted server."""
     call_text = ("Let me check.\n\n<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
                  "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Paris</\uff5cDSML\uff5cparameter>\n"
                  "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">3</\uff5cDSML\uff5cparameter>\n"
@@ -298,14 +347,19 @@ def main():
     script_ids = json.loads(body)["tokens"] + [1]  # then <｜end▁of▁sentence｜>
     st, body, _ = http(srv, "POST", "/detokenize", {"tokens": script_ids[:-1]})
     check(json.loads(body)["prompt"] == call_text, "DSML text round-trips through the tokenizer")
+    return script_ids
 
-    # ---- prefix cache: the same long prompt twice reports cached tokens ----
+
+def check_prefix_cache(client):
+    """The same long prompt twice reports cached tokens."""
     long_msgs = [{"role": "user", "content": "cache " * 300}]
     client.chat.completions.create(model="tiny-e2e", messages=long_msgs, max_tokens=1, temperature=0)
     r = client.chat.completions.create(model="tiny-e2e", messages=long_msgs, max_tokens=1, temperature=0)
     check(r.usage.prompt_tokens_details.cached_tokens > 0, "cached_tokens: %r" % r.usage)
 
-    # ---- tokenize / detokenize ----
+
+def check_tokenize(srv, msgs):
+    """/tokenize and /detokenize."""
     st, body, _ = http(srv, "POST", "/tokenize", {"prompt": "Hello world", "return_token_strs": True})
     tk = json.loads(body)
     check(st == 200 and tk["count"] == len(tk["tokens"]) and len(tk["token_strs"]) == tk["count"], "tokenize")
@@ -314,7 +368,9 @@ def main():
     st, body, _ = http(srv, "POST", "/tokenize", {"messages": msgs})
     check(st == 200 and json.loads(body)["count"] > 5, "chat tokenize")
 
-    # ---- errors ----
+
+def check_errors(srv, client, msgs):
+    """Refusals in the OpenAI error shape, by status; the SDK sees them; 413 before the body is read."""
     def err(status, method, path, body=None, key=KEY, raw=None, code_field=None):
         st, text, hdr = http(srv, method, path, body, key=key, raw=raw)
         check(st == status, "%s %s -> %d (got %d: %s)" % (method, path, status, st, text[:200]))
@@ -351,21 +407,19 @@ def main():
     except openai.BadRequestError as ex:
         check("use_beam_search" in str(ex), "SDK error names the field")
     # 413: a Content-Length over the limit is refused before the body is read.
-    s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
-              b"\r\nContent-Type: application/json\r\nContent-Length: 999999999\r\n\r\n{")
+    s = raw_post(srv, "/v1/chat/completions", b"{", length=999999999)
     s.settimeout(30)
     head = s.recv(4096).decode(errors="replace")
     s.close()
     check(head.startswith("HTTP/1.1 413"), "413 for a huge body: %r" % head[:60])
 
-    # ---- disconnect mid-stream frees the request ----
+
+def check_disconnects(srv, msgs):
+    """A client that hangs up mid-stream, or while a non-streamed request waits, frees the request."""
     disc0 = metric(srv, "dsv4:http_requests_client_disconnected_total") or 0
     body = json.dumps({"model": "tiny-e2e", "messages": msgs, "max_tokens": 10000, "ignore_eos": True,
                        "stream": True}).encode()
-    s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
-              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    s = raw_post(srv, "/v1/chat/completions", body)
     s.settimeout(30)
     got = b""
     while got.count(b"data: ") < 3:
@@ -383,9 +437,7 @@ def main():
     check(metric(srv, "dsv4:kv_cache_usage_perc") == 0, "disconnect: KV blocks returned")
     # The same for a non-streamed request (the connection is suspended while it waits).
     body = json.dumps({"model": "tiny-e2e", "prompt": "x", "max_tokens": 10000, "ignore_eos": True}).encode()
-    s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
-              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    s = raw_post(srv, "/v1/completions", body)
     t0 = time.time()
     while metric(srv, "dsv4:num_requests_running") != 1 and time.time() - t0 < 20:
         time.sleep(0.05)
@@ -397,7 +449,9 @@ def main():
           "non-streamed disconnect frees the request")
     check((metric(srv, "dsv4:request_success_total") or 0) > 0, "request_success counted")
 
-    # ---- concurrency: streams that finish and streams whose clients vanish, at once ----
+
+def check_concurrency(srv, client, msgs, text):
+    """Streams that finish and streams whose clients vanish, at once; then the output is still the same."""
     import random
     rng = random.Random(os.urandom(8))
     errors = []
@@ -407,10 +461,7 @@ def main():
             body = json.dumps({"model": "tiny-e2e", "messages": [{"role": "user", "content": "w%d" % i}],
                                "max_tokens": rng.randint(1, 6), "stream": rng.random() < 0.7,
                                "n": rng.choice([1, 1, 2])}).encode()
-            s = socket.create_connection(("127.0.0.1", srv.port))
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
-                      b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
-                      % len(body) + body)
+            s = raw_post(srv, "/v1/chat/completions", body, extra=b"Connection: close\r\n")
             s.settimeout(60)
             if rng.random() < 0.4:
                 s.recv(64)
@@ -441,34 +492,10 @@ def main():
     r = client.chat.completions.create(model="tiny-e2e", messages=msgs, max_tokens=8, temperature=0)
     check((r.choices[0].message.content or "") == text, "still deterministic after the storm")
 
-    rc = srv.stop()
-    check(rc == 0, "main server exit status after SIGTERM: %r\n%s" % (rc, srv.logtext()[-3000:]))
 
-    # ---- 429 and SIGTERM drain on a one-sequence server ----
-    # systemd notify: a datagram socket stands in for systemd.
-    npath = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dsv4-e2e-notify-%d.sock" % os.getpid())
-    if os.path.exists(npath):
-        os.unlink(npath)
-    nsock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    nsock.bind(npath)
-    nsock.settimeout(0.2)
-    notes = []
 
-    def collect():
-        while not getattr(collect, "stop", False):
-            try:
-                notes.append(nsock.recv(4096).decode())
-            except socket.timeout:
-                pass
-    nthread = threading.Thread(target=collect)
-    nthread.start()
-    small = Server("test", "--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60",
-                   env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids)), "NOTIFY_SOCKET": npath,
-                        "DSV4_TEST_EXEC_STEP_MS": "25",
-                        "WATCHDOG_USEC": "400000"})
-    sclient = openai.OpenAI(base_url=small.url + "/v1", api_key="x", max_retries=0)
-
-    # ---- a generated tool call comes back as tool_calls, streamed or not ----
+def check_scripted_tool_call(sclient, tools):
+    """A generated tool call (the scripted DSML) comes back as tool_calls, streamed or not, and round-trips."""
     wmsgs = [{"role": "user", "content": "Weather in Paris?"}]
     r = sclient.chat.completions.create(model="tiny-e2e", messages=wmsgs, tools=tools, max_tokens=200)
     c = r.choices[0]
@@ -504,6 +531,10 @@ def main():
                         {"role": "tool", "tool_call_id": tcs[0].id, "content": "{\"temp_c\": 21}"}]
         rt = sclient.chat.completions.create(model="tiny-e2e", messages=back, tools=tools, max_tokens=3)
         check(rt.choices[0].message is not None, "round trip answered")
+
+
+def check_429_and_drain(small, sclient):
+    """429 when the queue is full; on SIGTERM /health and new requests get 503 while in-flight ones finish, and the server exits 0."""
     results = {}
 
     def long_req(name, n):
@@ -541,11 +572,49 @@ def main():
         small.p.kill()
         rc = -9
     check(rc == 0, "drained server exits 0: %r\n%s" % (rc, small.logtext()[-3000:]))
-    collect.stop = True
-    nthread.join()
-    nsock.close()
-    os.unlink(npath)
-    kinds = [n.split("\n")[0] for n in notes]
+
+
+def main():
+    cli_errors()
+    tiny_build()
+    # An explicit context limit: the default is the device's (16384 on the CPU, the model's 1M on a GPU),
+    # and the context-length check below needs one a request can exceed.
+    srv = Server("cpu", "--api-key", KEY, "--max-model-len", "16384")
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
+    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
+
+    check_health_models_metrics(srv, client)
+    text = check_chat_streamed(client, msgs)
+    check_sse_bytes(srv, msgs)
+    check_thinking_parts(client)
+    check_sampling(client, msgs)
+    ctext = check_completions(srv, client)
+    check_stop_strings(client, ctext)
+    check_chat_logprobs(client, msgs)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}, "required": ["city"]}}}]
+    check_tools(client, tools)
+    script_ids = dsml_script_ids(srv)
+    check_prefix_cache(client)
+    check_tokenize(srv, msgs)
+    check_errors(srv, client, msgs)
+    check_disconnects(srv, msgs)
+    check_concurrency(srv, client, msgs, text)
+
+    rc = srv.stop()
+    check(rc == 0, "main server exit status after SIGTERM: %r\n%s" % (rc, srv.logtext()[-3000:]))
+
+    # ---- a one-sequence server on the scripted executor: a known tool call, 429, the SIGTERM drain ----
+    notify = NotifyListener()
+    small = Server("test", "--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--shutdown-timeout", "60",
+                   env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids)), "NOTIFY_SOCKET": notify.path,
+                        "DSV4_TEST_EXEC_STEP_MS": "25",
+                        "WATCHDOG_USEC": "400000"})
+    sclient = openai.OpenAI(base_url=small.url + "/v1", api_key="x", max_retries=0)
+    check_scripted_tool_call(sclient, tools)
+    check_429_and_drain(small, sclient)
+    kinds = notify.stop()
     check(kinds and kinds[0] == "READY=1", "READY=1 first: %r" % kinds[:3])
     check("WATCHDOG=1" in kinds, "WATCHDOG=1 pings: %r" % sorted(set(kinds)))
     check("STOPPING=1" in kinds and kinds.index("STOPPING=1") > 0, "STOPPING=1 on drain: %r" % sorted(set(kinds)))

@@ -12,6 +12,11 @@
  *     runs; gt_check_rows then compares the rows with the reference and
  *     checks that the row padding stayed NaN (an unwritten element and a
  *     write where none belongs both fail);
+ *   - gt_start: gt_open_device then gt_seed, the start of every main;
+ *   - guards and selection: gt_refuses (a variant refuses a problem, naming
+ *     why), gt_moe_gemm_picks (selection picks one variant for the model's
+ *     expert shapes), gt_mma_selected (the tensor-core variant chosen where
+ *     it must be), gt_next_cuda_host (the CUDA variants with a host entry);
  *   - device round trips for tests that call run() on device buffers:
  *     gt_dalloc / gt_dup / gt_down / gt_dfree_all on gt_stream (CUDA
  *     builds).
@@ -62,6 +67,24 @@ static inline uint64_t gt_seed(int argc, char **argv, const struct kern_device *
 	fprintf(stderr, "device %s (cc %d.%d), seed %llu (DSV4_TEST_SEED=<seed> repeats the run)\n", dev->name,
 		dev->cc_major, dev->cc_minor, (unsigned long long)seed);
 	return seed;
+}
+
+/* What a gpu-suite test's main starts from: the device and a seeded rng, or
+ * the code the test exits with. */
+struct gt_env {
+	struct kern_device dev;
+	uint64_t rng;
+	int exit_code;
+};
+
+/* gt_open_device then gt_seed into *g; nonzero when the test cannot run
+ * (then it returns g->exit_code). */
+static inline int gt_start(int argc, char **argv, struct gt_env *g)
+{
+	g->exit_code = gt_open_device(&g->dev);
+	if (!g->exit_code)
+		g->rng = gt_seed(argc, argv, &g->dev);
+	return g->exit_code;
 }
 
 /* Uniform integer in [lo, hi]. */
@@ -232,6 +255,59 @@ static inline const struct kern_variant *gt_select_checked(const struct kern_op 
 	return got;
 }
 
+/* Variant v refuses problem p on dev with a reason containing needle. */
+static inline void gt_refuses(const struct kern_variant *v, const struct kern_problem *p, const struct kern_device *dev,
+			      const char *needle)
+{
+	char why[KERN_REASON_BYTES] = "";
+	T_CHECKF(!kern_variant_accepts(v, p, dev, NULL, why, sizeof why), "%s accepts what it must refuse (%s)", v->name,
+		 needle);
+	gt_contains(why, needle);
+}
+
+/* An FP4 grouped-GEMM variant v refuses, on dev, msh (an NVFP4 shape it
+ * accepts) with FP8 weights and with an in that is not a multiple of 32. */
+static inline void gt_fp4_moe_gemm_guards(const struct kern_variant *v, const struct kern_moe_gemm_shape *msh,
+					  const struct kern_device *dev)
+{
+	struct kern_problem fp8 = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = msh};
+	gt_refuses(v, &fp8, dev, "weight format fp8");
+	struct kern_moe_gemm_shape odd = *msh;
+	odd.in = msh->in + 16;
+	struct kern_problem op_odd = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &odd};
+	gt_refuses(v, &op_odd, dev, "multiple of 32");
+}
+
+/* The CUDA variants of op with a host entry point (run_host), in table order:
+ * for (v = gt_next_cuda_host(op, NULL); v; v = gt_next_cuda_host(op, v)). */
+static inline const struct kern_variant *gt_next_cuda_host(const struct kern_op *op, const struct kern_variant *prev)
+{
+	for (int i = prev ? (int)(prev - op->variants) + 1 : 0; i < op->n_variants; i++)
+		if (op->variants[i].backend == KERN_BACKEND_CUDA && op->variants[i].run_host)
+			return &op->variants[i];
+	return NULL;
+}
+
+/* Selection on dev (plan slot 3) for each expert shape [in, out] of
+ * model[n_model], NVFP4 then MXFP4 weights, plans of max_rows rows: want is
+ * chosen and the self-check drops nothing. */
+static inline void gt_moe_gemm_picks(const struct kern_device *dev, const int64_t (*model)[2], int n_model,
+				     int64_t max_rows, const struct kern_variant *want)
+{
+	for (int i = 0; i < n_model; i++)
+		for (int f = 0; f < 2; f++) {
+			struct kern_moe_gemm_shape sh = {.in = model[i][0], .out = model[i][1], .n_experts = 256,
+							 .max_rows = max_rows, .act_quant_block = 128,
+							 .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
+			struct kern_problem p = {.wfmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4, .tp_size = 1, .shape = &sh};
+			int dropped = 0;
+			const struct kern_variant *got = gt_select_checked(&kern_op_moe_gemm, &p, dev, 3, &dropped);
+			T_CHECKF(got == want && dropped == 0, "[%lld -> %lld] %s: chose %s (%d dropped by self-check)",
+				 (long long)model[i][0], (long long)model[i][1], kern_wfmt_name(p.wfmt),
+				 got ? got->name : "nothing", dropped);
+		}
+}
+
 /* Every op of ops[n] (weight-free) has its *_cuda_generic variant compiled
  * (run, and run_host when with_host) and selection on dev picks it. false
  * when one is missing (reported; the test cannot go on). */
@@ -282,6 +358,24 @@ static inline int gt_mma_variants(const struct kern_op *op, const char *prefix, 
 	fprintf(stderr, "no %s on this device/build (%s): bf16 only\n", name, f8 ? why : "no such variant");
 	T_CHECKF(!own_image, "%s refused on its own device: %s", name, f8 ? why : "no such variant");
 	return 1;
+}
+
+/* Selection for p on dev (plan slot 0, nothing disabled), printed after
+ * what (the problem); on cc 10.0 and 12.x it must be vs[nv - 1], the
+ * device's own FP8 tensor-core variant when gt_mma_variants found one. */
+static inline void gt_mma_selected(const struct kern_op *op, const struct kern_problem *p,
+				   const struct kern_device *dev, const struct kern_variant *const *vs, int nv,
+				   const char *what)
+{
+	struct err e = {0};
+	struct kern_disabled dis;
+	T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
+	const struct kern_variant *got = NULL;
+	T_CHECKF(kern_select(op, p, dev, &dis, 0, &got, &e) == ST_OK, "%s", e.msg);
+	fprintf(stderr, "selected for %s: %s\n", what, got ? got->name : "nothing");
+	const int cc = dev->cc_major * 10 + dev->cc_minor;
+	if (cc == 100 || cc == 120 || cc == 121)
+		T_CHECKF(got == vs[nv - 1], "chose %s, expected %s", got ? got->name : "nothing", vs[nv - 1]->name);
 }
 
 /* One grouped expert GEMM case for variant v: E random experts of fmt

@@ -100,36 +100,16 @@ static void test_fp4(void)
 	T_CHECK(kern_hadamard_ref(z, 1, 96) == ST_INVALID);
 }
 
-static void test_topk(int n_seqs, int H, int d, int k, bool ties)
+/* Mismatches of a's output (topk, scores, topk_len) against a brute-force
+ * scoring in double: lengths, -1/-inf padding, distinct visible ids, scores,
+ * descending order with ties by lower id first, nothing unselected beating a
+ * selected entry. */
+static int topk_bad_entries(const struct kern_indexer_topk_args *a)
 {
-	int32_t q_off[9] = {0}, start[8];
-	int64_t row0[8], n_rows = 0;
-	for (int s = 0; s < n_seqs; s++) {
-		int len = mt_int(1, 12);
-		start[s] = mt_int(0, 3) == 0 ? 0 : mt_int(0, 120);
-		q_off[s + 1] = q_off[s] + len;
-		row0[s] = n_rows + mt_int(0, 3);
-		n_rows = row0[s] + (start[s] + len) / 4 + 1;
-	}
-	int64_t T = q_off[n_seqs];
-	float *q = xcalloc((size_t)(T * H * d), 4), *hw = xcalloc((size_t)(T * H), 4);
-	float *keys = xcalloc((size_t)(n_rows * d), 4), *sc = xcalloc((size_t)(T * k), 4);
-	int32_t *tk = xcalloc((size_t)(T * k), 4), *tk2 = xcalloc((size_t)(T * k), 4), *tl = xcalloc((size_t)T, 4);
-	float *work = xcalloc(200, 4);
-	mt_fill(q, (size_t)(T * H * d), -1, 1);
-	mt_fill(hw, (size_t)(T * H), -0.5f, 1);
-	mt_fill(keys, (size_t)(n_rows * d), -1, 1);
-	if (ties) /* pairs of identical keys give exactly equal scores */
-		for (int64_t r = 1; r < n_rows; r += 2)
-			memcpy(keys + r * d, keys + (r - 1) * d, sizeof(float) * (size_t)d);
-	for (int64_t i = 0; i < T * k; i++)
-		tk[i] = -7;
-	struct kern_indexer_topk_args a = {.q = q, .head_w = hw, .weight_scale = 1.0f / sqrtf((float)(d * H)),
-					   .keys = keys, .n_key_rows = n_rows, .n_tokens = T, .n_seqs = n_seqs,
-					   .q_off = q_off, .start_pos = start, .key_row0 = row0, .ratio = 4,
-					   .n_heads = H, .head_dim = d, .top_k = k, .topk = tk, .scores = sc,
-					   .topk_len = tl};
-	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
+	const float *q = a->q, *hw = a->head_w, *keys = a->keys, *sc = a->scores;
+	const int32_t *q_off = a->q_off, *start = a->start_pos, *tk = a->topk, *tl = a->topk_len;
+	const int64_t *row0 = a->key_row0;
+	int n_seqs = a->n_seqs, H = a->n_heads, d = a->head_dim, k = a->top_k;
 	int bad = 0;
 	double *ref = xcalloc(200, 8);
 	for (int s = 0; s < n_seqs; s++)
@@ -173,6 +153,117 @@ static void test_topk(int n_seqs, int H, int d, int k, bool ties)
 				if (!seen[w])
 					bad += ref[w] > min_sel + 1e-5 * (1 + fabs(min_sel));
 		}
+	free(ref);
+	return bad;
+}
+
+/* The same keys as a's in a paged pool (2 entries per block, shuffled
+ * blocks) select the same entries as tk_want; tk2 is scratch of a's size. */
+static void topk_check_paged(const struct kern_indexer_topk_args *a, const int32_t *tk_want, int32_t *tk2)
+{
+	int n_seqs = a->n_seqs, d = a->head_dim, k = a->top_k;
+	int64_t T = a->n_tokens, n_rows = a->n_key_rows;
+	const int64_t *row0 = a->key_row0;
+	const float *keys = a->keys;
+	const int32_t *tk = tk_want;
+	enum { PB = 2, BTS = 40 };
+	int n_blk = n_seqs * BTS;
+	int32_t *bt = xcalloc((size_t)n_blk, 4);
+	for (int i = 0; i < n_blk; i++)
+		bt[i] = i;
+	for (int i = n_blk - 1; i > 0; i--) {
+		int j = mt_int(0, i), tmp = bt[i];
+		bt[i] = bt[j];
+		bt[j] = tmp;
+	}
+	float *pk = xcalloc((size_t)(n_blk * PB * d), 4);
+	for (int s = 0; s < n_seqs; s++)
+		for (int64_t e = 0; row0[s] + e < n_rows && e < BTS * PB; e++)
+			memcpy(pk + ((int64_t)bt[s * BTS + e / PB] * PB + e % PB) * d, keys + (row0[s] + e) * d,
+			       sizeof(float) * (size_t)d);
+	struct kern_indexer_topk_args b = *a;
+	b.keys = pk;
+	b.n_key_rows = n_blk * PB;
+	b.key_row0 = NULL;
+	b.key_paged = (struct kern_rowmap_paged){.block_table = bt, .bt_stride = BTS, .per_block = PB};
+	b.topk = tk2;
+	b.work = NULL;
+	T_CHECK(kern_indexer_topk_ref(&b) == ST_OK);
+	T_CHECK(memcmp(tk, tk2, sizeof(int32_t) * (size_t)(T * k)) == 0);
+	free(bt);
+	free(pk);
+}
+
+/* bf16_scores: every score is a bf16 value within bf16 rounding of the fp32
+ * one, descending, with a valid id; and one case by hand. */
+static void topk_check_bf16(const struct kern_indexer_topk_args *a)
+{
+	int k = a->top_k;
+	int64_t T = a->n_tokens;
+	const int32_t *tl = a->topk_len;
+	float *sb = xcalloc((size_t)(T * k), 4);
+	int32_t *tkb = xcalloc((size_t)(T * k), 4);
+	struct kern_indexer_topk_args b = *a;
+	b.bf16_scores = true;
+	b.topk = tkb;
+	b.scores = sb;
+	b.work = NULL;
+	T_CHECK(kern_indexer_topk_ref(&b) == ST_OK);
+	int bb = 0;
+	for (int64_t i = 0; i < T; i++)
+		for (int j = 0; j < tl[i]; j++) {
+			float v = sb[i * k + j];
+			bb += v != kern__bf16_round(v);
+			bb += j > 0 && v > sb[i * k + j - 1];
+			bb += tkb[i * k + j] < 0;
+		}
+	T_CHECKF(bb == 0, "bf16 scores: %d bad", bb);
+	/* by hand: q·k = 1 + 2^-8 rounds (to even) to 1 in bf16; fp32 keeps it */
+	float q1 = 1.0f + 0x1p-8f, k1[4] = {1, 1, 1, 1}, w1 = 1, s1 = 0;
+	int32_t qo[2] = {0, 1}, st = 3, id = -1;
+	int64_t r0 = 0;
+	struct kern_indexer_topk_args h = {.q = &q1, .head_w = &w1, .weight_scale = 1, .bf16_scores = true,
+					   .keys = k1, .n_key_rows = 4, .n_tokens = 1, .n_seqs = 1, .q_off = qo,
+					   .start_pos = &st, .key_row0 = &r0, .ratio = 4, .n_heads = 1,
+					   .head_dim = 1, .top_k = 1, .topk = &id, .scores = &s1};
+	T_CHECK(kern_indexer_topk_ref(&h) == ST_OK && id == 0 && s1 == 1.0f);
+	h.bf16_scores = false;
+	T_CHECK(kern_indexer_topk_ref(&h) == ST_OK && id == 0 && s1 == q1);
+	free(sb);
+	free(tkb);
+}
+
+static void test_topk(int n_seqs, int H, int d, int k, bool ties)
+{
+	int32_t q_off[9] = {0}, start[8];
+	int64_t row0[8], n_rows = 0;
+	for (int s = 0; s < n_seqs; s++) {
+		int len = mt_int(1, 12);
+		start[s] = mt_int(0, 3) == 0 ? 0 : mt_int(0, 120);
+		q_off[s + 1] = q_off[s] + len;
+		row0[s] = n_rows + mt_int(0, 3);
+		n_rows = row0[s] + (start[s] + len) / 4 + 1;
+	}
+	int64_t T = q_off[n_seqs];
+	float *q = xcalloc((size_t)(T * H * d), 4), *hw = xcalloc((size_t)(T * H), 4);
+	float *keys = xcalloc((size_t)(n_rows * d), 4), *sc = xcalloc((size_t)(T * k), 4);
+	int32_t *tk = xcalloc((size_t)(T * k), 4), *tk2 = xcalloc((size_t)(T * k), 4), *tl = xcalloc((size_t)T, 4);
+	float *work = xcalloc(200, 4);
+	mt_fill(q, (size_t)(T * H * d), -1, 1);
+	mt_fill(hw, (size_t)(T * H), -0.5f, 1);
+	mt_fill(keys, (size_t)(n_rows * d), -1, 1);
+	if (ties) /* pairs of identical keys give exactly equal scores */
+		for (int64_t r = 1; r < n_rows; r += 2)
+			memcpy(keys + r * d, keys + (r - 1) * d, sizeof(float) * (size_t)d);
+	for (int64_t i = 0; i < T * k; i++)
+		tk[i] = -7;
+	struct kern_indexer_topk_args a = {.q = q, .head_w = hw, .weight_scale = 1.0f / sqrtf((float)(d * H)),
+					   .keys = keys, .n_key_rows = n_rows, .n_tokens = T, .n_seqs = n_seqs,
+					   .q_off = q_off, .start_pos = start, .key_row0 = row0, .ratio = 4,
+					   .n_heads = H, .head_dim = d, .top_k = k, .topk = tk, .scores = sc,
+					   .topk_len = tl};
+	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
+	int bad = topk_bad_entries(&a);
 	T_CHECKF(bad == 0, "topk seqs %d H %d d %d k %d ties %d: %d bad", n_seqs, H, d, k, ties, bad);
 	/* with the score cache: identical output */
 	a.topk = tk2;
@@ -180,68 +271,8 @@ static void test_topk(int n_seqs, int H, int d, int k, bool ties)
 	a.work_len = 200;
 	T_CHECK(kern_indexer_topk_ref(&a) == ST_OK);
 	T_CHECK(memcmp(tk, tk2, sizeof(int32_t) * (size_t)(T * k)) == 0);
-	/* the same keys in a paged pool (2 entries per block, shuffled blocks) */
-	{
-		enum { PB = 2, BTS = 40 };
-		int n_blk = n_seqs * BTS;
-		int32_t *bt = xcalloc((size_t)n_blk, 4);
-		for (int i = 0; i < n_blk; i++)
-			bt[i] = i;
-		for (int i = n_blk - 1; i > 0; i--) {
-			int j = mt_int(0, i), tmp = bt[i];
-			bt[i] = bt[j];
-			bt[j] = tmp;
-		}
-		float *pk = xcalloc((size_t)(n_blk * PB * d), 4);
-		for (int s = 0; s < n_seqs; s++)
-			for (int64_t e = 0; row0[s] + e < n_rows && e < BTS * PB; e++)
-				memcpy(pk + ((int64_t)bt[s * BTS + e / PB] * PB + e % PB) * d, keys + (row0[s] + e) * d,
-				       sizeof(float) * (size_t)d);
-		struct kern_indexer_topk_args b = a;
-		b.keys = pk;
-		b.n_key_rows = n_blk * PB;
-		b.key_row0 = NULL;
-		b.key_paged = (struct kern_rowmap_paged){.block_table = bt, .bt_stride = BTS, .per_block = PB};
-		b.topk = tk2;
-		b.work = NULL;
-		T_CHECK(kern_indexer_topk_ref(&b) == ST_OK);
-		T_CHECK(memcmp(tk, tk2, sizeof(int32_t) * (size_t)(T * k)) == 0);
-		free(bt);
-		free(pk);
-	}
-	/* bf16_scores: every score is a bf16 value within bf16 rounding of the fp32 one */
-	{
-		float *sb = xcalloc((size_t)(T * k), 4);
-		int32_t *tkb = xcalloc((size_t)(T * k), 4);
-		struct kern_indexer_topk_args b = a;
-		b.bf16_scores = true;
-		b.topk = tkb;
-		b.scores = sb;
-		b.work = NULL;
-		T_CHECK(kern_indexer_topk_ref(&b) == ST_OK);
-		int bb = 0;
-		for (int64_t i = 0; i < T; i++)
-			for (int j = 0; j < tl[i]; j++) {
-				float v = sb[i * k + j];
-				bb += v != kern__bf16_round(v);
-				bb += j > 0 && v > sb[i * k + j - 1];
-				bb += tkb[i * k + j] < 0;
-			}
-		T_CHECKF(bb == 0, "bf16 scores: %d bad", bb);
-		/* by hand: q·k = 1 + 2^-8 rounds (to even) to 1 in bf16; fp32 keeps it */
-		float q1 = 1.0f + 0x1p-8f, k1[4] = {1, 1, 1, 1}, w1 = 1, s1 = 0;
-		int32_t qo[2] = {0, 1}, st = 3, id = -1;
-		int64_t r0 = 0;
-		struct kern_indexer_topk_args h = {.q = &q1, .head_w = &w1, .weight_scale = 1, .bf16_scores = true,
-						   .keys = k1, .n_key_rows = 4, .n_tokens = 1, .n_seqs = 1, .q_off = qo,
-						   .start_pos = &st, .key_row0 = &r0, .ratio = 4, .n_heads = 1,
-						   .head_dim = 1, .top_k = 1, .topk = &id, .scores = &s1};
-		T_CHECK(kern_indexer_topk_ref(&h) == ST_OK && id == 0 && s1 == 1.0f);
-		h.bf16_scores = false;
-		T_CHECK(kern_indexer_topk_ref(&h) == ST_OK && id == 0 && s1 == q1);
-		free(sb);
-		free(tkb);
-	}
+	topk_check_paged(&a, tk, tk2);
+	topk_check_bf16(&a);
 	/* a pool too small for the visible entries is refused */
 	a.n_key_rows = row0[n_seqs - 1];
 	bool any = (start[n_seqs - 1] + (q_off[n_seqs] - q_off[n_seqs - 1])) / 4 > 0;
@@ -255,7 +286,6 @@ static void test_topk(int n_seqs, int H, int d, int k, bool ties)
 	free(tk2);
 	free(tl);
 	free(work);
-	free(ref);
 }
 
 /* The TP-split form: two "ranks" score half the heads each, the sums are

@@ -39,16 +39,13 @@ static void one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt
 
 int main(int argc, char **argv)
 {
-	struct kern_device dev;
-	int rc = gt_open_device(&dev);
-	if (rc)
-		return rc;
-	uint64_t rng = gt_seed(argc, argv, &dev);
+	struct gt_env env;
+	if (gt_start(argc, argv, &env))
+		return env.exit_code;
 	int ran = 0;
-	for (int vi = 0; vi < kern_op_linear.n_variants; vi++) {
-		const struct kern_variant *v = &kern_op_linear.variants[vi];
-		if (v->backend != KERN_BACKEND_CUDA || !v->run_host)
-			continue;
+	for (const struct kern_variant *v = gt_next_cuda_host(&kern_op_linear, NULL); v;
+	     v = gt_next_cuda_host(&kern_op_linear, v)) {
+		const int vi = (int)(v - kern_op_linear.variants);
 		static const int64_t Ts[] = {0, 1, 5, 16, 17, 40};
 		static const int64_t ins[] = {1, 100, 128, 129, 300, 1000};
 		static const int64_t outs[] = {1, 63, 64, 65, 130, 1000};
@@ -56,16 +53,16 @@ int main(int argc, char **argv)
 			static const enum kern_wfmt fs[] = {KERN_WFMT_FP8_E8M0_B128, KERN_WFMT_FP8_F32_B128,
 							    KERN_WFMT_BF16, KERN_WFMT_F32};
 			enum kern_wfmt f = fs[(i + vi) % 4];
-			int64_t in = ins[i % 6], out = outs[(i / 6) % 6], T = Ts[gt_rnd(&rng, 0, 5)];
+			int64_t in = ins[i % 6], out = outs[(i / 6) % 6], T = Ts[gt_rnd(&env.rng, 0, 5)];
 			struct kern_linear_shape sh = {.in = in, .out = out, .max_tokens = T, .act_quant_block = 128};
 			struct kern_problem p = {.wfmt = f, .tp_size = 1, .shape = &sh};
 			char why[KERN_REASON_BYTES];
-			if (!kern_variant_accepts(v, &p, &dev, NULL, why, sizeof why)) {
+			if (!kern_variant_accepts(v, &p, &env.dev, NULL, why, sizeof why)) {
 				fprintf(stderr, "%s refuses [%lld, %lld]: %s\n", v->name, (long long)out, (long long)in, why);
 				continue;
 			}
-			one_case(v, &rng, f, T, in, out, (int)(kern_rand_u64(&rng) & 1) * 128,
-				 (enum kern_dtype)(kern_rand_u64(&rng) & 1), (enum kern_dtype)(kern_rand_u64(&rng) & 1));
+			one_case(v, &env.rng, f, T, in, out, (int)(kern_rand_u64(&env.rng) & 1) * 128,
+				 (enum kern_dtype)(kern_rand_u64(&env.rng) & 1), (enum kern_dtype)(kern_rand_u64(&env.rng) & 1));
 			ran++;
 		}
 		/* One model-sized layer: 1024 -> 4096 (wq_b-like), in a format this variant takes. */
@@ -73,8 +70,8 @@ int main(int argc, char **argv)
 		static const enum kern_wfmt bf[] = {KERN_WFMT_FP8_E8M0_B128, KERN_WFMT_BF16};
 		for (int j = 0; j < 2; j++) {
 			struct kern_problem bp = {.wfmt = bf[j], .tp_size = 1, .shape = &big};
-			if (kern_variant_accepts(v, &bp, &dev, NULL, NULL, 0))
-				one_case(v, &rng, bf[j], 7, 1024, 4096, j ? 0 : 128, KERN_DT_BF16, KERN_DT_BF16);
+			if (kern_variant_accepts(v, &bp, &env.dev, NULL, NULL, 0))
+				one_case(v, &env.rng, bf[j], 7, 1024, 4096, j ? 0 : 128, KERN_DT_BF16, KERN_DT_BF16);
 		}
 	}
 	if (!ran)
@@ -83,7 +80,7 @@ int main(int argc, char **argv)
 	struct kern_linear_shape sh = {.in = 4096, .out = 1000, .max_tokens = 64, .act_quant_block = 128};
 	struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
 	int dropped = 0;
-	const struct kern_variant *v = gt_select_checked(&kern_op_linear, &p, &dev, 0, &dropped);
+	const struct kern_variant *v = gt_select_checked(&kern_op_linear, &p, &env.dev, 0, &dropped);
 	T_CHECK(v && v->backend == KERN_BACKEND_CUDA && dropped == 0);
 	return test_exit();
 }

@@ -114,47 +114,45 @@ static void check_fast_ref(uint64_t *rng)
 
 int main(int argc, char **argv)
 {
-	struct kern_device dev;
-	int rc = gt_open_device(&dev);
-	if (rc)
-		return rc;
+	struct gt_env env;
+	if (gt_start(argc, argv, &env))
+		return env.exit_code;
 	struct err e = {0};
-	uint64_t rng = gt_seed(argc, argv, &dev);
-	const int cc = dev.cc_major * 10 + dev.cc_minor;
 
 	/* The variants this device runs. */
 	struct kern_linear_shape sh = {.in = 4096, .out = 1024, .max_tokens = 4096, .act_quant_block = 128,
 				       .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 	struct kern_problem p = {.wfmt = KERN_WFMT_FP8_E8M0_B128, .tp_size = 1, .shape = &sh};
 	const struct kern_variant *vs[2];
-	char why[KERN_REASON_BYTES] = "";
-	const int nv = gt_mma_variants(&kern_op_linear, "linear_mma", &p, &dev, vs);
+	const int nv = gt_mma_variants(&kern_op_linear, "linear_mma", &p, &env.dev, vs);
 	if (!nv)
 		return test_exit();
 
-	/* Guards. */
-	for (int i = 0; i < nv; i++) {
-		struct kern_linear_shape g = sh;
-		struct kern_problem gp = p;
-		gp.shape = &g;
-		g.act_quant_block = 0;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "act_quant_block 0");
-		g = sh;
-		g.in = 4096 + 64;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "not a multiple of 128");
-		g = sh;
-		g.max_tokens = 16;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "below one 64-token tile");
-		gp.wfmt = KERN_WFMT_BF16;
-		g = sh;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "weight format bf16 not accepted");
-	}
+	/* Guards: sh and p with one thing changed, refused with the reason named. */
+	static const struct {
+		int act_quant_block;
+		int64_t in, max_tokens;
+		enum kern_wfmt wfmt;
+		const char *why;
+	} guards[] = {
+		{0, 4096, 4096, KERN_WFMT_FP8_E8M0_B128, "act_quant_block 0"},
+		{128, 4096 + 64, 4096, KERN_WFMT_FP8_E8M0_B128, "not a multiple of 128"},
+		{128, 4096, 16, KERN_WFMT_FP8_E8M0_B128, "below one 64-token tile"},
+		{128, 4096, 4096, KERN_WFMT_BF16, "weight format bf16 not accepted"},
+	};
+	for (int i = 0; i < nv; i++)
+		for (size_t j = 0; j < sizeof guards / sizeof guards[0]; j++) {
+			struct kern_linear_shape g = sh;
+			struct kern_problem gp = p;
+			gp.shape = &g;
+			gp.wfmt = guards[j].wfmt;
+			g.act_quant_block = guards[j].act_quant_block;
+			g.in = guards[j].in;
+			g.max_tokens = guards[j].max_tokens;
+			gt_refuses(vs[i], &gp, &env.dev, guards[j].why);
+		}
 
-	check_fast_ref(&rng);
+	check_fast_ref(&env.rng);
 
 	/* Sweep against kern_linear_ref. */
 	static const int64_t Ts[] = {1, 5, 63, 64, 65, 127, 200};
@@ -162,12 +160,13 @@ int main(int argc, char **argv)
 	static const int64_t outs[] = {8, 100, 128, 129, 300};
 	int failed = 0, ran = 0;
 	for (int i = 0; i < 48; i++) {
-		struct lcase c = {.T = Ts[i % 7], .in = ins[gt_rnd(&rng, 0, 3)], .out = outs[gt_rnd(&rng, 0, 4)],
+		struct lcase c = {.T = Ts[i % 7], .in = ins[gt_rnd(&env.rng, 0, 3)],
+				  .out = outs[gt_rnd(&env.rng, 0, 4)],
 				  .xdt = (enum kern_dtype)(i & 1), .ydt = (enum kern_dtype)((i >> 1) & 1),
 				  .fmt = (i >> 2) & 1 ? KERN_WFMT_FP8_F32_B128 : KERN_WFMT_FP8_E8M0_B128};
 		c.ldx = c.in + (i % 3 == 0 ? 0 : i % 3 == 1 ? 8 : 3);
 		c.ldy = c.out + (i % 4 == 3 ? 5 : 0);
-		failed += one_case(vs, nv, &rng, &c);
+		failed += one_case(vs, nv, &env.rng, &c);
 		ran++;
 	}
 	fprintf(stderr, "sweep: %d cases x %d variants, %d failures\n", ran, nv, failed);
@@ -181,31 +180,25 @@ int main(int argc, char **argv)
 			struct lcase c = {.T = bigT[t], .in = shapes[s][0], .out = shapes[s][1], .ldx = shapes[s][0],
 					  .ldy = shapes[s][1], .xdt = KERN_DT_BF16, .ydt = (enum kern_dtype)(t & 1),
 					  .fmt = KERN_WFMT_FP8_E8M0_B128, .fast = true};
-			big_failed += one_case(vs, nv, &rng, &c);
+			big_failed += one_case(vs, nv, &env.rng, &c);
 		}
 	struct lcase c16k = {.T = 16384, .in = 4096, .out = 1024, .ldx = 4096, .ldy = 1024, .xdt = KERN_DT_BF16,
 			     .ydt = KERN_DT_BF16, .fmt = KERN_WFMT_FP8_E8M0_B128, .fast = true};
-	big_failed += one_case(vs, nv, &rng, &c16k);
+	big_failed += one_case(vs, nv, &env.rng, &c16k);
 	fprintf(stderr, "model shapes: 21 cases x %d variants, %d failures\n", nv, big_failed);
 
 	/* The op's self-check (what --kernel-selfcheck runs at load) passes for both on a prefill plan. */
 	for (int i = 0; i < nv; i++) {
-		enum status st = kern_op_linear.selfcheck(&kern_op_linear, vs[i], &p, &dev, &e);
+		enum status st = kern_op_linear.selfcheck(&kern_op_linear, vs[i], &p, &env.dev, &e);
 		T_CHECKF(st == ST_OK, "self-check of %s: %s", vs[i]->name, e.msg);
 	}
 	/* Selection on this device for a prefill plan: cuBLASLt on sm_90, the e4m3 kernel on 10.0 / 12.x. */
-	struct kern_disabled dis;
-	T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
-	const struct kern_variant *got = NULL;
-	T_CHECKF(kern_select(&kern_op_linear, &p, &dev, &dis, 0, &got, &e) == ST_OK, "%s", e.msg);
-	fprintf(stderr, "selected for [4096 -> 1024], 4096-token plan: %s\n", got ? got->name : "nothing");
-	if (cc == 100 || cc == 120 || cc == 121)
-		T_CHECKF(got == vs[nv - 1], "chose %s, expected %s", got ? got->name : "nothing", vs[nv - 1]->name);
+	gt_mma_selected(&kern_op_linear, &p, &env.dev, vs, nv, "[4096 -> 1024], 4096-token plan");
 
 #if DSV4_HAVE_CUDA /* kern_ctx exists in CUDA builds only */
 	/* A context's scratch grows on demand and is reused. */
 	struct kern_ctx *kc = NULL;
-	T_CHECK(kern_ctx_create(dev.index, NULL, &kc, &e) == ST_OK);
+	T_CHECK(kern_ctx_create(env.dev.index, NULL, &kc, &e) == ST_OK);
 	T_CHECK(kern_ctx_reserve(kc, 1000, &e) == ST_OK);
 	void *s1 = kern_ctx_scratch(kc, 1000, NULL);
 	T_CHECK(s1 != NULL && kern_ctx_scratch(kc, 10, NULL) == s1);

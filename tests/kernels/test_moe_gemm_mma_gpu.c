@@ -159,45 +159,44 @@ static void check_fast_ref(uint64_t *rng)
 
 int main(int argc, char **argv)
 {
-	struct kern_device dev;
-	int rc = gt_open_device(&dev);
-	if (rc)
-		return rc;
+	struct gt_env env;
+	if (gt_start(argc, argv, &env))
+		return env.exit_code;
 	struct err e = {0};
-	uint64_t rng = gt_seed(argc, argv, &dev);
-	const int cc = dev.cc_major * 10 + dev.cc_minor;
 
 	struct kern_moe_gemm_shape sh = {.in = 4096, .out = 2048, .n_experts = 256, .max_rows = 6 * 4096,
 					 .act_quant_block = 128, .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 	struct kern_problem p = {.wfmt = KERN_WFMT_MXFP4, .tp_size = 1, .shape = &sh};
-	char why[KERN_REASON_BYTES] = "";
 	const struct kern_variant *vs[2];
-	const int nv = gt_mma_variants(&kern_op_moe_gemm, "moe_gemm_mma", &p, &dev, vs);
+	const int nv = gt_mma_variants(&kern_op_moe_gemm, "moe_gemm_mma", &p, &env.dev, vs);
 	if (!nv)
 		return test_exit();
 
-	for (int i = 0; i < nv; i++) {
-		struct kern_moe_gemm_shape g = sh;
-		struct kern_problem gp = p;
-		gp.shape = &g;
-		g.act_quant_block = 0;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "act_quant_block 0");
-		g = sh;
-		g.in = 4096 + 32;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "not a multiple of 128");
-		g = sh;
-		g.max_rows = 48;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "below one 64-row tile");
-		g = sh;
-		gp.wfmt = KERN_WFMT_FP8_E8M0_B128;
-		T_CHECK(!kern_variant_accepts(vs[i], &gp, &dev, NULL, why, sizeof why));
-		gt_contains(why, "weight format fp8");
-	}
+	/* Guards: sh and p with one thing changed, refused with the reason named. */
+	static const struct {
+		int act_quant_block;
+		int64_t in, max_rows;
+		enum kern_wfmt wfmt;
+		const char *why;
+	} guards[] = {
+		{0, 4096, 6 * 4096, KERN_WFMT_MXFP4, "act_quant_block 0"},
+		{128, 4096 + 32, 6 * 4096, KERN_WFMT_MXFP4, "not a multiple of 128"},
+		{128, 4096, 48, KERN_WFMT_MXFP4, "below one 64-row tile"},
+		{128, 4096, 6 * 4096, KERN_WFMT_FP8_E8M0_B128, "weight format fp8"},
+	};
+	for (int i = 0; i < nv; i++)
+		for (size_t j = 0; j < sizeof guards / sizeof guards[0]; j++) {
+			struct kern_moe_gemm_shape g = sh;
+			struct kern_problem gp = p;
+			gp.shape = &g;
+			gp.wfmt = guards[j].wfmt;
+			g.act_quant_block = guards[j].act_quant_block;
+			g.in = guards[j].in;
+			g.max_rows = guards[j].max_rows;
+			gt_refuses(vs[i], &gp, &env.dev, guards[j].why);
+		}
 
-	check_fast_ref(&rng);
+	check_fast_ref(&env.rng);
 
 	/* The kernels alone. */
 	struct runner only[2];
@@ -212,12 +211,14 @@ int main(int argc, char **argv)
 	static const int64_t outs[] = {8, 100, 128, 129, 300};
 	int failed = 0, ran = 0;
 	for (int i = 0; i < 48; i++) {
-		struct mcase c = {.fmt = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4, .E = gt_rnd(&rng, 1, 12),
-				  .R = Rs[i % 6], .in = ins[gt_rnd(&rng, 0, 3)], .out = outs[gt_rnd(&rng, 0, 4)],
-				  .gather = (i >> 1) & 1, .X = gt_rnd(&rng, 1, 70), .xdt = (enum kern_dtype)((i >> 2) & 1),
-				  .ydt = (enum kern_dtype)(kern_rand_u64(&rng) & 1)};
+		struct mcase c = {.fmt = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4, .E = gt_rnd(&env.rng, 1, 12),
+				  .R = Rs[i % 6], .in = ins[gt_rnd(&env.rng, 0, 3)],
+				  .out = outs[gt_rnd(&env.rng, 0, 4)],
+				  .gather = (i >> 1) & 1, .X = gt_rnd(&env.rng, 1, 70),
+				  .xdt = (enum kern_dtype)((i >> 2) & 1),
+				  .ydt = (enum kern_dtype)(kern_rand_u64(&env.rng) & 1)};
 		c.ldy = c.out + (i % 5 == 4 ? 3 : 0);
-		failed += one_case(only, nonly, &rng, &c);
+		failed += one_case(only, nonly, &env.rng, &c);
 		ran++;
 	}
 	fprintf(stderr, "sweep: %d cases x %d kernels, %d failures\n", ran, nonly, failed);
@@ -233,7 +234,7 @@ int main(int argc, char **argv)
 						  .X = bigT[t], .xdt = KERN_DT_BF16, .ydt = (enum kern_dtype)(t & 1),
 						  .fast = true};
 				c.ldy = c.out;
-				big_failed += one_case(only, nonly, &rng, &c);
+				big_failed += one_case(only, nonly, &env.rng, &c);
 			}
 	fprintf(stderr, "expert shapes: 20 cases x %d kernels, %d failures\n", nonly, big_failed);
 
@@ -246,17 +247,11 @@ int main(int argc, char **argv)
 		large.R = 600;
 		large.X = 100;
 		large.fmt = KERN_WFMT_MXFP4;
-		one_case(&r, 1, &rng, &small);
-		one_case(&r, 1, &rng, &large);
-		enum status st = kern_op_moe_gemm.selfcheck(&kern_op_moe_gemm, vs[i], &p, &dev, &e);
+		one_case(&r, 1, &env.rng, &small);
+		one_case(&r, 1, &env.rng, &large);
+		enum status st = kern_op_moe_gemm.selfcheck(&kern_op_moe_gemm, vs[i], &p, &env.dev, &e);
 		T_CHECKF(st == ST_OK, "self-check of %s: %s", vs[i]->name, e.msg);
 	}
-	struct kern_disabled dis;
-	T_CHECK(kern_disabled_init(&dis, NULL, false, &e) == ST_OK);
-	const struct kern_variant *got = NULL;
-	T_CHECKF(kern_select(&kern_op_moe_gemm, &p, &dev, &dis, 0, &got, &e) == ST_OK, "%s", e.msg);
-	fprintf(stderr, "selected for MXFP4 [4096 -> 2048], 24576-row plan: %s\n", got ? got->name : "nothing");
-	if (cc == 100 || cc == 120 || cc == 121)
-		T_CHECKF(got == vs[nv - 1], "chose %s, expected %s", got ? got->name : "nothing", vs[nv - 1]->name);
+	gt_mma_selected(&kern_op_moe_gemm, &p, &env.dev, vs, nv, "MXFP4 [4096 -> 2048], 24576-row plan");
 	return test_exit();
 }

@@ -39,37 +39,27 @@ int main(int argc, char **argv)
 {
 	if (!DSV4_HAVE_SM_90A)
 		return test_skip("built without the sm_90a image");
-	struct kern_device dev;
-	int rc = gt_open_device(&dev);
-	if (rc)
-		return rc;
+	struct gt_env env;
+	if (gt_start(argc, argv, &env))
+		return env.exit_code;
 	const struct kern_variant *v = gt_find(&kern_op_moe_gemm, "moe_gemm_sm90_fp4");
 	T_CHECK(v != NULL);
 	if (!v)
 		return test_exit();
-	uint64_t rng = gt_seed(argc, argv, &dev);
 	struct kern_moe_gemm_shape msh = {.in = 4096, .out = 2048, .n_experts = 256, .max_rows = 384,
 					  .act_quant_block = 128, .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 	struct kern_problem mp = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &msh};
 	char why[KERN_REASON_BYTES] = "";
-	if (dev.cc_major * 10 + dev.cc_minor != 90) {
-		T_CHECK(!kern_variant_accepts(v, &mp, &dev, NULL, why, sizeof why));
+	if (env.dev.cc_major * 10 + env.dev.cc_minor != 90) {
+		T_CHECK(!kern_variant_accepts(v, &mp, &env.dev, NULL, why, sizeof why));
 		gt_contains(why, "outside [9.0, 9.0]");
 		fprintf(stderr, "not a cc 9.0 device: only the refusal was checked\n");
 		return test_exit();
 	}
-	T_CHECKF(kern_variant_accepts(v, &mp, &dev, NULL, why, sizeof why), "refused on the H200: %s", why);
+	T_CHECKF(kern_variant_accepts(v, &mp, &env.dev, NULL, why, sizeof why), "refused on the H200: %s", why);
 
 	/* Guards. */
-	struct kern_problem fp8 = mp;
-	fp8.wfmt = KERN_WFMT_FP8_E8M0_B128;
-	T_CHECK(!kern_variant_accepts(v, &fp8, &dev, NULL, why, sizeof why));
-	gt_contains(why, "weight format fp8");
-	struct kern_moe_gemm_shape odd = msh;
-	odd.in = 4096 + 16;
-	struct kern_problem op_odd = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &odd};
-	T_CHECK(!kern_variant_accepts(v, &op_odd, &dev, NULL, why, sizeof why));
-	gt_contains(why, "multiple of 32");
+	gt_fp4_moe_gemm_guards(v, &msh, &env.dev);
 
 	/* Sweep. */
 	static const int64_t Rs[] = {0, 1, 15, 16, 17, 33, 130};
@@ -78,30 +68,19 @@ int main(int argc, char **argv)
 	int ran = 0, failed = 0;
 	for (int i = 0; i < 60; i++) {
 		enum kern_wfmt f = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4;
-		int64_t R = Rs[i % 7], in = ins[gt_rnd(&rng, 0, 5)], out = outs[gt_rnd(&rng, 0, 4)], E = gt_rnd(&rng, 1, 9);
+		int64_t R = Rs[i % 7], in = ins[gt_rnd(&env.rng, 0, 5)], out = outs[gt_rnd(&env.rng, 0, 4)], E = gt_rnd(&env.rng, 1, 9);
 		int aq = (int)((i >> 1) & 1) * 128;
-		enum kern_dtype xdt = (enum kern_dtype)((i >> 2) & 1), ydt = (enum kern_dtype)(kern_rand_u64(&rng) & 1);
-		failed += !one_case(v, &rng, f, E, R, in, out, aq, (int)(kern_rand_u64(&rng) & 1), xdt, ydt);
+		enum kern_dtype xdt = (enum kern_dtype)((i >> 2) & 1), ydt = (enum kern_dtype)(kern_rand_u64(&env.rng) & 1);
+		failed += !one_case(v, &env.rng, f, E, R, in, out, aq, (int)(kern_rand_u64(&env.rng) & 1), xdt, ydt);
 		ran++;
 	}
 	/* Model shapes: w1 4096 -> 2048 and w2 2048 -> 4096 of 6 routed experts, decode (6 rows) and a batch. */
-	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 6, 6, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_BF16);
-	failed += !one_case(v, &rng, KERN_WFMT_MXFP4, 8, 48, 2048, 4096, 128, 0, KERN_DT_BF16, KERN_DT_F32);
+	failed += !one_case(v, &env.rng, KERN_WFMT_NVFP4, 6, 6, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_BF16);
+	failed += !one_case(v, &env.rng, KERN_WFMT_MXFP4, 8, 48, 2048, 4096, 128, 0, KERN_DT_BF16, KERN_DT_F32);
 	fprintf(stderr, "%d sweep cases + 2 model shapes, %d failed\n", ran, failed);
 
 	/* Selection on the device: the sm_90a kernel for w1/w3 and w2 (and their TP=2 shards), self-check passing. */
 	static const int64_t model[][2] = {{4096, 2048}, {2048, 4096}, {4096, 1024}, {1024, 4096}};
-	for (int i = 0; i < 4; i++)
-		for (int f = 0; f < 2; f++) {
-			struct kern_moe_gemm_shape sh = {.in = model[i][0], .out = model[i][1], .n_experts = 256,
-							 .max_rows = 1536, .act_quant_block = 128,
-							 .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
-			struct kern_problem p = {.wfmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4, .tp_size = 1, .shape = &sh};
-			int dropped = 0;
-			const struct kern_variant *got = gt_select_checked(&kern_op_moe_gemm, &p, &dev, 3, &dropped);
-			T_CHECKF(got == v && dropped == 0, "[%lld -> %lld] %s: chose %s (%d dropped by self-check)",
-				 (long long)model[i][0], (long long)model[i][1], kern_wfmt_name(p.wfmt),
-				 got ? got->name : "nothing", dropped);
-		}
+	gt_moe_gemm_picks(&env.dev, model, 4, 1536, v);
 	return test_exit();
 }

@@ -37,48 +37,38 @@ static int one_case(const struct kern_variant *v, uint64_t *rng, enum kern_wfmt 
 
 int main(int argc, char **argv)
 {
-	struct kern_device dev;
-	int rc = gt_open_device(&dev);
-	if (rc)
-		return rc;
+	struct gt_env env;
+	if (gt_start(argc, argv, &env))
+		return env.exit_code;
 	const struct kern_variant *v = gt_find(&kern_op_moe_gemm, "moe_gemm_cuda_gemv");
 	T_CHECK(v != NULL && v->run_host != NULL);
 	if (!v || !v->run_host)
 		return test_exit();
-	uint64_t rng = gt_seed(argc, argv, &dev);
 
 	/* Guards. */
 	struct kern_moe_gemm_shape msh = {.in = 4096, .out = 2048, .n_experts = 256, .max_rows = 64,
 					  .act_quant_block = 128, .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
 	struct kern_problem mp = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &msh};
 	char why[KERN_REASON_BYTES] = "";
-	T_CHECKF(kern_variant_accepts(v, &mp, &dev, NULL, why, sizeof why), "refused: %s", why);
-	struct kern_problem fp8 = mp;
-	fp8.wfmt = KERN_WFMT_FP8_E8M0_B128;
-	T_CHECK(!kern_variant_accepts(v, &fp8, &dev, NULL, why, sizeof why));
-	gt_contains(why, "weight format fp8");
-	struct kern_moe_gemm_shape odd = msh;
-	odd.in = 4096 + 16;
-	struct kern_problem op_odd = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &odd};
-	T_CHECK(!kern_variant_accepts(v, &op_odd, &dev, NULL, why, sizeof why));
-	gt_contains(why, "multiple of 32");
+	T_CHECKF(kern_variant_accepts(v, &mp, &env.dev, NULL, why, sizeof why), "refused: %s", why);
+	gt_fp4_moe_gemm_guards(v, &msh, &env.dev);
 	struct kern_moe_gemm_shape big = msh;
 	big.max_rows = KERN_MOE_GEMV_MAX_ROWS + 1;
 	struct kern_problem op_big = {.wfmt = KERN_WFMT_MXFP4, .tp_size = 1, .shape = &big};
-	T_CHECK(!kern_variant_accepts(v, &op_big, &dev, NULL, why, sizeof why));
+	T_CHECK(!kern_variant_accepts(v, &op_big, &env.dev, NULL, why, sizeof why));
 	gt_contains(why, "max_rows 65");
 	struct kern_moe_gemm_shape f32x = msh;
 	f32x.x_dtype = KERN_DT_F32;
 	f32x.act_quant_block = 0;
 	struct kern_problem op_f32 = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &f32x};
-	T_CHECK(!kern_variant_accepts(v, &op_f32, &dev, NULL, why, sizeof why));
+	T_CHECK(!kern_variant_accepts(v, &op_f32, &env.dev, NULL, why, sizeof why));
 	gt_contains(why, "without act_quant");
 	f32x.act_quant_block = 128;
-	T_CHECKF(kern_variant_accepts(v, &op_f32, &dev, NULL, why, sizeof why), "refused: %s", why);
+	T_CHECKF(kern_variant_accepts(v, &op_f32, &env.dev, NULL, why, sizeof why), "refused: %s", why);
 	struct kern_moe_gemm_shape wide = msh;
-	wide.in = 32 * ((int64_t)dev.smem_optin_bytes / 32); /* one staged bf16 row is twice that */
+	wide.in = 32 * ((int64_t)env.dev.smem_optin_bytes / 32); /* one staged bf16 row is twice that */
 	struct kern_problem op_wide = {.wfmt = KERN_WFMT_NVFP4, .tp_size = 1, .shape = &wide};
-	T_CHECK(!kern_variant_accepts(v, &op_wide, &dev, NULL, why, sizeof why));
+	T_CHECK(!kern_variant_accepts(v, &op_wide, &env.dev, NULL, why, sizeof why));
 	gt_contains(why, "shared memory");
 
 	/* Sweep: decode loads (0..8 rows per expert). */
@@ -87,47 +77,37 @@ int main(int argc, char **argv)
 	int ran = 0, failed = 0;
 	for (int i = 0; i < 48; i++) {
 		enum kern_wfmt f = (i & 1) ? KERN_WFMT_NVFP4 : KERN_WFMT_MXFP4;
-		int64_t E = gt_rnd(&rng, 1, 9), counts[9];
+		int64_t E = gt_rnd(&env.rng, 1, 9), counts[9];
 		for (int64_t x = 0; x < E; x++)
-			counts[x] = kern_rand_u64(&rng) % 4 == 0 ? 0 : gt_rnd(&rng, 1, 8);
+			counts[x] = kern_rand_u64(&env.rng) % 4 == 0 ? 0 : gt_rnd(&env.rng, 1, 8);
 		if (i % 8 == 0) /* the batch-1 case: one expert, one row */
 			E = 1, counts[0] = 1;
 		if (i % 8 == 4) /* chunking: one expert above 8 rows */
-			counts[0] = gt_rnd(&rng, 9, 20);
-		int64_t in = ins[gt_rnd(&rng, 0, 6)], out = outs[gt_rnd(&rng, 0, 5)];
+			counts[0] = gt_rnd(&env.rng, 9, 20);
+		int64_t in = ins[gt_rnd(&env.rng, 0, 6)], out = outs[gt_rnd(&env.rng, 0, 5)];
 		if (in * out > 4096 * 256 && E > 3)
 			E = 3;
 		int aq = (int)((i >> 1) & 1) * 128;
-		enum kern_dtype xdt = (enum kern_dtype)((i >> 2) & 1), ydt = (enum kern_dtype)(kern_rand_u64(&rng) & 1);
+		enum kern_dtype xdt = (enum kern_dtype)((i >> 2) & 1), ydt = (enum kern_dtype)(kern_rand_u64(&env.rng) & 1);
 		if (xdt != KERN_DT_BF16 && !aq) /* f32 x needs act_quant (the guard refuses it otherwise) */
 			aq = 128;
-		failed += !one_case(v, &rng, f, E, counts, in, out, aq, (int)(kern_rand_u64(&rng) & 1), xdt, ydt);
+		failed += !one_case(v, &env.rng, f, E, counts, in, out, aq, (int)(kern_rand_u64(&env.rng) & 1), xdt,
+				    ydt);
 		ran++;
 	}
 	/* Model shapes: w1 4096 -> 2048 and w2 2048 -> 4096, 6 routed experts x 1 row (batch 1) and x 8 rows. */
 	static const int64_t six1[6] = {1, 1, 1, 1, 1, 1}, six8[6] = {8, 8, 8, 8, 8, 8};
-	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 6, six1, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_BF16);
-	failed += !one_case(v, &rng, KERN_WFMT_MXFP4, 6, six1, 2048, 4096, 128, 0, KERN_DT_BF16, KERN_DT_F32);
-	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 6, six8, 2048, 4096, 128, 0, KERN_DT_F32, KERN_DT_F32);
-	failed += !one_case(v, &rng, KERN_WFMT_MXFP4, 6, six8, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_F32);
+	failed += !one_case(v, &env.rng, KERN_WFMT_NVFP4, 6, six1, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_BF16);
+	failed += !one_case(v, &env.rng, KERN_WFMT_MXFP4, 6, six1, 2048, 4096, 128, 0, KERN_DT_BF16, KERN_DT_F32);
+	failed += !one_case(v, &env.rng, KERN_WFMT_NVFP4, 6, six8, 2048, 4096, 128, 0, KERN_DT_F32, KERN_DT_F32);
+	failed += !one_case(v, &env.rng, KERN_WFMT_MXFP4, 6, six8, 4096, 2048, 128, 1, KERN_DT_BF16, KERN_DT_F32);
 	/* Above KERN_MOE_GEMV_MAX_ROWS: run() still computes every row (8-row chunks). */
 	static const int64_t many[3] = {40, 0, 60};
-	failed += !one_case(v, &rng, KERN_WFMT_NVFP4, 3, many, 1024, 200, 128, 1, KERN_DT_BF16, KERN_DT_F32);
+	failed += !one_case(v, &env.rng, KERN_WFMT_NVFP4, 3, many, 1024, 200, 128, 1, KERN_DT_BF16, KERN_DT_F32);
 	fprintf(stderr, "%d sweep cases + 5 model/fallback shapes, %d failed\n", ran, failed);
 
 	/* Selection on the device: a decode plan (max_rows 64) gets the GEMV, self-check passing. */
 	static const int64_t model[][2] = {{4096, 2048}, {2048, 4096}};
-	for (int i = 0; i < 2; i++)
-		for (int f = 0; f < 2; f++) {
-			struct kern_moe_gemm_shape sh = {.in = model[i][0], .out = model[i][1], .n_experts = 256,
-							 .max_rows = 64, .act_quant_block = 128,
-							 .x_dtype = KERN_DT_BF16, .y_dtype = KERN_DT_BF16};
-			struct kern_problem p = {.wfmt = f ? KERN_WFMT_MXFP4 : KERN_WFMT_NVFP4, .tp_size = 1, .shape = &sh};
-			int dropped = 0;
-			const struct kern_variant *got = gt_select_checked(&kern_op_moe_gemm, &p, &dev, 3, &dropped);
-			T_CHECKF(got == v && dropped == 0, "[%lld -> %lld] %s: chose %s (%d dropped by self-check)",
-				 (long long)model[i][0], (long long)model[i][1], kern_wfmt_name(p.wfmt),
-				 got ? got->name : "nothing", dropped);
-		}
+	gt_moe_gemm_picks(&env.dev, model, 2, 64, v);
 	return test_exit();
 }

@@ -54,6 +54,30 @@ static inline json_t *fx_tiny_config(int64_t vocab)
 	return c;
 }
 
+/* The real DeepSeek-V4-Flash dimensions (dsv4.md §1.1) over the tiny config's
+ * other fields: 43 layers + the NextN layer, compress ratios 0, 0, then 4 and
+ * 128 alternating, 0; no quantization_config. */
+static inline json_t *fx_flash_config(void)
+{
+	json_t *c = fx_tiny_config(129280);
+	json_t *v = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
+			      "hidden_size", 4096, "num_hidden_layers", 43, "num_attention_heads", 64, "head_dim", 512,
+			      "qk_rope_head_dim", 64, "q_lora_rank", 1024, "o_groups", 8, "o_lora_rank", 1024,
+			      "moe_intermediate_size", 2048, "n_routed_experts", 256, "num_experts_per_tok", 6,
+			      "num_hash_layers", 3, "sliding_window", 128, "index_n_heads", 64, "index_head_dim", 128,
+			      "index_topk", 512, "num_nextn_predict_layers", 1);
+	json_object_update(c, v);
+	json_decref(v);
+	json_t *r = json_array();
+	json_array_append_new(r, json_integer(0));
+	json_array_append_new(r, json_integer(0));
+	for (int i = 2; i < 43; i++)
+		json_array_append_new(r, json_integer(i % 2 ? 128 : 4));
+	json_array_append_new(r, json_integer(0));
+	json_object_set_new(c, "compress_ratios", r);
+	return c;
+}
+
 /* Add the quantization_config of the fp8 (nvfp4=false) or nvfp4 release. */
 static inline void fx_add_quant(json_t *c, int nvfp4)
 {

@@ -20,15 +20,12 @@
 
 #include "model/checkpoint.h"
 #include "model/exec_cpu.h"
+#include "tests/test.h"
 #include "tests/tiny_dir.h"
 
-static inline struct model_checkpoint *fh_open(const char *variant)
+/* The checkpoint in directory path; NULL (with a line on stderr) when it does not open. */
+static inline struct model_checkpoint *fh_open_dir(const char *path)
 {
-	const char *d = fh_tiny_dir();
-	if (!d)
-		return NULL;
-	char path[1200];
-	snprintf(path, sizeof path, "%s/tiny-%s", d, variant);
 	struct model_checkpoint_options o = {.dir = path};
 	struct model_checkpoint *ck = NULL;
 	struct err e = {0};
@@ -37,6 +34,54 @@ static inline struct model_checkpoint *fh_open(const char *variant)
 		return NULL;
 	}
 	return ck;
+}
+
+static inline struct model_checkpoint *fh_open(const char *variant)
+{
+	const char *d = fh_tiny_dir();
+	if (!d)
+		return NULL;
+	char path[1200];
+	snprintf(path, sizeof path, "%s/tiny-%s", d, variant);
+	return fh_open_dir(path);
+}
+
+/* tiny-<variant> for a test's main: 0 with *ck set, or the code the test
+ * exits with: 77 (skipped) without the tiny checkpoints (they need the venv),
+ * 1 when the checkpoint does not open. */
+static inline int fh_open_for_main(const char *variant, struct model_checkpoint **ck)
+{
+	if (!fh_tiny_dir())
+		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
+	*ck = fh_open(variant);
+	T_CHECK(*ck != NULL);
+	return *ck ? 0 : test_exit();
+}
+
+/* <build>/tiny-models-0731/tiny-0731-<variant>, generated under the lock that
+ * tests/model/test_dspark_ref.py takes too (tests run in parallel). */
+static inline struct model_checkpoint *fh_open_0731(const char *variant)
+{
+	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
+	if (!src || !bld)
+		return NULL;
+	char dir[1200], lock[1300], cmd[4096], path[1400];
+	snprintf(dir, sizeof dir, "%s/tiny-models-0731", bld);
+	snprintf(lock, sizeof lock, "%s.lock", dir);
+	snprintf(path, sizeof path, "%s/tiny-0731-%s", dir, variant);
+	int fd = open(lock, O_CREAT | O_RDWR, 0644);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	snprintf(cmd, sizeof cmd,
+		 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --release 0731 --variant %s --out '%s' >/dev/null",
+		 src, src, variant, path);
+	int rc = system(cmd);
+	flock(fd, LOCK_UN);
+	close(fd);
+	return rc ? NULL : fh_open_dir(path);
 }
 
 /* The device the forward tests run on: the CPU, or with DSV4_TEST_DEVICE=cuda

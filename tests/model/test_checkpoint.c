@@ -116,6 +116,147 @@ static void check_tensor(struct model_checkpoint *ck, const char *name, enum mod
 
 /* ---- Valid checkpoints ---- */
 
+/* The plain (unquantised) tensors every variant has, where they are, and the names none has. */
+static void check_plain_tensors(struct model_checkpoint *ck)
+{
+	check_tensor(ck, "embed.weight", MODEL_DTYPE_BF16, 2, VOCAB, 64);
+	check_tensor(ck, "head.weight", MODEL_DTYPE_BF16, 2, VOCAB, 64);
+	check_tensor(ck, "hc_head_fn", MODEL_DTYPE_F32, 2, 4, 256);
+	check_tensor(ck, "hc_head_scale", MODEL_DTYPE_F32, 1, 1, 0);
+	check_tensor(ck, "layers.0.hc_attn_fn", MODEL_DTYPE_F32, 2, 24, 256);
+	check_tensor(ck, "layers.5.hc_ffn_scale", MODEL_DTYPE_F32, 1, 3, 0);
+	check_tensor(ck, "layers.1.attn.attn_sink", MODEL_DTYPE_F32, 1, 8, 0);
+	check_tensor(ck, "layers.2.attn.compressor.wkv.weight", MODEL_DTYPE_BF16, 2, 128, 64);
+	check_tensor(ck, "layers.2.attn.compressor.ape", MODEL_DTYPE_F32, 2, 4, 128);
+	check_tensor(ck, "layers.3.attn.compressor.ape", MODEL_DTYPE_F32, 2, 8, 64);
+	check_tensor(ck, "layers.3.attn.compressor.wgate.weight", MODEL_DTYPE_BF16, 2, 64, 64);
+	check_tensor(ck, "layers.4.attn.indexer.weights_proj.weight", MODEL_DTYPE_BF16, 2, 4, 64);
+	check_tensor(ck, "layers.4.attn.indexer.compressor.ape", MODEL_DTYPE_F32, 2, 4, 64);
+	check_tensor(ck, "layers.4.attn.indexer.compressor.norm.weight", MODEL_DTYPE_BF16, 1, 32, 0);
+	check_tensor(ck, "layers.0.ffn.gate.tid2eid", MODEL_DTYPE_I64, 2, VOCAB, 2);
+	check_tensor(ck, "layers.2.ffn.gate.bias", MODEL_DTYPE_F32, 1, 8, 0);
+	check_tensor(ck, "mtp.0.ffn.gate.bias", MODEL_DTYPE_F32, 1, 8, 0);
+	check_tensor(ck, "mtp.0.hnorm.weight", MODEL_DTYPE_BF16, 1, 64, 0);
+	check_tensor(ck, "mtp.0.hc_head_base", MODEL_DTYPE_F32, 1, 4, 0);
+	T_CHECK(!model_checkpoint_tensor(ck, "layers.0.ffn.gate.bias"));
+	T_CHECK(!model_checkpoint_tensor(ck, "layers.3.attn.indexer.wq_b.weight"));
+	T_CHECK(!model_checkpoint_tensor(ck, "layers.0.attn.compressor.ape"));
+	T_CHECK(!model_checkpoint_tensor(ck, "mtp.0.ffn.gate.tid2eid"));
+	T_CHECK(!model_checkpoint_tensor(ck, "nope"));
+	const struct model_tensor *t = model_checkpoint_tensor(ck, "layers.4.attn.kv_norm.weight");
+	T_CHECK(t && t->layer == 4 && t->group == MODEL_GROUP_OTHER && t->format == MODEL_FMT_NONE);
+	T_CHECK(t && t->shard == 1);
+	t = model_checkpoint_tensor(ck, "mtp.0.enorm.weight");
+	T_CHECK(t && t->layer == 6 && t->shard == 2);
+	t = model_checkpoint_tensor(ck, "embed.weight");
+	T_CHECK(t && t->layer == -1 && t->shard == 0);
+}
+
+/* Linears found by name, with their shapes; names that are not linears, and groups
+ * outside the model, are not found. */
+static void check_linear_lookup(struct model_checkpoint *ck)
+{
+	struct model_linear l;
+	struct err e;
+	T_CHECK(model_checkpoint_linear(ck, "layers.1.attn.wo_a", &l, &e) == ST_OK);
+	T_CHECK(l.out == 128 && l.in == 128 && l.weight);
+	T_CHECK(model_checkpoint_linear(ck, "layers.0.ffn.experts.3.w2", &l, &e) == ST_OK);
+	T_CHECK(l.out == 64 && l.in == 32);
+	T_CHECK(model_checkpoint_linear(ck, "mtp.0.ffn.experts.7.w1", &l, &e) == ST_OK);
+	T_CHECK(l.out == 32 && l.in == 64);
+	T_CHECK(model_checkpoint_linear(ck, "layers.0.attn_norm", &l, &e) == ST_NOTFOUND);
+	T_CHECK(model_checkpoint_linear(ck, "layers.9.attn.wq_a", &l, &e) == ST_NOTFOUND);
+	T_CHECK(model_checkpoint_group_format(ck, 0, MODEL_GROUP_MTP_PROJ) == MODEL_FMT_NONE);
+	T_CHECK(model_checkpoint_group_format(ck, 7, MODEL_GROUP_ATTN) == MODEL_FMT_NONE);
+	T_CHECK(model_checkpoint_group_format(ck, -1, MODEL_GROUP_ATTN) == MODEL_FMT_NONE);
+}
+
+/* The weight formats variant v stores: dense linears, routed experts, the MTP layer's routed experts. */
+struct variant_formats {
+	enum model_weight_format dense, routed, mtp_routed;
+};
+
+static struct variant_formats variant_formats(enum fx_variant v)
+{
+	enum model_weight_format dense = MODEL_FMT_BF16, routed = MODEL_FMT_BF16, mtp_routed = MODEL_FMT_BF16;
+	switch (v) {
+	case FX_BF16: break;
+	case FX_DEQ: dense = routed = mtp_routed = MODEL_FMT_F32; break;
+	case FX_FP8: dense = MODEL_FMT_FP8_BLOCK; routed = mtp_routed = MODEL_FMT_MXFP4; break;
+	case FX_NVFP4:
+	case FX_NVFP4_ALL:
+		dense = MODEL_FMT_FP8_BLOCK;
+		routed = MODEL_FMT_NVFP4;
+		mtp_routed = MODEL_FMT_MXFP4;
+		break;
+	}
+	return (struct variant_formats){dense, routed, mtp_routed};
+}
+
+/* Every layer's group formats, and the quantised tensors (weights and scales) of f's formats. */
+static void check_formats(struct model_checkpoint *ck, struct variant_formats f)
+{
+	enum model_weight_format dense = f.dense, routed = f.routed, mtp_routed = f.mtp_routed;
+	struct model_linear l;
+	struct err e;
+	for (int L = 0; L < 7; L++) {
+		T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_ATTN) == dense);
+		T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_SHARED_EXPERTS) == dense);
+		T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_ROUTED_EXPERTS) ==
+			(L == 6 ? mtp_routed : routed));
+	}
+	T_CHECK(model_checkpoint_group_format(ck, 6, MODEL_GROUP_MTP_PROJ) == dense);
+
+	T_CHECK(model_checkpoint_linear(ck, "layers.2.attn.indexer.wq_b", &l, &e) == ST_OK);
+	T_CHECK(l.format == dense && l.out == 128 && l.in == 64);
+	if (dense == MODEL_FMT_FP8_BLOCK) {
+		check_tensor(ck, "layers.2.attn.indexer.wq_b.weight", MODEL_DTYPE_F8_E4M3, 2, 128, 64);
+		check_tensor(ck, "layers.0.attn.wq_b.scale", MODEL_DTYPE_F8_E8M0, 2, 4, 1);
+		check_tensor(ck, "layers.0.attn.wq_b.weight", MODEL_DTYPE_F8_E4M3, 2, 512, 64);
+		check_tensor(ck, "mtp.0.e_proj.scale", MODEL_DTYPE_F8_E8M0, 2, 1, 1);
+		T_CHECK(l.scale && l.scale->role == MODEL_ROLE_SCALE && !l.scale_2 && !l.input_scale);
+	} else {
+		T_CHECK(!l.scale);
+		check_tensor(ck, "layers.0.attn.wq_b.weight", dense == MODEL_FMT_F32 ? MODEL_DTYPE_F32
+										   : MODEL_DTYPE_BF16,
+			     2, 512, 64);
+	}
+	if (routed == MODEL_FMT_MXFP4) {
+		check_tensor(ck, "layers.0.ffn.experts.3.w2.weight", MODEL_DTYPE_I8, 2, 64, 16);
+		check_tensor(ck, "layers.0.ffn.experts.3.w2.scale", MODEL_DTYPE_F8_E8M0, 2, 64, 1);
+		check_tensor(ck, "layers.5.ffn.experts.0.w1.scale", MODEL_DTYPE_F8_E8M0, 2, 32, 2);
+	}
+	if (routed == MODEL_FMT_NVFP4) {
+		check_tensor(ck, "layers.0.ffn.experts.3.w1.weight", MODEL_DTYPE_U8, 2, 32, 32);
+		check_tensor(ck, "layers.0.ffn.experts.3.w1.weight_scale", MODEL_DTYPE_F8_E4M3, 2, 32, 4);
+		check_tensor(ck, "layers.0.ffn.experts.3.w1.weight_scale_2", MODEL_DTYPE_F32, 0, 0, 0);
+		check_tensor(ck, "layers.0.ffn.experts.3.w1.input_scale", MODEL_DTYPE_F32, 0, 0, 0);
+		check_tensor(ck, "layers.5.ffn.experts.7.w2.weight_scale", MODEL_DTYPE_F8_E4M3, 2, 64, 2);
+		check_tensor(ck, "mtp.0.ffn.experts.7.w2.weight", MODEL_DTYPE_I8, 2, 64, 16);
+		check_tensor(ck, "mtp.0.ffn.experts.7.w2.scale", MODEL_DTYPE_F8_E8M0, 2, 64, 1);
+		T_CHECK(model_checkpoint_linear(ck, "layers.1.ffn.experts.2.w3", &l, &e) == ST_OK);
+		T_CHECK(l.format == MODEL_FMT_NVFP4 && l.out == 32 && l.in == 64 && l.scale && l.scale_2 &&
+			l.input_scale);
+		T_CHECK(l.scale_2 && l.scale_2->role == MODEL_ROLE_WEIGHT_SCALE_2 && l.scale_2->n_elements == 1);
+		T_CHECK(l.input_scale && l.input_scale->role == MODEL_ROLE_INPUT_SCALE);
+		T_CHECK(l.weight->group == MODEL_GROUP_ROUTED_EXPERTS && l.weight->layer == 1);
+	}
+	if (routed == MODEL_FMT_BF16 || routed == MODEL_FMT_F32)
+		check_tensor(ck, "layers.0.ffn.experts.3.w2.weight",
+			     routed == MODEL_FMT_F32 ? MODEL_DTYPE_F32 : MODEL_DTYPE_BF16, 2, 64, 32);
+}
+
+/* Every tensor points into its shard's mapping, within bounds, and is found by its name. */
+static void check_all_in_bounds(struct model_checkpoint *ck)
+{
+	for (size_t k = 0; k < model_checkpoint_n_tensors(ck); k++) {
+		const struct model_tensor *x = model_checkpoint_tensor_at(ck, k);
+		T_CHECK(x && x->file_offset_bytes + x->n_bytes <= model_checkpoint_shard_bytes(ck, x->shard));
+		T_CHECK(x && model_checkpoint_tensor(ck, x->name) == x);
+	}
+	T_CHECK(model_checkpoint_tensor_at(ck, model_checkpoint_n_tensors(ck)) == NULL);
+}
+
 static void test_variants(void)
 {
 	/* hand count (docs/tiny-model.md): 129 plain tensors; 228 linears of which
@@ -146,119 +287,10 @@ static void test_variants(void)
 		T_CHECK(!strcmp(model_checkpoint_dir(ck), dir));
 		prints[i] = model_checkpoint_fingerprint(ck);
 
-		/* plain tensors, every variant */
-		check_tensor(ck, "embed.weight", MODEL_DTYPE_BF16, 2, VOCAB, 64);
-		check_tensor(ck, "head.weight", MODEL_DTYPE_BF16, 2, VOCAB, 64);
-		check_tensor(ck, "hc_head_fn", MODEL_DTYPE_F32, 2, 4, 256);
-		check_tensor(ck, "hc_head_scale", MODEL_DTYPE_F32, 1, 1, 0);
-		check_tensor(ck, "layers.0.hc_attn_fn", MODEL_DTYPE_F32, 2, 24, 256);
-		check_tensor(ck, "layers.5.hc_ffn_scale", MODEL_DTYPE_F32, 1, 3, 0);
-		check_tensor(ck, "layers.1.attn.attn_sink", MODEL_DTYPE_F32, 1, 8, 0);
-		check_tensor(ck, "layers.2.attn.compressor.wkv.weight", MODEL_DTYPE_BF16, 2, 128, 64);
-		check_tensor(ck, "layers.2.attn.compressor.ape", MODEL_DTYPE_F32, 2, 4, 128);
-		check_tensor(ck, "layers.3.attn.compressor.ape", MODEL_DTYPE_F32, 2, 8, 64);
-		check_tensor(ck, "layers.3.attn.compressor.wgate.weight", MODEL_DTYPE_BF16, 2, 64, 64);
-		check_tensor(ck, "layers.4.attn.indexer.weights_proj.weight", MODEL_DTYPE_BF16, 2, 4, 64);
-		check_tensor(ck, "layers.4.attn.indexer.compressor.ape", MODEL_DTYPE_F32, 2, 4, 64);
-		check_tensor(ck, "layers.4.attn.indexer.compressor.norm.weight", MODEL_DTYPE_BF16, 1, 32, 0);
-		check_tensor(ck, "layers.0.ffn.gate.tid2eid", MODEL_DTYPE_I64, 2, VOCAB, 2);
-		check_tensor(ck, "layers.2.ffn.gate.bias", MODEL_DTYPE_F32, 1, 8, 0);
-		check_tensor(ck, "mtp.0.ffn.gate.bias", MODEL_DTYPE_F32, 1, 8, 0);
-		check_tensor(ck, "mtp.0.hnorm.weight", MODEL_DTYPE_BF16, 1, 64, 0);
-		check_tensor(ck, "mtp.0.hc_head_base", MODEL_DTYPE_F32, 1, 4, 0);
-		T_CHECK(!model_checkpoint_tensor(ck, "layers.0.ffn.gate.bias"));
-		T_CHECK(!model_checkpoint_tensor(ck, "layers.3.attn.indexer.wq_b.weight"));
-		T_CHECK(!model_checkpoint_tensor(ck, "layers.0.attn.compressor.ape"));
-		T_CHECK(!model_checkpoint_tensor(ck, "mtp.0.ffn.gate.tid2eid"));
-		T_CHECK(!model_checkpoint_tensor(ck, "nope"));
-		const struct model_tensor *t = model_checkpoint_tensor(ck, "layers.4.attn.kv_norm.weight");
-		T_CHECK(t && t->layer == 4 && t->group == MODEL_GROUP_OTHER && t->format == MODEL_FMT_NONE);
-		T_CHECK(t && t->shard == 1);
-		t = model_checkpoint_tensor(ck, "mtp.0.enorm.weight");
-		T_CHECK(t && t->layer == 6 && t->shard == 2);
-		t = model_checkpoint_tensor(ck, "embed.weight");
-		T_CHECK(t && t->layer == -1 && t->shard == 0);
-
-		/* linears */
-		struct model_linear l;
-		struct err e;
-		T_CHECK(model_checkpoint_linear(ck, "layers.1.attn.wo_a", &l, &e) == ST_OK);
-		T_CHECK(l.out == 128 && l.in == 128 && l.weight);
-		T_CHECK(model_checkpoint_linear(ck, "layers.0.ffn.experts.3.w2", &l, &e) == ST_OK);
-		T_CHECK(l.out == 64 && l.in == 32);
-		T_CHECK(model_checkpoint_linear(ck, "mtp.0.ffn.experts.7.w1", &l, &e) == ST_OK);
-		T_CHECK(l.out == 32 && l.in == 64);
-		T_CHECK(model_checkpoint_linear(ck, "layers.0.attn_norm", &l, &e) == ST_NOTFOUND);
-		T_CHECK(model_checkpoint_linear(ck, "layers.9.attn.wq_a", &l, &e) == ST_NOTFOUND);
-		T_CHECK(model_checkpoint_group_format(ck, 0, MODEL_GROUP_MTP_PROJ) == MODEL_FMT_NONE);
-		T_CHECK(model_checkpoint_group_format(ck, 7, MODEL_GROUP_ATTN) == MODEL_FMT_NONE);
-		T_CHECK(model_checkpoint_group_format(ck, -1, MODEL_GROUP_ATTN) == MODEL_FMT_NONE);
-
-		enum model_weight_format dense = MODEL_FMT_BF16, routed = MODEL_FMT_BF16, mtp_routed = MODEL_FMT_BF16;
-		switch (vs[i].v) {
-		case FX_BF16: break;
-		case FX_DEQ: dense = routed = mtp_routed = MODEL_FMT_F32; break;
-		case FX_FP8: dense = MODEL_FMT_FP8_BLOCK; routed = mtp_routed = MODEL_FMT_MXFP4; break;
-		case FX_NVFP4:
-		case FX_NVFP4_ALL:
-			dense = MODEL_FMT_FP8_BLOCK;
-			routed = MODEL_FMT_NVFP4;
-			mtp_routed = MODEL_FMT_MXFP4;
-			break;
-		}
-		for (int L = 0; L < 7; L++) {
-			T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_ATTN) == dense);
-			T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_SHARED_EXPERTS) == dense);
-			T_CHECK(model_checkpoint_group_format(ck, L, MODEL_GROUP_ROUTED_EXPERTS) ==
-				(L == 6 ? mtp_routed : routed));
-		}
-		T_CHECK(model_checkpoint_group_format(ck, 6, MODEL_GROUP_MTP_PROJ) == dense);
-
-		T_CHECK(model_checkpoint_linear(ck, "layers.2.attn.indexer.wq_b", &l, &e) == ST_OK);
-		T_CHECK(l.format == dense && l.out == 128 && l.in == 64);
-		if (dense == MODEL_FMT_FP8_BLOCK) {
-			check_tensor(ck, "layers.2.attn.indexer.wq_b.weight", MODEL_DTYPE_F8_E4M3, 2, 128, 64);
-			check_tensor(ck, "layers.0.attn.wq_b.scale", MODEL_DTYPE_F8_E8M0, 2, 4, 1);
-			check_tensor(ck, "layers.0.attn.wq_b.weight", MODEL_DTYPE_F8_E4M3, 2, 512, 64);
-			check_tensor(ck, "mtp.0.e_proj.scale", MODEL_DTYPE_F8_E8M0, 2, 1, 1);
-			T_CHECK(l.scale && l.scale->role == MODEL_ROLE_SCALE && !l.scale_2 && !l.input_scale);
-		} else {
-			T_CHECK(!l.scale);
-			check_tensor(ck, "layers.0.attn.wq_b.weight", dense == MODEL_FMT_F32 ? MODEL_DTYPE_F32
-											   : MODEL_DTYPE_BF16,
-				     2, 512, 64);
-		}
-		if (routed == MODEL_FMT_MXFP4) {
-			check_tensor(ck, "layers.0.ffn.experts.3.w2.weight", MODEL_DTYPE_I8, 2, 64, 16);
-			check_tensor(ck, "layers.0.ffn.experts.3.w2.scale", MODEL_DTYPE_F8_E8M0, 2, 64, 1);
-			check_tensor(ck, "layers.5.ffn.experts.0.w1.scale", MODEL_DTYPE_F8_E8M0, 2, 32, 2);
-		}
-		if (routed == MODEL_FMT_NVFP4) {
-			check_tensor(ck, "layers.0.ffn.experts.3.w1.weight", MODEL_DTYPE_U8, 2, 32, 32);
-			check_tensor(ck, "layers.0.ffn.experts.3.w1.weight_scale", MODEL_DTYPE_F8_E4M3, 2, 32, 4);
-			check_tensor(ck, "layers.0.ffn.experts.3.w1.weight_scale_2", MODEL_DTYPE_F32, 0, 0, 0);
-			check_tensor(ck, "layers.0.ffn.experts.3.w1.input_scale", MODEL_DTYPE_F32, 0, 0, 0);
-			check_tensor(ck, "layers.5.ffn.experts.7.w2.weight_scale", MODEL_DTYPE_F8_E4M3, 2, 64, 2);
-			check_tensor(ck, "mtp.0.ffn.experts.7.w2.weight", MODEL_DTYPE_I8, 2, 64, 16);
-			check_tensor(ck, "mtp.0.ffn.experts.7.w2.scale", MODEL_DTYPE_F8_E8M0, 2, 64, 1);
-			T_CHECK(model_checkpoint_linear(ck, "layers.1.ffn.experts.2.w3", &l, &e) == ST_OK);
-			T_CHECK(l.format == MODEL_FMT_NVFP4 && l.out == 32 && l.in == 64 && l.scale && l.scale_2 &&
-				l.input_scale);
-			T_CHECK(l.scale_2 && l.scale_2->role == MODEL_ROLE_WEIGHT_SCALE_2 && l.scale_2->n_elements == 1);
-			T_CHECK(l.input_scale && l.input_scale->role == MODEL_ROLE_INPUT_SCALE);
-			T_CHECK(l.weight->group == MODEL_GROUP_ROUTED_EXPERTS && l.weight->layer == 1);
-		}
-		if (routed == MODEL_FMT_BF16 || routed == MODEL_FMT_F32)
-			check_tensor(ck, "layers.0.ffn.experts.3.w2.weight",
-				     routed == MODEL_FMT_F32 ? MODEL_DTYPE_F32 : MODEL_DTYPE_BF16, 2, 64, 32);
-
-		/* every tensor points into its shard's mapping, within bounds */
-		for (size_t k = 0; k < model_checkpoint_n_tensors(ck); k++) {
-			const struct model_tensor *x = model_checkpoint_tensor_at(ck, k);
-			T_CHECK(x && x->file_offset_bytes + x->n_bytes <= model_checkpoint_shard_bytes(ck, x->shard));
-			T_CHECK(x && model_checkpoint_tensor(ck, x->name) == x);
-		}
-		T_CHECK(model_checkpoint_tensor_at(ck, model_checkpoint_n_tensors(ck)) == NULL);
+		check_plain_tensors(ck);
+		check_linear_lookup(ck);
+		check_formats(ck, variant_formats(vs[i].v));
+		check_all_in_bounds(ck);
 
 		/* the fingerprint is a function of the files */
 		struct model_checkpoint *ck2 = open_ok(dir);
@@ -385,33 +417,68 @@ static void truncate_file(const char *path, long by)
 	CHECK(truncate(path, n - by) == 0);
 }
 
-static void test_broken_files(void)
+#define DIR_LEN 512
+#define PATH_LEN 700
+
+static const char *const S1 = "model-00001-of-00003.safetensors", *const S2 = "model-00002-of-00003.safetensors",
+		  *const IDX = "model.safetensors.index.json";
+
+/* A fresh 3-shard FP8 checkpoint of config c in case directory dir (DIR_LEN)
+ * named what; p (PATH_LEN) is the path of file in it, the one a case breaks. */
+static void fresh_copy(char *dir, char *p, const char *what, json_t *c, const char *file)
 {
-	char dir[512], p[700];
+	write_ckpt(dir, DIR_LEN, what, c, FX_FP8, 3);
+	snprintf(p, PATH_LEN, "%s/%s", dir, file);
+}
+
+/* A broken copy made by one edit of one file of a fresh checkpoint (a
+ * shard's header, or a JSON file), and what its refusal must say. */
+struct edit_case {
+	const char *what, *file;
+	bool shard; /* edit the shard header (fx_edit_shard), else the JSON (fx_edit_json) */
+	void (*edit)(json_t *root, void *ctx);
+	struct edit ed;
+	enum status want;
+	const char *a, *b, *c; /* the message contains each that is not NULL */
+};
+
+static void run_edit_cases(json_t *c, const struct edit_case *cs, size_t n)
+{
+	char dir[DIR_LEN], p[PATH_LEN];
+	for (size_t i = 0; i < n; i++) {
+		struct edit ed = cs[i].ed;
+		fresh_copy(dir, p, cs[i].what, c, cs[i].file);
+		if (cs[i].shard)
+			fx_edit_shard(p, cs[i].edit, &ed);
+		else
+			fx_edit_json(p, cs[i].edit, &ed);
+		refused(dir, cs[i].want, cs[i].a, cs[i].b, cs[i].c);
+	}
+}
+
+/* Broken shard files: missing, truncated, corrupt headers, overlapping data, wrong dtypes and shapes. */
+static void test_broken_shards(void)
+{
+	char dir[DIR_LEN], p[PATH_LEN];
 	json_t *c = config_for(FX_FP8);
-	const char *S1 = "model-00001-of-00003.safetensors", *S2 = "model-00002-of-00003.safetensors";
 
 	/* a missing shard */
-	write_ckpt(dir, sizeof dir, "missing-shard", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	fresh_copy(dir, p, "missing-shard", c, S2);
 	unlink(p);
 	refused(dir, ST_NOTFOUND, S2, "missing shard", "tensor ");
 
 	/* a truncated shard */
-	write_ckpt(dir, sizeof dir, "truncated", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	fresh_copy(dir, p, "truncated", c, S2);
 	truncate_file(p, 100);
 	refused(dir, ST_INVALID, S2, "tensor ", "truncated");
 
 	/* truncated into the header */
-	write_ckpt(dir, sizeof dir, "truncated-header", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	fresh_copy(dir, p, "truncated-header", c, S1);
 	CHECK(truncate(p, 100) == 0);
 	refused(dir, ST_INVALID, S1, "header length", "runs past the end");
 
 	/* a corrupt header */
-	write_ckpt(dir, sizeof dir, "corrupt-header", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	fresh_copy(dir, p, "corrupt-header", c, S1);
 	FILE *f = fopen(p, "rb+");
 	fseek(f, 20, SEEK_SET);
 	fwrite("\x01\x02garbage", 1, 9, f);
@@ -419,103 +486,76 @@ static void test_broken_files(void)
 	refused(dir, ST_INVALID, S1, "not valid JSON", NULL);
 
 	/* a huge header length */
-	write_ckpt(dir, sizeof dir, "huge-header", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	fresh_copy(dir, p, "huge-header", c, S1);
 	f = fopen(p, "rb+");
 	fwrite("\xff\xff\xff\xff\xff\xff\xff\x7f", 1, 8, f);
 	fclose(f);
 	refused(dir, ST_INVALID, S1, "header length", "corrupt");
 
-	/* overlapping offsets (same size: attn_norm of layer 0 over ffn_norm) */
-	write_ckpt(dir, sizeof dir, "overlap", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
-	struct edit ed = {.name = "layers.0.attn_norm.weight", .name2 = "layers.0.ffn_norm.weight"};
-	fx_edit_shard(p, edit_overlap, &ed);
-	refused(dir, ST_INVALID, S1, "overlap", "tensor layers.0.");
+	const struct edit_case cs[] = {
+		/* overlapping offsets (same size: attn_norm of layer 0 over ffn_norm) */
+		{"overlap", S1, true, edit_overlap, {.name = "layers.0.attn_norm.weight", .name2 = "layers.0.ffn_norm.weight"},
+		 ST_INVALID, S1, "overlap", "tensor layers.0."},
+		/* a dtype changed to another of the same width */
+		{"dtype", S2, true, edit_dtype, {.name = "layers.3.attn.q_norm.weight", .name2 = "F16"}, ST_INVALID, S2,
+		 "tensor layers.3.attn.q_norm.weight: dtype F16, expected BF16", NULL},
+		/* the scale of an FP8 linear with the wrong dtype */
+		{"scale-dtype", S1, true, edit_dtype, {.name = "layers.1.attn.wkv.scale", .name2 = "U8"}, ST_INVALID, S1,
+		 "tensor layers.1.attn.wkv.scale: dtype U8, expected F8_E8M0", "FP8 linear"},
+		/* a linear in a dtype that is no storage format (MXFP4 is for experts only) */
+		{"weight-dtype", S1, true, edit_dtype, {.name = "layers.1.attn.wkv.weight", .name2 = "I8"}, ST_INVALID, S1,
+		 "tensor layers.1.attn.wkv.weight: dtype I8 is not a storage format", NULL},
+		/* a shape that does not match the config (same byte count) */
+		{"shape", S1, true, edit_shape, {.name = "layers.0.attn.wo_a.weight", .a = 64, .b = 256}, ST_INVALID, S1,
+		 "tensor layers.0.attn.wo_a.weight: shape [64, 256], expected [128, 128]", NULL},
+	};
+	run_edit_cases(c, cs, ARRAY_LEN(cs));
 
-	/* a dtype changed to another of the same width */
-	write_ckpt(dir, sizeof dir, "dtype", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S2);
-	ed = (struct edit){.name = "layers.3.attn.q_norm.weight", .name2 = "F16"};
-	fx_edit_shard(p, edit_dtype, &ed);
-	refused(dir, ST_INVALID, S2, "tensor layers.3.attn.q_norm.weight: dtype F16, expected BF16", NULL);
+	json_decref(c);
+}
 
-	/* the scale of an FP8 linear with the wrong dtype */
-	write_ckpt(dir, sizeof dir, "scale-dtype", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
-	ed = (struct edit){.name = "layers.1.attn.wkv.scale", .name2 = "U8"};
-	fx_edit_shard(p, edit_dtype, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.1.attn.wkv.scale: dtype U8, expected F8_E8M0", "FP8 linear");
-
-	/* a linear in a dtype that is no storage format */
-	write_ckpt(dir, sizeof dir, "weight-dtype", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
-	ed = (struct edit){.name = "layers.1.attn.wkv.weight", .name2 = "I8"}; /* MXFP4 is for experts only */
-	fx_edit_shard(p, edit_dtype, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.1.attn.wkv.weight: dtype I8 is not a storage format", NULL);
-
-	/* a shape that does not match the config (same byte count) */
-	write_ckpt(dir, sizeof dir, "shape", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
-	ed = (struct edit){.name = "layers.0.attn.wo_a.weight", .a = 64, .b = 256};
-	fx_edit_shard(p, edit_shape, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.0.attn.wo_a.weight: shape [64, 256], expected [128, 128]",
-		NULL);
+/* A broken index: names, shards and sizes that disagree with the shards, and malformed JSON. */
+static void test_broken_index(void)
+{
+	char dir[DIR_LEN], p[PATH_LEN];
+	json_t *c = config_for(FX_FP8);
+	struct edit ed;
 
 	/* a renamed tensor (shard and index agree, the config does not) */
-	write_ckpt(dir, sizeof dir, "rename", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	fresh_copy(dir, p, "rename", c, S1);
 	ed = (struct edit){.name = "layers.2.attn.indexer.compressor.ape", .name2 = "layers.2.attn.indexer.compressor.apex"};
 	fx_edit_shard(p, edit_rename_tensor, &ed);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	snprintf(p, PATH_LEN, "%s/%s", dir, IDX);
 	fx_edit_json(p, edit_index_rename, &ed);
 	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor layers.2.attn.indexer.compressor.ape: missing",
 		NULL);
 
 	/* renamed in the shard only */
-	write_ckpt(dir, sizeof dir, "rename-shard", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S1);
+	fresh_copy(dir, p, "rename-shard", c, S1);
 	fx_edit_shard(p, edit_rename_tensor, &ed);
 	refused(dir, ST_INVALID, S1, "tensor layers.2.attn.indexer.compressor.apex: not listed in", NULL);
 
-	/* in the index but not in its shard */
-	write_ckpt(dir, sizeof dir, "index-extra", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-	ed = (struct edit){.name = "layers.0.attn.phantom", .file = S1};
-	fx_edit_json(p, edit_index_set, &ed);
-	refused(dir, ST_INVALID, S1, "tensor layers.0.attn.phantom: listed in", "not in this shard");
-
-	/* in a shard, but the index says another shard */
-	write_ckpt(dir, sizeof dir, "index-wrong-shard", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-	ed = (struct edit){.name = "layers.4.ffn_norm.weight", .file = S1};
-	fx_edit_json(p, edit_index_set, &ed);
-	refused(dir, ST_INVALID, S2, "tensor layers.4.ffn_norm.weight", "lists it in model-00001");
-
-	/* in a shard but not in the index */
-	write_ckpt(dir, sizeof dir, "index-missing", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-	ed = (struct edit){.name = "layers.4.ffn_norm.weight"};
-	fx_edit_json(p, edit_index_del, &ed);
-	refused(dir, ST_INVALID, S2, "tensor layers.4.ffn_norm.weight: not listed in", NULL);
-
-	/* an index naming a file outside the directory */
-	write_ckpt(dir, sizeof dir, "index-path", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-	ed = (struct edit){.name = "embed.weight", .file = "../evil.safetensors"};
-	fx_edit_json(p, edit_index_set, &ed);
-	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor embed.weight", "plain file name");
-
-	/* total_size disagrees */
-	write_ckpt(dir, sizeof dir, "total-size", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-	ed = (struct edit){.a = 12345};
-	fx_edit_json(p, edit_index_total, &ed);
-	refused(dir, ST_INVALID, "model.safetensors.index.json", "total_size 12345", NULL);
+	const struct edit_case cs[] = {
+		/* in the index but not in its shard */
+		{"index-extra", IDX, false, edit_index_set, {.name = "layers.0.attn.phantom", .file = S1}, ST_INVALID, S1,
+		 "tensor layers.0.attn.phantom: listed in", "not in this shard"},
+		/* in a shard, but the index says another shard */
+		{"index-wrong-shard", IDX, false, edit_index_set, {.name = "layers.4.ffn_norm.weight", .file = S1},
+		 ST_INVALID, S2, "tensor layers.4.ffn_norm.weight", "lists it in model-00001"},
+		/* in a shard but not in the index */
+		{"index-missing", IDX, false, edit_index_del, {.name = "layers.4.ffn_norm.weight"}, ST_INVALID, S2,
+		 "tensor layers.4.ffn_norm.weight: not listed in", NULL},
+		/* an index naming a file outside the directory */
+		{"index-path", IDX, false, edit_index_set, {.name = "embed.weight", .file = "../evil.safetensors"},
+		 ST_INVALID, "model.safetensors.index.json", "tensor embed.weight", "plain file name"},
+		/* total_size disagrees */
+		{"total-size", IDX, false, edit_index_total, {.a = 12345}, ST_INVALID, "model.safetensors.index.json",
+		 "total_size 12345", NULL},
+	};
+	run_edit_cases(c, cs, ARRAY_LEN(cs));
 
 	/* index without weight_map; index that is not JSON */
-	write_ckpt(dir, sizeof dir, "index-no-map", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	fresh_copy(dir, p, "index-no-map", c, IDX);
 	fx_edit_json(p, edit_index_drop_map, NULL);
 	refused(dir, ST_INVALID, "model.safetensors.index.json", "no weight_map", NULL);
 	write_str(p, "{\"weight_map\": ");
@@ -536,47 +576,47 @@ static void test_broken_files(void)
 	write_str(p, "{\"weight_map\": {\"x\": 3}}");
 	refused(dir, ST_INVALID, "model.safetensors.index.json", "tensor x", "plain file name");
 
+	json_decref(c);
+}
+
+/* A shard that is no file, a missing linear weight, config.json edits, and no directory at all. */
+static void test_broken_config(void)
+{
+	char dir[DIR_LEN], p[PATH_LEN];
+	json_t *c = config_for(FX_FP8);
+	struct edit ed;
+
 	/* a shard that is a directory */
-	write_ckpt(dir, sizeof dir, "shard-dir", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	fresh_copy(dir, p, "shard-dir", c, S2);
 	unlink(p);
 	mkdir(p, 0755);
 	refused(dir, ST_IO, S2, "not a regular file", "tensor ");
 	rmdir(p);
 
 	/* a linear whose .weight is missing (removed from shard and index) */
-	write_ckpt(dir, sizeof dir, "no-linear-weight", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/%s", dir, S2);
+	fresh_copy(dir, p, "no-linear-weight", c, S2);
 	ed = (struct edit){.name = "layers.5.ffn.shared_experts.w2.weight", .name2 = "layers.5.ffn.shared_experts.w2.weigh"};
 	fx_edit_shard(p, edit_rename_tensor, &ed);
-	snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+	snprintf(p, PATH_LEN, "%s/%s", dir, IDX);
 	fx_edit_json(p, edit_index_rename, &ed);
 	refused(dir, ST_INVALID, "tensor layers.5.ffn.shared_experts.w2.weight: missing", "shared experts linear",
 		"model.safetensors.index.json");
 
-	/* expert_dtype fp8 with MXFP4 experts */
-	write_ckpt(dir, sizeof dir, "expert-dtype-fp8", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	fx_edit_json(p, edit_expert_fp8, NULL);
-	refused(dir, ST_INVALID, "tensor layers.0.ffn.experts.0.w1.weight", "expert_dtype fp8", S1);
-
-	/* config.json changed: a shape no longer matches */
-	write_ckpt(dir, sizeof dir, "config-shape", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	ed = (struct edit){.name = "o_lora_rank", .a = 16};
-	fx_edit_json(p, edit_config_int, &ed);
-	refused(dir, ST_INVALID, "tensor layers.0.attn.wo_a.weight: shape [128, 128], expected [64, 128]", S1, NULL);
-
-	/* config.json: an inconsistent field */
-	write_ckpt(dir, sizeof dir, "config-topk", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	ed = (struct edit){.name = "index_topk", .a = 0};
-	fx_edit_json(p, edit_config_int, &ed);
-	refused(dir, ST_INVALID, "config.json: field index_topk", NULL, NULL);
+	const struct edit_case cs[] = {
+		/* expert_dtype fp8 with MXFP4 experts */
+		{"expert-dtype-fp8", "config.json", false, edit_expert_fp8, {0}, ST_INVALID,
+		 "tensor layers.0.ffn.experts.0.w1.weight", "expert_dtype fp8", S1},
+		/* config.json changed: a shape no longer matches */
+		{"config-shape", "config.json", false, edit_config_int, {.name = "o_lora_rank", .a = 16}, ST_INVALID,
+		 "tensor layers.0.attn.wo_a.weight: shape [128, 128], expected [64, 128]", S1, NULL},
+		/* config.json: an inconsistent field */
+		{"config-topk", "config.json", false, edit_config_int, {.name = "index_topk", .a = 0}, ST_INVALID,
+		 "config.json: field index_topk", NULL, NULL},
+	};
+	run_edit_cases(c, cs, ARRAY_LEN(cs));
 
 	/* config.json missing; no directory */
-	write_ckpt(dir, sizeof dir, "no-config", c, FX_FP8, 3);
-	snprintf(p, sizeof p, "%s/config.json", dir);
+	fresh_copy(dir, p, "no-config", c, "config.json");
 	unlink(p);
 	refused(dir, ST_NOTFOUND, "config.json", "cannot open", NULL);
 	refused("/nonexistent/dsv4/ckpt", ST_NOTFOUND, "/nonexistent/dsv4/ckpt", "not a directory", NULL);
@@ -819,22 +859,8 @@ static void test_fuzz_open(void)
  * bytes (148.648 GiB; 145.30 GiB without MTP), 13,369,344 bytes per expert. */
 static void test_flash_schema(void)
 {
-	json_t *c = fx_tiny_config(129280);
-	json_t *v = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
-			      "hidden_size", 4096, "num_hidden_layers", 43, "num_attention_heads", 64, "head_dim", 512,
-			      "qk_rope_head_dim", 64, "q_lora_rank", 1024, "o_groups", 8, "o_lora_rank", 1024,
-			      "moe_intermediate_size", 2048, "n_routed_experts", 256, "num_experts_per_tok", 6,
-			      "num_hash_layers", 3, "sliding_window", 128, "index_n_heads", 64, "index_head_dim", 128,
-			      "index_topk", 512, "num_nextn_predict_layers", 1);
-	json_object_update(c, v);
-	json_decref(v);
-	json_t *r = json_array();
-	json_array_append_new(r, json_integer(0));
-	json_array_append_new(r, json_integer(0));
-	for (int i = 2; i < 43; i++)
-		json_array_append_new(r, json_integer(i % 2 ? 128 : 4));
-	json_array_append_new(r, json_integer(0));
-	json_object_set_new(c, "compress_ratios", r);
+	json_t *c = fx_flash_config();
+	json_t *r = json_object_get(c, "compress_ratios");
 	fx_add_quant(c, 0);
 	struct fx_ckpt w;
 	CHECK(fx_build(&w, c, FX_FP8, 3) == 0);
@@ -910,7 +936,9 @@ int main(void)
 	test_flash_schema();
 	test_variants();
 	test_single_file();
-	test_broken_files();
+	test_broken_shards();
+	test_broken_index();
+	test_broken_config();
 	test_broken_sets();
 	test_fuzz_open();
 	nftw(root_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);

@@ -115,22 +115,7 @@ static void test_tiny(void)
 /* The real DeepSeek-V4-Flash config (dsv4.md §1.1). */
 static void test_flash(void)
 {
-	json_t *c = fx_tiny_config(129280);
-	json_t *v = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
-			      "hidden_size", 4096, "num_hidden_layers", 43, "num_attention_heads", 64, "head_dim", 512,
-			      "qk_rope_head_dim", 64, "q_lora_rank", 1024, "o_groups", 8, "o_lora_rank", 1024,
-			      "moe_intermediate_size", 2048, "n_routed_experts", 256, "num_experts_per_tok", 6,
-			      "num_hash_layers", 3, "sliding_window", 128, "index_n_heads", 64, "index_head_dim", 128,
-			      "index_topk", 512, "num_nextn_predict_layers", 1);
-	json_object_update(c, v);
-	json_decref(v);
-	json_t *r = json_array();
-	json_array_append_new(r, json_integer(0));
-	json_array_append_new(r, json_integer(0));
-	for (int i = 2; i < 43; i++)
-		json_array_append_new(r, json_integer(i % 2 ? 128 : 4));
-	json_array_append_new(r, json_integer(0));
-	json_object_set_new(c, "compress_ratios", r);
+	json_t *c = fx_flash_config();
 	fx_add_quant(c, 0);
 	json_object_del(c, "expert_dtype"); /* absent in the dump dsv4.md saw */
 	struct model_config cfg;

@@ -17,15 +17,13 @@
  *    proposed (its drafter commits but never runs a block).
  *  - refusals: K = 0 / 6 and a drafter on an executor without the stages.
  */
-#include <fcntl.h>
-#include <sys/file.h>
-
 #include "model/dspark.h"
 #include "model/exec_cpu.h"
 #include "model/forward.h"
 #include "model/spec.h"
 #include "model/state.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/model/spec_harness.h"
 #include "tests/test.h"
 
 #define BT 32
@@ -36,48 +34,9 @@
 
 static uint32_t V;
 
-/* tiny-0731-<variant>, generated once per build directory under a lock */
-static struct model_checkpoint *open_0731(const char *variant)
-{
-	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
-	if (!src || !bld)
-		return NULL;
-	char dir[1200], lock[1300], cmd[4096], path[1400];
-	snprintf(dir, sizeof dir, "%s/tiny-models-0731", bld);
-	snprintf(lock, sizeof lock, "%s.lock", dir);
-	snprintf(path, sizeof path, "%s/tiny-0731-%s", dir, variant);
-	int fd = open(lock, O_CREAT | O_RDWR, 0644);
-	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	snprintf(cmd, sizeof cmd,
-		 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --release 0731 --variant %s --out '%s' >/dev/null",
-		 src, src, variant, path);
-	int rc = system(cmd);
-	flock(fd, LOCK_UN);
-	close(fd);
-	if (rc)
-		return NULL;
-	struct model_checkpoint_options o = {.dir = path};
-	struct model_checkpoint *ck = NULL;
-	struct err e = {0};
-	if (model_checkpoint_create(&ck, &o, &e)) {
-		fprintf(stderr, "open %s: %s\n", path, e.msg);
-		return NULL;
-	}
-	return ck;
-}
-
 static struct model_exec_cpu *mk(struct model_checkpoint *ck, bool stages)
 {
-	struct model_exec_cpu_options o = {.ck = ck, .block_tokens = BT, .n_blocks = NB, .max_step_tokens = 64,
-					   .max_step_seqs = 4, .precision = MODEL_PREC_REFERENCE, .load_mtp = stages};
-	struct model_exec_cpu *x = NULL;
-	struct err e = {0};
-	T_CHECKF(model_exec_cpu_create(&x, &o, &e) == ST_OK, "create: %s", e.msg);
-	return x;
+	return sh_exec(ck, BT, NB, stages, NULL);
 }
 
 /* A speculating executor with a DSpark drafter of K; *dctx its drafter's ctx. */
@@ -100,77 +59,31 @@ static struct model_spec_exec *mk_spec(struct model_exec_cpu *x, uint32_t K, boo
 	return sx;
 }
 
-struct hseq {
-	uint64_t id;
-	int32_t toks[NP + NGEN + 16];
-	uint32_t n_tok, n_cached;
-	uint32_t blocks[NB];
-	struct kern_sampling_params sp;
-};
-
-static uint32_t hstep(struct exec *ex, struct hseq *q, const int32_t *drafts, uint32_t n_draft, struct exec_sample *o)
+static void seq_init(struct sh_seq *q, uint64_t id)
 {
-	int32_t ids[64], pos[64];
-	uint32_t n = 0;
-	for (uint32_t p = q->n_cached; p < q->n_tok; p++)
-		ids[n++] = q->toks[p];
-	for (uint32_t i = 0; i < n_draft; i++)
-		ids[n++] = drafts[i];
-	for (uint32_t i = 0; i < n; i++)
-		pos[i] = (int32_t)(q->n_cached + i);
-	uint32_t ctx = q->n_cached + n;
-	struct exec_seq es = {.seq_id = q->id, .n_cached_tokens = q->n_cached, .n_context_tokens = ctx,
-			      .n_blocks = (ctx + BT - 1) / BT, .state_slot = EXEC_NO_SLOT, .sample = true,
-			      .sampling = &q->sp, .prompt_ids = q->toks, .n_prompt = NP, .output_ids = q->toks + NP,
-			      .n_output = q->n_tok - NP, .n_draft = n_draft};
-	uint32_t qs[2] = {0, n};
-	struct exec_step st = {.n_tokens = n, .token_ids = ids, .positions = pos, .n_seqs = 1, .seqs = &es,
-			       .query_start = qs, .block_ids = q->blocks, .n_block_ids = NB, .n_sample = 1};
-	memset(o, 0, sizeof *o);
-	struct err e = {0};
-	enum status rc = ex->ops->step(ex->ctx, &st, o, &e);
-	T_CHECKF(rc == ST_OK, "step at %u: %s", q->n_cached, e.msg);
-	if (rc)
-		return 0;
-	uint32_t made = 1 + o->n_extra;
-	q->n_cached = q->n_tok + o->n_extra;
-	for (uint32_t i = 0; i < made; i++)
-		q->toks[q->n_tok++] = i ? o->extra[i - 1].token_id : o->out.token_id;
-	return made;
-}
-
-static void seq_init(struct hseq *q, uint64_t id)
-{
-	memset(q, 0, sizeof *q);
-	q->id = id;
-	for (uint32_t i = 0; i < NP; i++)
-		q->toks[i] = 3 + rand() % 100000;
-	q->n_tok = NP;
-	for (uint32_t i = 0; i < NB; i++)
-		q->blocks[i] = i;
-	q->sp = (struct kern_sampling_params){.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+	sh_seq_init(q, id, NP, BT, NB, 100000);
 }
 
 /* plain greedy: one token per step after the prefill */
-static void run_plain(struct model_checkpoint *ck, struct hseq *c, uint32_t upto)
+static void run_plain(struct model_checkpoint *ck, struct sh_seq *c, uint32_t upto)
 {
 	struct model_exec_cpu *x = mk(ck, false);
 	struct exec_sample o;
 	while (x && c->n_tok < upto)
-		if (!hstep(model_exec_cpu_exec(x), c, NULL, 0, &o))
+		if (!sh_step(model_exec_cpu_exec(x), c, NULL, 0, &o))
 			break;
 	model_exec_cpu_destroy(x);
 }
 
 /* speculative greedy with the drafter's own drafts; returns accepted drafts */
-static uint32_t run_spec(struct exec *ex, struct hseq *a, uint32_t upto, uint32_t *n_steps)
+static uint32_t run_spec(struct exec *ex, struct sh_seq *a, uint32_t upto, uint32_t *n_steps)
 {
 	struct exec_sample o;
 	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
 	uint32_t nd = 0, acc = 0;
 	*n_steps = 0;
 	while (a->n_tok < upto) {
-		if (!hstep(ex, a, drafts, nd, &o))
+		if (!sh_step(ex, a, drafts, nd, &o))
 			break;
 		acc += o.n_extra;
 		nd = o.n_next_draft;
@@ -185,7 +98,7 @@ static int rings_diff(void *da, void *db, uint64_t id, int n_stages, uint32_t W,
 static void test_greedy(struct model_checkpoint *ck, const char *name)
 {
 	const struct model_config *cfg = model_checkpoint_config(ck);
-	struct hseq c, c2;
+	struct sh_seq c, c2;
 	seq_init(&c, 1);
 	seq_init(&c2, 2);
 	memcpy(c2.toks, c.toks, BT * sizeof(int32_t)); /* the first block's tokens are shared */
@@ -200,7 +113,7 @@ static void test_greedy(struct model_checkpoint *ck, const char *name)
 			return;
 		}
 		T_CHECK(model_spec_exec_exec(sx)->info.max_draft_tokens == K);
-		struct hseq a, a2;
+		struct sh_seq a, a2;
 		seq_init(&a, 1);
 		memcpy(a.toks, c.toks, NP * sizeof(int32_t));
 		uint32_t steps = 0, acc = run_spec(model_spec_exec_exec(sx), &a, NP + NGEN, &steps);
@@ -224,7 +137,7 @@ static void test_greedy(struct model_checkpoint *ck, const char *name)
 			struct model_exec_cpu *xr = mk(ck, true);
 			void *dr = NULL;
 			struct model_spec_exec *sr = mk_spec(xr, K, true, NULL, &dr);
-			struct hseq r;
+			struct sh_seq r;
 			seq_init(&r, 2);
 			memcpy(r.toks, c2.toks, NP * sizeof(int32_t));
 			uint32_t sr_steps = 0;
@@ -244,19 +157,6 @@ static void test_greedy(struct model_checkpoint *ck, const char *name)
 }
 
 /* ---- rollback: drafter rings and block pool bit-identical ---- */
-
-static const int32_t *g_truth;
-static uint32_t g_next, g_corrupt;
-static void hook(void *ctx, const struct exec_seq *sq, uint32_t n_new, int32_t *d, uint32_t n)
-{
-	(void)ctx;
-	T_CHECK(NP + sq->n_output + n_new == g_next);
-	for (uint32_t i = 0; i < n; i++) {
-		d[i] = g_truth[g_next + i];
-		if (i == g_corrupt)
-			d[i] = (d[i] + 1 + (int32_t)(g_next % 17)) % (int32_t)V;
-	}
-}
 
 static int rings_diff(void *da, void *db, uint64_t id, int n_stages, uint32_t W, uint32_t d)
 {
@@ -294,58 +194,43 @@ static void test_rollback(struct model_checkpoint *ck)
 {
 	const uint32_t K = KMAX;
 	const struct model_config *cfg = model_checkpoint_config(ck);
-	struct hseq c, a, b;
+	struct sh_seq c, a, b;
 	seq_init(&c, 7);
 	run_plain(ck, &c, NP + NGEN + K + 2);
-	g_truth = c.toks;
+	sh_hook_st = (struct sh_hook_state){.truth = c.toks, .n_prompt = NP, .vocab = V};
 	a = b = c;
 	a.n_tok = b.n_tok = NP;
 	a.n_cached = b.n_cached = 0;
 	struct model_exec_cpu *xa = mk(ck, true), *xb = mk(ck, true);
 	void *da = NULL, *db = NULL;
-	struct model_spec_exec *sa = mk_spec(xa, K, false, hook, &da), *sb = mk_spec(xb, K, true, NULL, &db);
+	struct model_spec_exec *sa = mk_spec(xa, K, false, sh_hook, &da), *sb = mk_spec(xb, K, true, NULL, &db);
 	if (!sa || !sb)
 		goto out;
-	struct exec_sample o;
-	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
-	uint32_t nd, steps = 0, accepted_at[KMAX + 1] = {0}, bad_ring = 0, bad_state = 0;
-	g_corrupt = 0;
-	g_next = NP + 1;
-	hstep(model_spec_exec_exec(sa), &a, NULL, 0, &o);
-	nd = o.n_next_draft;
-	memcpy(drafts, o.next_draft, sizeof drafts);
-	hstep(model_spec_exec_exec(sb), &b, NULL, 0, &o);
-	T_CHECK(o.n_next_draft == 0);
+	struct sh_lockstep ls = {.ea = model_spec_exec_exec(sa), .eb = model_spec_exec_exec(sb), .a = &a, .b = &b,
+				 .max_drafts = K};
+	uint32_t bad_ring = 0, bad_state = 0;
+	sh_lockstep_prefill(&ls);
 	while (a.n_tok < NP + NGEN) {
-		uint32_t want = steps % (K + 1);
-		T_CHECKF(nd == K, "A proposed %u drafts at %u", nd, a.n_tok);
-		g_next = a.n_tok + (want < nd ? want : nd) + 1;
-		g_corrupt = (steps + 1) % (K + 1);
-		uint32_t made = hstep(model_spec_exec_exec(sa), &a, drafts, nd, &o);
-		if (!made)
+		if (!sh_lockstep_step(&ls))
 			break;
-		accepted_at[o.n_extra]++;
-		T_CHECKF(o.n_extra == (want < nd ? want : nd), "step %u: accepted %u, expected %u", steps, o.n_extra, want);
-		nd = o.n_next_draft;
-		memcpy(drafts, o.next_draft, sizeof drafts);
-		uint32_t made_b = hstep(model_spec_exec_exec(sb), &b, a.toks + b.n_tok, made - 1, &o);
-		T_CHECKF(made_b == made, "B made %u of %u", made_b, made);
 		int k = rings_diff(da, db, 7, (int)cfg->n_draft_layers, (uint32_t)cfg->sliding_window,
 				   (uint32_t)cfg->head_dim);
 		if (k >= 0 && bad_ring++ < 3)
-			fprintf(stderr, "step %u (position %u): drafter ring of stage %d differs\n", steps, a.n_cached, k);
+			fprintf(stderr, "step %u (position %u): drafter ring of stage %d differs\n", ls.steps, a.n_cached,
+				k);
 		int l = state_diff(model_exec_cpu_state(xa), model_exec_cpu_state(xb));
 		if (l >= 0 && bad_state++ < 3)
-			fprintf(stderr, "step %u (position %u): layer %d state differs\n", steps, a.n_cached, l);
-		steps++;
+			fprintf(stderr, "step %u (position %u): layer %d state differs\n", ls.steps, a.n_cached, l);
+		ls.steps++;
 	}
 	T_CHECK(!memcmp(a.toks, c.toks, a.n_tok * sizeof(int32_t)));
+	const uint32_t *acc = ls.accepted_at;
 	fprintf(stderr, "rollback: %u steps to %u tokens; accepted 0..5: %u %u %u %u %u %u; ring mismatches %u, "
-			"state mismatches %u\n", steps, a.n_tok, accepted_at[0], accepted_at[1], accepted_at[2],
-		accepted_at[3], accepted_at[4], accepted_at[5], bad_ring, bad_state);
+			"state mismatches %u\n", ls.steps, a.n_tok, acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], bad_ring,
+		bad_state);
 	T_CHECK(bad_ring == 0 && bad_state == 0);
 	for (uint32_t j = 0; j <= K; j++)
-		T_CHECKF(accepted_at[j] > 0, "no step accepted %u drafts", j);
+		T_CHECKF(ls.accepted_at[j] > 0, "no step accepted %u drafts", j);
 out:
 	model_spec_exec_destroy(sa);
 	model_spec_exec_destroy(sb);
@@ -373,7 +258,7 @@ int main(void)
 	srand(seed);
 	const char *variants[] = {"fp8", "nvfp4"};
 	for (int i = 0; i < 2; i++) {
-		struct model_checkpoint *ck = open_0731(variants[i]);
+		struct model_checkpoint *ck = fh_open_0731(variants[i]);
 		if (!ck) {
 			fprintf(stderr, "no tiny 0731 checkpoint %s\n", variants[i]);
 			return 1;

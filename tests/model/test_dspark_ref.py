@@ -26,7 +26,7 @@ BLD = os.environ.get("DSV4_BUILD_ROOT")
 
 
 def tiny_0731(variant):
-    """<build>/tiny-models-0731/tiny-0731-<variant>, generated under the lock test_dspark.c takes too."""
+    """<build>/tiny-models-0731/tiny-0731-<variant>, generated under the lock tests/model/fwd_harness.h takes too."""
     top = os.path.join(BLD or tempfile.gettempdir(), "tiny-models-0731")
     out = os.path.join(top, "tiny-0731-" + variant)
     with open(top + ".lock", "a+") as lk:

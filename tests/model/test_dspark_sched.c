@@ -17,13 +17,11 @@
  *   preempt: K = 4, truth drafts, a pool of 5 blocks: preemptions.
  * Block invariants hold after every step; at the end no block is used.
  */
-#include <fcntl.h>
-#include <sys/file.h>
-
 #include "model/exec_cpu.h"
 #include "model/spec.h"
 #include "scheduler/scheduler.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/scheduler/sched_harness.h"
 #include "tests/test.h"
 
 #define NR 8
@@ -115,17 +113,9 @@ static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, str
 			goto out;
 		}
 		bool drain = cfg->sequential || r == NR - 1;
-		while (drain && sched_has_work(s)) {
-			if (sched_step(s, NULL, &e) != ST_OK) {
-				T_CHECKF(0, "%s: step: %s", cfg->name, e.msg);
+		while (drain && sched_has_work(s))
+			if (!sch_step_checked(s, cfg->name, &steps))
 				goto out;
-			}
-			steps++;
-			if (sched_check_invariants(s, &e) != ST_OK) {
-				T_CHECKF(0, "%s: invariants after step %u: %s", cfg->name, steps, e.msg);
-				goto out;
-			}
-		}
 	}
 	sched_stats_get(s, st);
 	fprintf(stderr, "%s: %u steps; drafts %llu, draft tokens %llu, accepted %llu, prefix hits %llu tokens, "
@@ -153,37 +143,9 @@ static void same(const char *name, const struct col *a)
 	T_CHECKF(bad == 0, "%s: %d requests differ from the plain run", name, bad);
 }
 
-static struct model_checkpoint *open_0731_fp8(void)
-{
-	const char *src = getenv("DSV4_SOURCE_ROOT"), *bld = getenv("DSV4_BUILD_ROOT");
-	if (!src || !bld)
-		return NULL;
-	char lock[1200], cmd[4096], path[1300];
-	snprintf(lock, sizeof lock, "%s/tiny-models-0731.lock", bld);
-	snprintf(path, sizeof path, "%s/tiny-models-0731/tiny-0731-fp8", bld);
-	int fd = open(lock, O_CREAT | O_RDWR, 0644);
-	if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	snprintf(cmd, sizeof cmd,
-		 "'%s/.venv/bin/python3' '%s/scripts/make_tiny_model' --release 0731 --variant fp8 --out '%s' >/dev/null",
-		 src, src, path);
-	int rc = system(cmd);
-	flock(fd, LOCK_UN);
-	close(fd);
-	struct model_checkpoint_options o = {.dir = path};
-	struct model_checkpoint *ck = NULL;
-	struct err e = {0};
-	if (rc || model_checkpoint_create(&ck, &o, &e))
-		return NULL;
-	return ck;
-}
-
 int main(void)
 {
-	struct model_checkpoint *ck = open_0731_fp8();
+	struct model_checkpoint *ck = fh_open_0731("fp8");
 	if (!ck) {
 		fprintf(stderr, "no tiny 0731 checkpoint\n");
 		return 1;

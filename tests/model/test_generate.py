@@ -11,7 +11,6 @@
 - bad arguments are usage errors (exit 2).
 The tiny checkpoints are generated once into $DSV4_BUILD_ROOT/tiny-models (or $DSV4_TINY_DIR).
 """
-import fcntl
 import json
 import os
 import re
@@ -19,6 +18,9 @@ import subprocess
 import sys
 
 SRC = os.environ.get("DSV4_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests"))
+from tiny_dir import tiny_dir  # noqa: E402
+
 BIN = os.environ.get("DSV4_BIN", os.path.join(SRC, "build", "server", "dsv4"))
 FAILS = []
 
@@ -27,22 +29,6 @@ def check(cond, what):
     if not cond:
         FAILS.append(what)
         print("FAIL:", what, file=sys.stderr)
-
-
-def tiny_dir():
-    d = os.environ.get("DSV4_TINY_DIR")
-    if d:
-        return d
-    d = os.path.join(os.environ.get("DSV4_BUILD_ROOT", "/tmp"), "tiny-models")
-    stamp = os.path.join(d, "tiny-nvfp4-deq", ".make_tiny_model.stamp")
-    if not os.path.exists(stamp):
-        # the C forward tests share this directory and lock (tests/model/fwd_harness.h)
-        with open(d + ".lock", "a+") as lk:
-            fcntl.flock(lk, fcntl.LOCK_EX)
-            if not os.path.exists(stamp):
-                subprocess.run([sys.executable, os.path.join(SRC, "scripts", "make_tiny_model"), "--variant", "all",
-                                "--out", d], check=True, stdout=subprocess.DEVNULL)
-    return d
 
 
 def gen(*args):

@@ -27,6 +27,7 @@
 #include "model/spec.h"
 #include "model/state.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/model/spec_harness.h"
 #include "tests/test.h"
 
 #define BT 32
@@ -39,54 +40,7 @@ static uint32_t V;
 
 static struct model_exec_cpu *mk(struct model_checkpoint *ck, bool mtp)
 {
-	struct model_exec_cpu_options o = {.ck = ck, .block_tokens = BT, .n_blocks = NB, .max_step_tokens = 64,
-					   .max_step_seqs = 4, .precision = MODEL_PREC_REFERENCE, .load_mtp = mtp,
-					   .dev = fh_device()};
-	struct model_exec_cpu *x = NULL;
-	struct err e = {0};
-	T_CHECKF(model_exec_cpu_create(&x, &o, &e) == ST_OK, "create: %s", e.msg);
-	return x;
-}
-
-/* One sequence driven by hand: block ids 0..NB-1 in order. */
-struct hseq {
-	int32_t toks[NP + NGEN + 16];
-	uint32_t n_tok;    /* prompt + produced */
-	uint32_t n_cached; /* positions in the state */
-	uint32_t blocks[NB];
-	struct kern_sampling_params sp;
-};
-
-/* Run [toks[n_cached..n_tok), drafts[0..n_draft)] on ex; the produced tokens are appended. */
-static uint32_t hstep(struct exec *ex, struct hseq *q, const int32_t *drafts, uint32_t n_draft, struct exec_sample *o)
-{
-	int32_t ids[64], pos[64];
-	uint32_t n = 0;
-	for (uint32_t p = q->n_cached; p < q->n_tok; p++)
-		ids[n++] = q->toks[p];
-	for (uint32_t i = 0; i < n_draft; i++)
-		ids[n++] = drafts[i];
-	for (uint32_t i = 0; i < n; i++)
-		pos[i] = (int32_t)(q->n_cached + i);
-	uint32_t ctx = q->n_cached + n;
-	struct exec_seq es = {.seq_id = 7, .n_cached_tokens = q->n_cached, .n_context_tokens = ctx,
-			      .n_blocks = (ctx + BT - 1) / BT, .state_slot = EXEC_NO_SLOT, .sample = true,
-			      .sampling = &q->sp, .prompt_ids = q->toks, .n_prompt = NP, .output_ids = q->toks + NP,
-			      .n_output = q->n_tok - NP, .n_draft = n_draft};
-	uint32_t qs[2] = {0, n};
-	struct exec_step st = {.n_tokens = n, .token_ids = ids, .positions = pos, .n_seqs = 1, .seqs = &es,
-			       .query_start = qs, .block_ids = q->blocks, .n_block_ids = NB, .n_sample = 1};
-	memset(o, 0, sizeof *o);
-	struct err e = {0};
-	enum status rc = ex->ops->step(ex->ctx, &st, o, &e);
-	T_CHECKF(rc == ST_OK, "step at %u: %s", q->n_cached, e.msg);
-	if (rc)
-		return 0;
-	uint32_t made = 1 + o->n_extra;
-	q->n_cached = q->n_tok + o->n_extra; /* t and the accepted drafts */
-	for (uint32_t i = 0; i < made; i++)
-		q->toks[q->n_tok++] = i ? o->extra[i - 1].token_id : o->out.token_id;
-	return made;
+	return sh_exec(ck, BT, NB, mtp, fh_device());
 }
 
 /* n floats of a state array, on the host (downloaded from a GPU pool). */
@@ -157,92 +111,53 @@ static int state_diff(const struct model_state *a, const struct model_state *b, 
 	return -1;
 }
 
-/* the hook: the true continuation, corrupted at position g_corrupt */
-static const int32_t *g_truth; /* the plain run's tokens (prompt + output) */
-static uint32_t g_next;        /* index in g_truth of the first draft */
-static uint32_t g_corrupt;     /* 0..K-1: that draft is wrong; K: none */
-static void hook(void *ctx, const struct exec_seq *sq, uint32_t n_new, int32_t *d, uint32_t n)
-{
-	(void)ctx;
-	T_CHECK(NP + sq->n_output + n_new == g_next);
-	for (uint32_t i = 0; i < n; i++) {
-		d[i] = g_truth[g_next + i];
-		if (i == g_corrupt)
-			d[i] = (d[i] + 1 + (int32_t)(g_next % 17)) % (int32_t)V;
-	}
-}
-
 static void test_rollback(struct model_checkpoint *ck)
 {
 	srand((unsigned)time(NULL));
-	struct hseq c = {0}, a, b;
-	for (uint32_t i = 0; i < NP; i++)
-		c.toks[i] = 3 + rand() % 5000;
-	c.n_tok = NP;
-	for (uint32_t i = 0; i < NB; i++)
-		c.blocks[i] = i;
-	c.sp = (struct kern_sampling_params){.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+	struct sh_seq c, a, b;
+	sh_seq_init(&c, 7, NP, BT, NB, 5000);
 	a = b = c;
 	/* C: plain, one token per step */
 	struct model_exec_cpu *xc = mk(ck, false);
 	struct exec_sample o;
 	while (xc && c.n_tok < NP + NGEN + K + 2)
-		if (!hstep(model_exec_cpu_exec(xc), &c, NULL, 0, &o))
+		if (!sh_step(model_exec_cpu_exec(xc), &c, NULL, 0, &o))
 			break;
 	model_exec_cpu_destroy(xc);
-	g_truth = c.toks;
+	sh_hook_st = (struct sh_hook_state){.truth = c.toks, .n_prompt = NP, .vocab = V};
 
 	struct model_exec_cpu *xa = mk(ck, true), *xb = mk(ck, true);
 	struct model_spec_exec *sa = NULL, *sb = NULL;
 	struct err e = {0};
-	struct model_spec_exec_options oa = {.x = xa, .cfg = {MODEL_DRAFT_MTP, K}, .draft_hook = hook};
+	struct model_spec_exec_options oa = {.x = xa, .cfg = {MODEL_DRAFT_MTP, K}, .draft_hook = sh_hook};
 	struct model_spec_exec_options ob = {.x = xb, .cfg = {MODEL_DRAFT_MTP, K}, .no_propose = true};
 	T_CHECKF(xa && model_spec_exec_create(&sa, &oa, &e) == ST_OK, "spec A: %s", e.msg);
 	T_CHECKF(xb && model_spec_exec_create(&sb, &ob, &e) == ST_OK, "spec B: %s", e.msg);
 	if (!sa || !sb)
 		goto out;
 	T_CHECK(model_spec_exec_exec(sa)->info.max_draft_tokens == K);
-	int32_t drafts[EXEC_SPEC_MAX_DRAFT];
-	uint32_t n_drafts = 0, steps = 0, accepted_at[K + 1] = {0}, bad_state = 0, bad_tok = 0;
-	g_corrupt = 0;
-	g_next = NP + 1;
-	/* prefill both */
-	hstep(model_spec_exec_exec(sa), &a, NULL, 0, &o);
-	n_drafts = o.n_next_draft;
-	memcpy(drafts, o.next_draft, sizeof drafts);
-	hstep(model_spec_exec_exec(sb), &b, NULL, 0, &o);
-	T_CHECKF(o.n_next_draft == 0, "B proposes nothing");
+	struct sh_lockstep ls = {.ea = model_spec_exec_exec(sa), .eb = model_spec_exec_exec(sb), .a = &a, .b = &b,
+				 .max_drafts = K, .check_b_accepts_all = true};
+	uint32_t bad_state = 0, bad_tok = 0;
+	sh_lockstep_prefill(&ls);
 	while (a.n_tok < NP + NGEN) {
-		uint32_t want = steps % (K + 1); /* drafts accepted this step (corrupted when proposed) */
-		T_CHECKF(n_drafts == K, "A proposed %u drafts at %u", n_drafts, a.n_tok);
-		/* the proposal made during this step is for the tokens after its last one */
-		g_next = a.n_tok + (want < n_drafts ? want : n_drafts) + 1;
-		g_corrupt = (steps + 1) % (K + 1);
-		uint32_t made = hstep(model_spec_exec_exec(sa), &a, drafts, n_drafts, &o);
-		if (!made)
+		if (!sh_lockstep_step(&ls))
 			break;
-		accepted_at[o.n_extra]++;
-		T_CHECKF(o.n_extra == (want < n_drafts ? want : n_drafts), "step %u: accepted %u, expected %u", steps,
-			 o.n_extra, want);
-		n_drafts = o.n_next_draft;
-		memcpy(drafts, o.next_draft, sizeof drafts);
-		/* B: exactly the accepted drafts */
-		uint32_t made_b = hstep(model_spec_exec_exec(sb), &b, a.toks + b.n_tok, made - 1, &o);
-		T_CHECKF(made_b == made && o.n_extra == made - 1, "B made %u of %u", made_b, made);
 		bad_tok += memcmp(a.toks, c.toks, a.n_tok * sizeof(int32_t)) != 0 ||
 			   memcmp(b.toks, c.toks, b.n_tok * sizeof(int32_t)) != 0;
 		const char *what = "";
 		int l = state_diff(model_exec_cpu_state(xa), model_exec_cpu_state(xb), &what);
 		if (l >= 0 && bad_state++ < 3)
-			fprintf(stderr, "step %u (position %u): layer %d %s differs\n", steps, a.n_cached, l, what);
-		steps++;
+			fprintf(stderr, "step %u (position %u): layer %d %s differs\n", ls.steps, a.n_cached, l, what);
+		ls.steps++;
 	}
+	const uint32_t *acc = ls.accepted_at;
 	fprintf(stderr, "rollback: %u verify steps to %u tokens; accepted 0..%d drafts: %u %u %u %u; state "
-			"mismatches %u, token mismatches %u\n", steps, a.n_tok, K, accepted_at[0], accepted_at[1],
-		accepted_at[2], accepted_at[3], bad_state, bad_tok);
+			"mismatches %u, token mismatches %u\n", ls.steps, a.n_tok, K, acc[0], acc[1], acc[2], acc[3],
+		bad_state, bad_tok);
 	T_CHECK(bad_state == 0);
 	T_CHECK(bad_tok == 0);
-	T_CHECK(accepted_at[0] && accepted_at[1] && accepted_at[2] && accepted_at[3]);
+	T_CHECK(ls.accepted_at[0] && ls.accepted_at[1] && ls.accepted_at[2] && ls.accepted_at[3]);
 out:
 	model_spec_exec_destroy(sa);
 	model_spec_exec_destroy(sb);

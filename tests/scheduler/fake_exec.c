@@ -93,6 +93,40 @@ static enum status fail(struct fake_exec *f, struct err *e, const char *fmt, uns
 	return err_set(e, ST_INVALID, "fake executor: %s", m);
 }
 
+/* Feed the query tokens of seq i of st, which start at position p0, into
+ * state *h: positions must follow p0 and every write must continue its block.
+ * In block mode every block's state follows its last write; otherwise a block
+ * holds a snapshot once its last position is written, and none while it is
+ * being rewritten. */
+static enum status feed_tokens(struct fake_exec *f, const struct exec_step *st, uint32_t i, const uint32_t *bt,
+			       uint32_t p0, uint64_t *h, struct err *e)
+{
+	const struct fake_exec_options *o = &f->opt;
+	const struct exec_seq *s = &st->seqs[i];
+	uint32_t B = o->block_tokens, q0 = st->query_start[i], q1 = st->query_start[i + 1];
+	for (uint32_t t = q0; t < q1; t++) {
+		uint32_t pos = (uint32_t)st->positions[t];
+		if (pos != p0 + (t - q0))
+			return fail(f, e, "seq %u: position %u, expected %u", i, pos, p0 + (t - q0));
+		uint32_t b = bt[pos / B];
+		if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
+			return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
+		*h = state_next(*h, st->token_ids[t], pos);
+		plp_write(o, s, pos, *h);
+		f->blk_last_pos[b] = pos;
+		if (o->block_mode) {
+			f->blk_snap_pos[b] = pos;
+			f->blk_state[b] = *h;
+		} else if (pos % B == B - 1) {
+			f->blk_state[b] = *h;
+			f->blk_snap_pos[b] = pos;
+		} else if (pos % B == 0) {
+			f->blk_snap_pos[b] = -1; /* the block is being rewritten */
+		}
+	}
+	return ST_OK;
+}
+
 static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_sample *out, struct err *e)
 {
 	struct fake_exec *f = ctx;
@@ -138,18 +172,9 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 					return fail(f, e, "seq %u: block %u state is not at %u", i, src, p0 - 1);
 				h = f->blk_state[src];
 			}
-			for (uint32_t t = q0; t < q1; t++) {
-				uint32_t pos = (uint32_t)st->positions[t];
-				if (pos != p0 + (t - q0))
-					return fail(f, e, "seq %u: position %u, expected %u", i, pos, p0 + (t - q0));
-				uint32_t b = bt[pos / B];
-				if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
-					return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
-				h = state_next(h, st->token_ids[t], pos);
-				plp_write(o, s, pos, h);
-				f->blk_last_pos[b] = f->blk_snap_pos[b] = pos;
-				f->blk_state[b] = h;
-			}
+			enum status rc = feed_tokens(f, st, i, bt, p0, &h, e);
+			if (rc)
+				return rc;
 			goto sampled;
 		}
 		if (sl >= f->ex.info.n_state_slots)
@@ -172,23 +197,9 @@ static enum status fake_step(void *ctx, const struct exec_step *st, struct exec_
 					    (unsigned)f->slot_pos[sl]);
 			h = f->slot_state[sl];
 		}
-		for (uint32_t t = q0; t < q1; t++) {
-			uint32_t pos = (uint32_t)st->positions[t];
-			if (pos != p0 + (t - q0))
-				return fail(f, e, "seq %u: position %u, expected %u", i, pos, p0 + (t - q0));
-			uint32_t b = bt[pos / B];
-			if (pos % B && f->blk_last_pos[b] != (int64_t)pos - 1)
-				return fail(f, e, "seq %u: write at %u into block %u not contiguous", i, pos, b);
-			h = state_next(h, st->token_ids[t], pos);
-			plp_write(o, s, pos, h);
-			f->blk_last_pos[b] = pos;
-			if (pos % B == B - 1) {
-				f->blk_state[b] = h;
-				f->blk_snap_pos[b] = pos;
-			} else if (pos % B == 0) {
-				f->blk_snap_pos[b] = -1; /* the block is being rewritten */
-			}
-		}
+		enum status rc = feed_tokens(f, st, i, bt, p0, &h, e);
+		if (rc)
+			return rc;
 		f->slot_state[sl] = h;
 		f->slot_seq[sl] = s->seq_id;
 		f->slot_pos[sl] = (int64_t)q1 - q0 + p0 - 1;

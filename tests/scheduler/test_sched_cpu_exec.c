@@ -24,6 +24,7 @@
 #include "model/exec_cpu.h"
 #include "scheduler/scheduler.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/scheduler/sched_harness.h"
 #include "tests/test.h"
 
 #define NR 8
@@ -119,17 +120,9 @@ static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, str
 			T_CHECKF(0, "%s: submit %d: %s", cfg->name, r, e.msg);
 			goto out;
 		}
-		while (sched_has_work(s) && (!cfg->concurrent || r == NR - 1)) {
-			if (sched_step(s, NULL, &e) != ST_OK) {
-				T_CHECKF(0, "%s: step: %s", cfg->name, e.msg);
+		while (sched_has_work(s) && (!cfg->concurrent || r == NR - 1))
+			if (!sch_step_checked(s, cfg->name, &out->steps))
 				goto out;
-			}
-			out->steps++;
-			if (sched_check_invariants(s, &e) != ST_OK) {
-				T_CHECKF(0, "%s: invariants after step %u: %s", cfg->name, out->steps, e.msg);
-				goto out;
-			}
-		}
 	}
 	while (sched_has_work(s)) { /* concurrent with only_mask excluding the last request */
 		if (sched_step(s, NULL, &e) != ST_OK || sched_check_invariants(s, &e) != ST_OK) {
@@ -177,15 +170,11 @@ static double compare(const char *name, int r, const struct col *ref, const stru
 
 int main(void)
 {
-	if (!fh_tiny_dir())
-		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
-	struct model_checkpoint *ck = fh_open("bf16");
-	T_CHECK(ck != NULL);
-	if (!ck)
-		return test_exit();
-	const char *seed_env = getenv("DSV4_TEST_SEED");
-	uint64_t rng = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
-	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat)\n", (unsigned long long)rng);
+	struct model_checkpoint *ck = NULL;
+	int exit_code = fh_open_for_main("bf16", &ck);
+	if (exit_code)
+		return exit_code;
+	uint64_t rng = test_seed();
 	static const uint32_t lens[NR] = {91, 86, 88, 58, 90, 60, 62, 87}; /* decodes cross a block boundary */
 	for (int r = 0; r < NR; r++) {
 		plen[r] = lens[r];

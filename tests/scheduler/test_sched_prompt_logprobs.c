@@ -158,19 +158,15 @@ static void compare(const char *name, const struct col *c, const struct ref *rf,
 
 int main(void)
 {
-	if (!fh_tiny_dir())
-		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
-	struct model_checkpoint *ck = fh_open("bf16");
-	T_CHECK(ck != NULL);
-	if (!ck)
-		return test_exit();
-	const char *seed_env = getenv("DSV4_TEST_SEED");
-	uint64_t rng = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
-	fprintf(stderr, "seed %llu (DSV4_TEST_SEED to repeat)\n", (unsigned long long)rng);
+	struct model_checkpoint *ck = NULL;
+	int exit_code = fh_open_for_main("bf16", &ck);
+	if (exit_code)
+		return exit_code;
 	enum { NR = 3 };
 	static int32_t prompts[NR][MAXP];
 	uint32_t plen[NR];
 	static struct ref rf[NR];
+	uint64_t rng = test_seed();
 	for (int r = 0; r < NR; r++) {
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		plen[r] = 70 + (uint32_t)((rng >> 33) % 40); /* over two blocks: the cache and the parent path */

@@ -33,6 +33,7 @@
 #include "model/spec.h"
 #include "scheduler/scheduler.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/scheduler/sched_harness.h"
 #include "tests/test.h"
 
 #define NR 8
@@ -184,17 +185,9 @@ static int run(const struct model_checkpoint *ck, const struct run_cfg *cfg, str
 		}
 		/* concurrent: eight at a time */
 		bool drain = cfg->sequential || (r % NR == NR - 1) || r == cfg->n_req - 1;
-		while (drain && sched_has_work(s)) {
-			if (sched_step(s, NULL, &e) != ST_OK) {
-				T_CHECKF(0, "%s: step: %s", cfg->name, e.msg);
+		while (drain && sched_has_work(s))
+			if (!sch_step_checked(s, cfg->name, &rs->steps))
 				goto out;
-			}
-			rs->steps++;
-			if (sched_check_invariants(s, &e) != ST_OK) {
-				T_CHECKF(0, "%s: invariants after step %u: %s", cfg->name, rs->steps, e.msg);
-				goto out;
-			}
-		}
 	}
 	sched_stats_get(s, &rs->st);
 	fprintf(stderr, "%s: %u steps, %.2f s\n", cfg->name, rs->steps, (double)(clock() - t0) / CLOCKS_PER_SEC);

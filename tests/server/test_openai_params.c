@@ -177,9 +177,9 @@ static void test_completions(void)
 	oai_request_free(&r);
 }
 
-static void test_refusals(void)
+/* Bodies that are no JSON object, and fields unknown or unimplemented, by name. */
+static void test_refusals_body(void)
 {
-	/* Body-level. */
 	expect_refused(OAI_CHAT, "", "");
 	expect_refused(OAI_CHAT, "{", "");
 	expect_refused(OAI_CHAT, "[1]", "");
@@ -193,28 +193,36 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"response_format\":{\"type\":\"xml\"}"), "response_format");
 	expect_refused(OAI_CHAT, chat("\"guided_regex\":\"a+\""), "guided_regex");
 	expect_refused(OAI_CHAT, chat("\"guided_choice\":[]"), "guided_choice");
-	{ /* structured outputs (server/openai_structured.c compiles them) */
-		struct oai_request r;
-		struct oai_error why;
-		T_CHECK(parse(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_object\"}"), &r, &why));
-		T_CHECK(r.format == OAI_FORMAT_JSON_OBJECT && r.response_format_json);
-		oai_request_free(&r);
-		T_CHECK(parse(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
-					     "\"schema\":{\"type\":\"integer\"},\"strict\":true}}"), &r, &why));
-		T_CHECK(r.format == OAI_FORMAT_JSON_SCHEMA && strstr(r.format_schema, "integer"));
-		oai_request_free(&r);
-		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"guided_choice\":[\"a\",\"b\"]}", &r, &why));
-		T_CHECK(r.format == OAI_FORMAT_CHOICE && r.n_format_choices == 2 && !strcmp(r.format_choices[1], "b"));
-		oai_request_free(&r);
-		T_CHECK(parse(OAI_CHAT, chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-					     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"), &r, &why));
-		T_CHECK(r.tool_choice == OAI_TOOL_NAMED && !strcmp(r.tool_choice_name, "f"));
-		oai_request_free(&r);
-		T_CHECK(parse(OAI_CHAT, chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-					     "\"tool_choice\":\"required\""), &r, &why));
-		T_CHECK(r.tool_choice == OAI_TOOL_REQUIRED);
-		oai_request_free(&r);
-	}
+}
+
+/* Structured outputs and tool choices that are accepted (server/openai_structured.c compiles them). */
+static void test_structured_accepted(void)
+{
+	struct oai_request r;
+	struct oai_error why;
+	T_CHECK(parse(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_object\"}"), &r, &why));
+	T_CHECK(r.format == OAI_FORMAT_JSON_OBJECT && r.response_format_json);
+	oai_request_free(&r);
+	T_CHECK(parse(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+				     "\"schema\":{\"type\":\"integer\"},\"strict\":true}}"), &r, &why));
+	T_CHECK(r.format == OAI_FORMAT_JSON_SCHEMA && strstr(r.format_schema, "integer"));
+	oai_request_free(&r);
+	T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"guided_choice\":[\"a\",\"b\"]}", &r, &why));
+	T_CHECK(r.format == OAI_FORMAT_CHOICE && r.n_format_choices == 2 && !strcmp(r.format_choices[1], "b"));
+	oai_request_free(&r);
+	T_CHECK(parse(OAI_CHAT, chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+				     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"), &r, &why));
+	T_CHECK(r.tool_choice == OAI_TOOL_NAMED && !strcmp(r.tool_choice_name, "f"));
+	oai_request_free(&r);
+	T_CHECK(parse(OAI_CHAT, chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+				     "\"tool_choice\":\"required\""), &r, &why));
+	T_CHECK(r.tool_choice == OAI_TOOL_REQUIRED);
+	oai_request_free(&r);
+}
+
+/* Output options in a form or combination that is refused. */
+static void test_refusals_options(void)
+{
 	expect_refused(OAI_CHAT, chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"), "response_format");
 	expect_refused(OAI_CHAT, chat("\"response_format\":\"text\""), "response_format");
 	expect_refused(OAI_CHAT, chat("\"tool_choice\":\"required\""), "tool_choice");
@@ -236,7 +244,11 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"chat_template_kwargs\":[]"), "chat_template_kwargs");
 	expect_refused(OAI_CHAT, chat("\"add_generation_prompt\":false"), "add_generation_prompt");
 	expect_refused(OAI_CHAT, chat("\"continue_final_message\":true"), "continue_final_message");
-	/* Types and ranges. */
+}
+
+/* Sampling and length parameters of the wrong type or out of range. */
+static void test_refusals_ranges(void)
+{
 	expect_refused(OAI_CHAT, chat("\"model\":3"), "model");
 	expect_refused(OAI_CHAT, chat("\"stream\":\"yes\""), "stream");
 	expect_refused(OAI_CHAT, chat("\"n\":0"), "n");
@@ -258,6 +270,11 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"frequency_penalty\":-3"), "frequency_penalty");
 	expect_refused(OAI_CHAT, chat("\"repetition_penalty\":0"), "repetition_penalty");
 	expect_refused(OAI_CHAT, chat("\"repetition_penalty\":3"), "repetition_penalty");
+}
+
+/* Logit bias, stop lists, log-probabilities, reasoning and tool fields refused. */
+static void test_refusals_lists(void)
+{
 	expect_refused(OAI_CHAT, chat("\"logit_bias\":[]"), "logit_bias");
 	expect_refused(OAI_CHAT, chat("\"logit_bias\":{\"x\":1}"), "logit_bias");
 	expect_refused(OAI_CHAT, chat("\"logit_bias\":{\"1000\":1}"), "logit_bias");
@@ -287,7 +304,11 @@ static void test_refusals(void)
 	expect_refused(OAI_CHAT, chat("\"tools\":[{\"type\":\"function\",\"function\":{}}]"), "tools");
 	expect_refused(OAI_CHAT,
 		       chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":3}}]"), "tools");
-	/* Messages. */
+}
+
+/* Malformed messages, naming the field inside the message. */
+static void test_refusals_messages(void)
+{
 	expect_refused(OAI_CHAT, "{}", "messages");
 	expect_refused(OAI_CHAT, "{\"messages\":[]}", "messages");
 	expect_refused(OAI_CHAT, "{\"messages\":{}}", "messages");
@@ -311,7 +332,11 @@ static void test_refusals(void)
 		       "messages.tool_calls.function.arguments");
 	expect_refused(OAI_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":1}]}",
 		       "messages.tool_call_id");
-	/* Completions. */
+}
+
+/* Completion-only refusals. */
+static void test_refusals_completion(void)
+{
 	expect_refused(OAI_COMPLETION, "{}", "prompt");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":3}", "prompt");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":[[]]}", "prompt");
@@ -322,23 +347,27 @@ static void test_refusals(void)
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "best_of");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs");
-	/* prompt log-probabilities (evaluation): echo + logprobs, max_tokens 0, prompt_logprobs */
-	{
-		struct oai_request r;
-		struct oai_error why;
-		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":[1,2],\"echo\":true,\"logprobs\":1,\"max_tokens\":0}", &r, &why));
-		T_CHECK(r.echo && r.logprobs && r.top_logprobs == 1 && r.score_only && !r.max_tokens && !r.prompt_logprobs);
-		oai_request_free(&r);
-		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":5}", &r, &why));
-		T_CHECK(r.prompt_logprobs && r.prompt_top_logprobs == 5 && !r.score_only);
-		oai_request_free(&r);
-		T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":null}", &r, &why));
-		T_CHECK(!r.prompt_logprobs);
-		oai_request_free(&r);
-		T_CHECK(parse(OAI_CHAT, chat("\"prompt_logprobs\":0,\"max_tokens\":0"), &r, &why));
-		T_CHECK(r.prompt_logprobs && !r.prompt_top_logprobs && r.score_only);
-		oai_request_free(&r);
-	}
+}
+
+/* Prompt log-probabilities (evaluation): echo + logprobs, max_tokens 0,
+ * prompt_logprobs, accepted and refused; then the chat-only fields and too
+ * many prompts refused on completions. */
+static void test_prompt_logprobs(void)
+{
+	struct oai_request r;
+	struct oai_error why;
+	T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":[1,2],\"echo\":true,\"logprobs\":1,\"max_tokens\":0}", &r, &why));
+	T_CHECK(r.echo && r.logprobs && r.top_logprobs == 1 && r.score_only && !r.max_tokens && !r.prompt_logprobs);
+	oai_request_free(&r);
+	T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":5}", &r, &why));
+	T_CHECK(r.prompt_logprobs && r.prompt_top_logprobs == 5 && !r.score_only);
+	oai_request_free(&r);
+	T_CHECK(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":null}", &r, &why));
+	T_CHECK(!r.prompt_logprobs);
+	oai_request_free(&r);
+	T_CHECK(parse(OAI_CHAT, chat("\"prompt_logprobs\":0,\"max_tokens\":0"), &r, &why));
+	T_CHECK(r.prompt_logprobs && !r.prompt_top_logprobs && r.score_only);
+	oai_request_free(&r);
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":21}", "prompt_logprobs");
 	expect_refused(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":-1}", "prompt_logprobs");
@@ -428,7 +457,14 @@ int main(void)
 	test_every_parameter();
 	test_messages();
 	test_completions();
-	test_refusals();
+	test_refusals_body();
+	test_structured_accepted();
+	test_refusals_options();
+	test_refusals_ranges();
+	test_refusals_lists();
+	test_refusals_messages();
+	test_refusals_completion();
+	test_prompt_logprobs();
 	test_tokenize();
 	test_fuzz(seed);
 	return test_exit();
