@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverproc import (DSML_WEATHER_ANSWER, Check, Server, check_abandoned_stream, expect_raises,  # noqa: E402
-                        script_ids, sse_events, stream_cut_by_shutdown)
+                        script_ids, sse_events, stop_and_check, stream_cut_by_shutdown)
 
 try:
     import jsonschema
@@ -238,9 +238,7 @@ try:
     check(evs and evs[-1][0] == "error" and evs[-1][1]["error"]["type"] == "overloaded_error",
           "a stream cut by shutdown ends with an error event: %r" % (evs[-1:] if evs else raw))
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "server exit status %r" % rc)
+    stop_and_check(srv, check)
 
 srv = Server("--max-model-len", "8192", "--served-model-name", MODEL,
              env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, scripted))})
@@ -341,7 +339,5 @@ try:
     check(u2 and ct.input_tokens == u2[0]["usage"]["input_tokens"] + u2[0]["usage"]["cache_read_input_tokens"],
           "count_tokens of the conversation = its usage")
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "scripted server exit status %r" % rc)
+    stop_and_check(srv, check, "scripted server")
 sys.exit(check.finish())

@@ -26,7 +26,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverproc import (DSML_WEATHER_ANSWER, Check, Server, check_abandoned_stream, expect_raises,  # noqa: E402
-                        script_ids, sse_events, stream_cut_by_shutdown)
+                        script_ids, sse_events, stop_and_check, stream_cut_by_shutdown)
 
 seed = int(os.environ.get("DSV4_TEST_SEED", random.randrange(1 << 30)))
 print("seed", seed)
@@ -208,9 +208,7 @@ try:
           last["response"]["error"]["message"],
           "a stream cut by shutdown ends with response.failed: %r" % (evs[-1:] if evs else raw))
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "server exit status %r" % rc)
+    stop_and_check(srv, check)
 
 srv = Server("--max-model-len", "8192", "--served-model-name", MODEL,
              env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, scripted))})
@@ -268,7 +266,5 @@ try:
           "fed-back items render like the stored conversation: %d vs %d" % (r3.usage.input_tokens,
                                                                             r2.usage.input_tokens))
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "scripted server exit status %r" % rc)
+    stop_and_check(srv, check, "scripted server")
 sys.exit(check.finish())
