@@ -15,23 +15,13 @@
 #include "common/log.h"
 #include "scheduler/scheduler.h"
 #include "server/cli.h"
+#include "server/flagnum.h"
 #include "server/http.h"
 
 static int guard__bad(const char *flag, const char *v, const char *want)
 {
 	fprintf(stderr, "dsv4 serve: %s '%s': expected %s\n(try 'dsv4 serve --help')\n", flag, v, want);
 	return CLI_EXIT_USAGE;
-}
-
-static bool guard__long(const char *s, long lo, long hi, long *out)
-{
-	char *end = NULL;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || !s[0] || *end || v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
 }
 
 int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
@@ -84,31 +74,31 @@ int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
 			g->api_key_file = v;
 			break;
 		case 2:
-			if (!guard__long(v, 1, 4096, &g->max_body_mb))
+			if (!flag_parse_long(v, 1, 4096, &g->max_body_mb))
 				return guard__bad("--max-request-body-mb", v, "an integer in 1..4096");
 			break;
 		case 3:
-			if (!guard__long(v, 1, 1000000, &g->max_connections))
+			if (!flag_parse_long(v, 1, 1000000, &g->max_connections))
 				return guard__bad("--max-connections", v, "an integer in 1..1000000");
 			break;
 		case 4:
-			if (!guard__long(v, 0, 1000000, &g->max_connections_per_ip))
+			if (!flag_parse_long(v, 0, 1000000, &g->max_connections_per_ip))
 				return guard__bad("--max-connections-per-ip", v, "an integer in 0..1000000 (0 = no limit)");
 			break;
 		case 5:
-			if (!guard__long(v, 1, 86400, &g->max_request_seconds))
+			if (!flag_parse_long(v, 1, 86400, &g->max_request_seconds))
 				return guard__bad("--max-request-seconds", v, "an integer in 1..86400");
 			break;
 		case 6: { /* process-wide: the HTTP layer's default (http.h) */
 			long s;
-			if (!guard__long(v, 1, 86400, &s))
+			if (!flag_parse_long(v, 1, 86400, &s))
 				return guard__bad("--max-write-stall-seconds", v, "an integer in 1..86400");
 			http_set_default_write_stall_s((unsigned)s);
 			break;
 		}
 		case 7: { /* process-wide: the scheduler's stream bound (scheduler.h) */
 			long mb;
-			if (!guard__long(v, 1, 4096, &mb))
+			if (!flag_parse_long(v, 1, 4096, &mb))
 				return guard__bad("--max-stream-backlog-mb", v, "an integer in 1..4096");
 			sched_set_stream_backlog_bytes((size_t)mb << 20);
 			break;
