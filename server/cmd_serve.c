@@ -41,7 +41,7 @@
 #include "scheduler/limits.h"
 #include "server/load_args.h"
 #include "server/engine.h"
-#include "server/flagnum.h"
+#include "server/flags.h"
 #include "server/http.h"
 #include "server/notify.h"
 #include "server/serve_guard.h" /* ---- hardening ---- */
