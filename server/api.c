@@ -89,6 +89,17 @@ void api_error(struct http_response *resp, int status, const char *param, const 
 	http_reply(resp, body ? status : 500, "application/json", body, n);
 }
 
+void api_reply_buf(struct http_response *resp, const char *content_type, struct strbuf *b)
+{
+	size_t n;
+	char *body = strbuf_take(b, &n);
+	if (!body) {
+		api_error(resp, 500, NULL, NULL, "out of memory");
+		return;
+	}
+	http_reply(resp, 200, content_type, body, n);
+}
+
 enum status api_create(struct api **out, const struct api_options *opt, struct err *e)
 {
 	*out = NULL;
@@ -234,13 +245,7 @@ static void route_metrics(struct api *a, struct http_response *resp)
 	struct strbuf b;
 	strbuf_init(&b);
 	metrics_render(a->metrics, &b);
-	size_t n;
-	char *body = strbuf_take(&b, &n);
-	if (!body) {
-		api_error(resp, 500, NULL, NULL, "out of memory");
-		return;
-	}
-	http_reply(resp, 200, "text/plain; version=0.0.4; charset=utf-8", body, n);
+	api_reply_buf(resp, "text/plain; version=0.0.4; charset=utf-8", &b);
 }
 
 static void model_object(struct api *a, struct strbuf *b)
@@ -270,13 +275,7 @@ static void route_models(struct api *a, const char *path, struct http_response *
 		}
 		model_object(a, &b);
 	}
-	size_t n;
-	char *body = strbuf_take(&b, &n);
-	if (!body) {
-		api_error(resp, 500, NULL, NULL, "out of memory");
-		return;
-	}
-	http_reply(resp, 200, "application/json", body, n);
+	api_reply_buf(resp, "application/json", &b);
 }
 
 /* A POST body is JSON: no Content-Type (taken as JSON), application/json or

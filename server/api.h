@@ -86,5 +86,8 @@ struct strbuf;
 void api_error_json(struct strbuf *b, int status, const char *param, const char *code, const char *msg);
 void api_error(struct http_response *resp, int status, const char *param, const char *code, const char *fmt, ...)
 	DSV4_PRINTF(5, 6);
+/* A 200 whose body is b's bytes (taken; b is left empty), or a 500 when b
+ * could not be built (out of memory). */
+void api_reply_buf(struct http_response *resp, const char *content_type, struct strbuf *b);
 
 #endif

@@ -41,6 +41,7 @@
 #include "scheduler/limits.h"
 #include "server/load_args.h"
 #include "server/engine.h"
+#include "server/flags.h"
 #include "server/http.h"
 #include "server/notify.h"
 #include "server/serve_guard.h" /* ---- hardening ---- */
@@ -143,28 +144,6 @@ static int bad(const char *fmt, const char *a)
 	return CLI_EXIT_USAGE;
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out)
-{
-	char *end = NULL;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || !s[0] || *end || v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
-}
-
-static bool parse_double(const char *s, double lo, double hi, double *out)
-{
-	char *end = NULL;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || !s[0] || *end || !(v >= lo && v <= hi))
-		return false;
-	*out = v;
-	return true;
-}
-
 enum {
 	O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXLEN, O_SEQS, O_BATCHED, O_QUEUED, O_GPU, O_SHUTDOWN,
 	O_EXECUTOR, O_THREADS, O_BLOCKS, O_POLICY, O_DISABLE_KERNEL, O_SELFCHECK,
@@ -254,7 +233,7 @@ static int serve_flag(int c, const char *v, struct serve_args *a)
 		break;
 	case O_PORT: {
 		long p;
-		if (!parse_long(v, 0, 65535, &p))
+		if (!flag_parse_long(v, 0, 65535, &p))
 			return bad("--port '%s': expected an integer in 0..65535", v);
 		a->port = (int)p;
 		break;
@@ -268,28 +247,28 @@ static int serve_flag(int c, const char *v, struct serve_args *a)
 		a->api_key = v;
 		break;
 	case O_MAXLEN:
-		if (!parse_long(v, 1, INT32_MAX, &a->max_model_len))
+		if (!flag_parse_long(v, 1, INT32_MAX, &a->max_model_len))
 			return bad("--max-model-len '%s': expected a positive integer", v);
 		break;
 	case O_SEQS:
-		if (!parse_long(v, 1, 65536, &a->max_num_seqs))
+		if (!flag_parse_long(v, 1, 65536, &a->max_num_seqs))
 			return bad("--max-num-seqs '%s': expected an integer in 1..65536", v);
 		break;
 	case O_BATCHED:
-		if (!parse_long(v, 1, INT32_MAX, &a->max_num_batched_tokens))
+		if (!flag_parse_long(v, 1, INT32_MAX, &a->max_num_batched_tokens))
 			return bad("--max-num-batched-tokens '%s': expected a positive integer", v);
 		break;
 	case O_QUEUED:
-		if (!parse_long(v, 1, INT32_MAX, &a->max_queued))
+		if (!flag_parse_long(v, 1, INT32_MAX, &a->max_queued))
 			return bad("--max-num-queued-reqs '%s': expected a positive integer", v);
 		break;
 	case O_GPU:
-		if (!parse_double(v, 1e-6, 1.0, &a->gpu_memory_utilization))
+		if (!flag_parse_double(v, 1e-6, 1.0, &a->gpu_memory_utilization))
 			return bad("--gpu-memory-utilization '%s': expected a number in (0, 1]", v);
 		a->gpu_memory_utilization_set = true;
 		break;
 	case O_SHUTDOWN:
-		if (!parse_double(v, 0, 86400, &a->shutdown_timeout_s))
+		if (!flag_parse_double(v, 0, 86400, &a->shutdown_timeout_s))
 			return bad("--shutdown-timeout '%s': expected seconds in 0..86400", v);
 		break;
 	case O_EXECUTOR:
@@ -304,7 +283,7 @@ static int serve_flag(int c, const char *v, struct serve_args *a)
 		a->kernel_selfcheck = true;
 		break;
 	case O_THREADS:
-		if (!parse_long(v, 1, 256, &a->http_threads))
+		if (!flag_parse_long(v, 1, 256, &a->http_threads))
 			return bad("--http-threads '%s': expected an integer in 1..256", v);
 		break;
 	case O_POLICY:
@@ -313,15 +292,15 @@ static int serve_flag(int c, const char *v, struct serve_args *a)
 		a->priority = !strcmp(v, "priority");
 		break;
 	case O_MAX_LOGPROBS:
-		if (!parse_long(v, 1, KERN_SAMPLE_MAX_TOP_LOGPROBS, &a->max_logprobs))
+		if (!flag_parse_long(v, 1, KERN_SAMPLE_MAX_TOP_LOGPROBS, &a->max_logprobs))
 			return bad("--max-logprobs '%s': expected an integer in 1..20", v);
 		break;
 	case O_RESP_STORE:
-		if (!parse_long(v, 1024, 1L << 40, &a->responses_store_bytes))
+		if (!flag_parse_long(v, 1024, 1L << 40, &a->responses_store_bytes))
 			return bad("--responses-store-bytes '%s': expected an integer in 1024..2^40", v);
 		break;
 	case O_BLOCKS:
-		if (!parse_long(v, 1, 1L << 30, &a->num_blocks))
+		if (!flag_parse_long(v, 1, 1L << 30, &a->num_blocks))
 			return bad("--num-gpu-blocks-override '%s': expected a positive integer", v);
 		break;
 	default:
@@ -387,7 +366,7 @@ static int vllm_flag(int c, const char *v, struct serve_args *a)
 		a->disable_log_requests = true;
 		break;
 	case O_STATS_INTERVAL:
-		if (!parse_double(v, 0.1, 86400, &a->log_stats_interval_s))
+		if (!flag_parse_double(v, 0.1, 86400, &a->log_stats_interval_s))
 			return bad("--log-stats-interval '%s': expected seconds in 0.1..86400", v);
 		break;
 	case O_NO_STATS:
@@ -420,7 +399,7 @@ static int vllm_flag(int c, const char *v, struct serve_args *a)
 	}
 	case O_SWAP: {
 		double gib;
-		if (!parse_double(v, 0, 1 << 20, &gib))
+		if (!flag_parse_double(v, 0, 1 << 20, &gib))
 			return bad("--swap-space '%s': expected GiB >= 0", v);
 		note(a, "--swap-space: no effect: preempted sequences are recomputed, never swapped to host memory");
 		break;
@@ -429,7 +408,7 @@ static int vllm_flag(int c, const char *v, struct serve_args *a)
 	case O_DP: {
 		long n;
 		const char *flag = c == O_PP ? "--pipeline-parallel-size" : "--data-parallel-size";
-		if (!parse_long(v, 1, 1, &n)) {
+		if (!flag_parse_long(v, 1, 1, &n)) {
 			fprintf(stderr, "dsv4 serve: %s '%s': only 1 is supported (split the model with "
 					"--tensor-parallel-size)\n(try 'dsv4 serve --help')\n", flag, v);
 			return CLI_EXIT_USAGE;

@@ -163,16 +163,6 @@ static void route_completions(void *ctx, struct api *api, const struct http_requ
 	oai_request_free(&r);
 }
 
-static void reply_buf(struct http_response *resp, struct strbuf *b)
-{
-	size_t n;
-	char *body = strbuf_take(b, &n);
-	if (!body) {
-		api_error(resp, 500, NULL, NULL, "out of memory");
-		return;
-	}
-	http_reply(resp, 200, "application/json", body, n);
-}
 
 static void route_tokenize(void *ctx, struct api *api, const struct http_request *req, struct http_response *resp,
 			   struct http_stream *hs)
@@ -234,7 +224,7 @@ static void route_tokenize(void *ctx, struct api *api, const struct http_request
 	strbuf_puts(&b, "}");
 	free(ids);
 	oai_tokenize_request_free(&r);
-	reply_buf(resp, &b);
+	api_reply_buf(resp, "application/json", &b);
 }
 
 static void route_detokenize(void *ctx, struct api *api, const struct http_request *req,
@@ -267,7 +257,7 @@ static void route_detokenize(void *ctx, struct api *api, const struct http_reque
 	strbuf_puts(&b, "}");
 	free(text);
 	oai_detokenize_request_free(&r);
-	reply_buf(resp, &b);
+	api_reply_buf(resp, "application/json", &b);
 }
 
 /* GET /tokenizer_info (vLLM): special tokens, model_max_length and the
@@ -311,7 +301,7 @@ static void route_tokenizer_info(void *ctx, struct api *api, const struct http_r
 		strbuf_puts(&b, "null");
 	json_decref(cfg);
 	strbuf_puts(&b, "}");
-	reply_buf(resp, &b);
+	api_reply_buf(resp, "application/json", &b);
 }
 
 /* ---- lifecycle ---- */

@@ -778,12 +778,7 @@ static void route_stored(void *ctx, struct api *api, const struct http_request *
 		strbuf_puts(&b, "{\"id\":");
 		strbuf_json_string(&b, id, strlen(id));
 		strbuf_puts(&b, ",\"object\":\"response\",\"deleted\":true}");
-		size_t n;
-		char *body = strbuf_take(&b, &n);
-		if (body)
-			http_reply(resp, 200, "application/json", body, n);
-		else
-			api_error(resp, 500, NULL, NULL, "out of memory");
+		api_reply_buf(resp, "application/json", &b);
 		return;
 	}
 	char *body = NULL;

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "scheduler/scheduler.h"
 #include "server/cli.h"
+#include "server/flags.h"
 #include "server/http.h"
 
 static int guard__bad(const char *flag, const char *v, const char *want)
@@ -23,15 +24,55 @@ static int guard__bad(const char *flag, const char *v, const char *want)
 	return CLI_EXIT_USAGE;
 }
 
-static bool guard__long(const char *s, long lo, long hi, long *out)
+/* One flag of the family (flag_take's apply); names in serve_guard_extract. */
+static int guard_apply(void *ctx, const char *cmd, const char *name, int which, const char *v)
 {
-	char *end = NULL;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || !s[0] || *end || v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
+	(void)cmd;
+	(void)name;
+	struct serve_guard_args *g = ctx;
+	switch (which) {
+	case 0:
+		if (!v[0])
+			return guard__bad("--api-key-file", v, "a file name");
+		g->api_key_file = v;
+		break;
+	case 1:
+		if (v)
+			return guard__bad("--allow-unauthenticated", v, "no value");
+		g->allow_unauthenticated = true;
+		break;
+	case 2:
+		if (!flag_parse_long(v, 1, 4096, &g->max_body_mb))
+			return guard__bad("--max-request-body-mb", v, "an integer in 1..4096");
+		break;
+	case 3:
+		if (!flag_parse_long(v, 1, 1000000, &g->max_connections))
+			return guard__bad("--max-connections", v, "an integer in 1..1000000");
+		break;
+	case 4:
+		if (!flag_parse_long(v, 0, 1000000, &g->max_connections_per_ip))
+			return guard__bad("--max-connections-per-ip", v, "an integer in 0..1000000 (0 = no limit)");
+		break;
+	case 5:
+		if (!flag_parse_long(v, 1, 86400, &g->max_request_seconds))
+			return guard__bad("--max-request-seconds", v, "an integer in 1..86400");
+		break;
+	case 6: { /* process-wide: the HTTP layer's default (http.h) */
+		long s;
+		if (!flag_parse_long(v, 1, 86400, &s))
+			return guard__bad("--max-write-stall-seconds", v, "an integer in 1..86400");
+		http_set_default_write_stall_s((unsigned)s);
+		break;
+	}
+	case 7: { /* process-wide: the scheduler's stream bound (scheduler.h) */
+		long mb;
+		if (!flag_parse_long(v, 1, 4096, &mb))
+			return guard__bad("--max-stream-backlog-mb", v, "an integer in 1..4096");
+		sched_set_stream_backlog_bytes((size_t)mb << 20);
+		break;
+	}
+	}
+	return 0;
 }
 
 int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
@@ -40,84 +81,10 @@ int serve_guard_extract(int *argc, char **argv, struct serve_guard_args *g)
 				       .max_connections = SERVE_GUARD_DEFAULT_MAX_CONNECTIONS,
 				       .max_connections_per_ip = SERVE_GUARD_DEFAULT_MAX_CONNECTIONS_PER_IP,
 				       .max_request_seconds = 60};
-	static const char *names[] = {"--api-key-file", "--allow-unauthenticated", "--max-request-body-mb",
-				      "--max-connections", "--max-connections-per-ip", "--max-request-seconds",
-				      "--max-write-stall-seconds", "--max-stream-backlog-mb"};
-	int out = 1;
-	for (int i = 1; i < *argc; i++) {
-		const char *arg = argv[i];
-		if (!strcmp(arg, "--")) { /* the rest is not ours */
-			while (i < *argc)
-				argv[out++] = argv[i++];
-			break;
-		}
-		int which = -1;
-		const char *v = NULL;
-		for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && which < 0; k++) {
-			size_t n = strlen(names[k]);
-			if (!strncmp(arg, names[k], n) && (arg[n] == '\0' || arg[n] == '=')) {
-				which = k;
-				v = arg[n] == '=' ? arg + n + 1 : NULL;
-			}
-		}
-		if (which < 0) {
-			argv[out++] = argv[i];
-			continue;
-		}
-		if (which == 1) {
-			if (v)
-				return guard__bad("--allow-unauthenticated", v, "no value");
-			g->allow_unauthenticated = true;
-			continue;
-		}
-		if (!v) {
-			if (i + 1 >= *argc) {
-				fprintf(stderr, "dsv4 serve: option '%s' needs a value\n(try 'dsv4 serve --help')\n", arg);
-				return CLI_EXIT_USAGE;
-			}
-			v = argv[++i];
-		}
-		switch (which) {
-		case 0:
-			if (!v[0])
-				return guard__bad("--api-key-file", v, "a file name");
-			g->api_key_file = v;
-			break;
-		case 2:
-			if (!guard__long(v, 1, 4096, &g->max_body_mb))
-				return guard__bad("--max-request-body-mb", v, "an integer in 1..4096");
-			break;
-		case 3:
-			if (!guard__long(v, 1, 1000000, &g->max_connections))
-				return guard__bad("--max-connections", v, "an integer in 1..1000000");
-			break;
-		case 4:
-			if (!guard__long(v, 0, 1000000, &g->max_connections_per_ip))
-				return guard__bad("--max-connections-per-ip", v, "an integer in 0..1000000 (0 = no limit)");
-			break;
-		case 5:
-			if (!guard__long(v, 1, 86400, &g->max_request_seconds))
-				return guard__bad("--max-request-seconds", v, "an integer in 1..86400");
-			break;
-		case 6: { /* process-wide: the HTTP layer's default (http.h) */
-			long s;
-			if (!guard__long(v, 1, 86400, &s))
-				return guard__bad("--max-write-stall-seconds", v, "an integer in 1..86400");
-			http_set_default_write_stall_s((unsigned)s);
-			break;
-		}
-		case 7: { /* process-wide: the scheduler's stream bound (scheduler.h) */
-			long mb;
-			if (!guard__long(v, 1, 4096, &mb))
-				return guard__bad("--max-stream-backlog-mb", v, "an integer in 1..4096");
-			sched_set_stream_backlog_bytes((size_t)mb << 20);
-			break;
-		}
-		}
-	}
-	argv[out] = NULL;
-	*argc = out;
-	return 0;
+	static const char *const names[] = {"--api-key-file", "--allow-unauthenticated", "--max-request-body-mb",
+					    "--max-connections", "--max-connections-per-ip", "--max-request-seconds",
+					    "--max-write-stall-seconds", "--max-stream-backlog-mb"};
+	return flag_take(argc, argv, "serve", names, (int)(sizeof names / sizeof names[0]), 1u << 1, guard_apply, g);
 }
 
 const char *serve_guard_usage(void)

@@ -197,3 +197,87 @@ def stop_and_check(srv, check, what="server"):
     if rc == 0 and not rep:
         srv.cleanup()
     return rc
+
+
+# ---- helpers the API front-end tests share (test_anthropic.py, test_responses.py) ----
+
+def expect_raises(check, exc_type, what, fn, needle=None):
+    """fn() raises exc_type whose text names needle; returns the exception."""
+    try:
+        fn()
+        check(False, f"{what}: no exception")
+    except exc_type as ex:
+        check(needle is None or needle in str(ex), f"{what}: message names '{needle}' ({ex})")
+        return ex
+    except Exception as ex:  # noqa: BLE001 (the wrong type)
+        check(False, f"{what}: {type(ex).__name__} instead of {exc_type.__name__}: {ex}")
+
+
+def sse_events(raw):
+    """(event name, data) of each SSE event in raw bytes; comment lines (': ping')
+    and blocks without data (a cut stream's last) are passed over."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line and not line.startswith(":"))
+        if "data" in lines:
+            out.append((lines.get("event"), json.loads(lines["data"])))
+    return out
+
+
+# A scripted answer for the test executor: reasoning, text, then two DSML
+# calls of a get_weather(city, days) tool (Paris 3, Oslo 1).
+DSML_WEATHER_ANSWER = (
+    "I should look it up.</think>Let me check.\n\n<\uff5cDSML\uff5ctool_calls>\n"
+    "<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
+    "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Paris</\uff5cDSML\uff5cparameter>\n"
+    "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">3</\uff5cDSML\uff5cparameter>\n"
+    "</\uff5cDSML\uff5cinvoke>\n<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
+    "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Oslo</\uff5cDSML\uff5cparameter>\n"
+    "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">1</\uff5cDSML\uff5cparameter>\n"
+    "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
+
+
+def script_ids(srv, text, key):
+    """The token ids of text (srv's /tokenize) and EOS (1): a DSV4_TEST_EXEC_SCRIPT."""
+    _, body, _ = srv.request("POST", "/tokenize", {"prompt": text}, headers={"Authorization": "Bearer " + key})
+    return json.loads(body)["tokens"] + [1]
+
+
+def check_abandoned_stream(srv, check, path, body, headers):
+    """A client that reads the start of a stream on path and goes away: the
+    request is counted as aborted and its memory freed."""
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    conn.request("POST", path, body=json.dumps(body), headers=dict(headers, **{"Content-Type": "application/json"}))
+    resp = conn.getresponse()
+    first = resp.read1(64)
+    conn.close()
+    g = srv.wait_idle(20)
+    aborted = re.search(r'^dsv4:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)', srv.metrics_text(), re.M)
+    check(first and aborted and float(aborted.group(1)) >= 1, "an abandoned stream is counted as aborted")
+    check(g.get("num_requests_running") == 0 and g.get("kv_cache_usage_perc") == 0,
+          "an abandoned stream is freed: %r" % g)
+
+
+def stream_cut_by_shutdown(srv, path, body, headers):
+    """Start a long stream on path, stop the server once it runs (SIGTERM; the
+    drain time passes), and return the bytes the stream got."""
+    import threading
+    got = {}
+
+    def reader():
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        c.request("POST", path, body=json.dumps(body), headers=dict(headers, **{"Content-Type": "application/json"}))
+        r = c.getresponse()
+        try:
+            got["raw"] = r.read()
+        except http.client.IncompleteRead as ex:
+            got["raw"] = ex.partial
+    th = threading.Thread(target=reader)
+    th.start()
+    for _ in range(200):
+        if srv.gauges().get("num_requests_running", 0) >= 1:
+            break
+        time.sleep(0.05)
+    srv.stop()
+    th.join(60)
+    return got.get("raw", b"")

@@ -10,15 +10,15 @@ round trip and stop_sequence. Ends with a Claude Code-style conversation
 (long system prompt in cached blocks, many tools, tool_use / tool_result
 turns, beta header and query) whose second request reads the prefix cache.
 Random content is seeded (DSV4_TEST_SEED repeats a run)."""
+import functools
 import json
 import os
 import random
-import re
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverproc import Check, Server  # noqa: E402
+from serverproc import (DSML_WEATHER_ANSWER, Check, Server, check_abandoned_stream, expect_raises,  # noqa: E402
+                        script_ids, sse_events, stop_and_check, stream_cut_by_shutdown)
 
 try:
     import jsonschema
@@ -34,29 +34,9 @@ seed = int(os.environ.get("DSV4_TEST_SEED", random.randrange(1 << 30)))
 print("seed", seed)
 rng = random.Random(seed)
 check = Check()
+expect = functools.partial(expect_raises, check)
 KEY = "sk-ant-test-%d" % rng.randrange(1 << 30)
 MODEL = "tiny-e2e"
-
-
-def expect(exc_type, what, fn, needle=None):
-    try:
-        fn()
-        check(False, f"{what}: no exception")
-    except exc_type as ex:
-        check(needle is None or needle in str(ex), f"{what}: message names '{needle}' ({ex})")
-        return ex
-    except Exception as ex:  # noqa: BLE001 (the wrong type)
-        check(False, f"{what}: {type(ex).__name__} instead of {exc_type.__name__}: {ex}")
-
-
-def sse_events(raw):
-    out = []
-    for block in raw.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
-        out.append((lines.get("event"), json.loads(lines["data"])))
-    return out
 
 
 def rand_text(n):
@@ -158,18 +138,8 @@ try:
     check(acc.stop_reason == "max_tokens", "cache_control / context_management / effort / unknown beta accepted")
 
     # ---- a client that goes away mid-stream: the request is aborted, its blocks freed ----
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-    conn.request("POST", "/v1/messages", body=json.dumps({"model": MODEL, "max_tokens": 3000, "stream": True, "messages": user}),
-                 headers=dict({"x-api-key": KEY}, **{"Content-Type": "application/json"}))
-    resp = conn.getresponse()
-    first = resp.read1(64)
-    conn.close()
-    g = srv.wait_idle(20)
-    aborted = re.search(r'^dsv4:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)', srv.metrics_text(), re.M)
-    check(first and aborted and float(aborted.group(1)) >= 1, "an abandoned stream is counted as aborted")
-    check(g.get("num_requests_running") == 0 and g.get("kv_cache_usage_perc") == 0,
-          "an abandoned stream is freed: %r" % g)
+    check_abandoned_stream(srv, check, "/v1/messages",
+                           {"model": MODEL, "max_tokens": 3000, "stream": True, "messages": user}, {"x-api-key": KEY})
 
     # ---- errors ----
     bad = anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0)
@@ -259,48 +229,19 @@ try:
               "random conversation %d: count_tokens = usage (%d vs %r)" % (i, n1, r.usage))
 
     # Token ids of a scripted answer: reasoning, text, a DSML tool call.
-    call_text = ("I should look it up.</think>Let me check.\n\n<\uff5cDSML\uff5ctool_calls>\n"
-                 "<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
-                 "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Paris</\uff5cDSML\uff5cparameter>\n"
-                 "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">3</\uff5cDSML\uff5cparameter>\n"
-                 "</\uff5cDSML\uff5cinvoke>\n<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
-                 "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Oslo</\uff5cDSML\uff5cparameter>\n"
-                 "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">1</\uff5cDSML\uff5cparameter>\n"
-                 "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
-    st_, body, _ = srv.request("POST", "/tokenize", {"prompt": call_text}, headers={"Authorization": "Bearer " + KEY})
-    script_ids = json.loads(body)["tokens"] + [1]
+    scripted = script_ids(srv, DSML_WEATHER_ANSWER, KEY)
 
     # ---- a stream that fails midway (the server stops; its drain time passes): it ends with an error event ----
-    import threading
-    got = {}
-
-    def reader():
-        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-        c.request("POST", "/v1/messages", body=json.dumps({"model": MODEL, "max_tokens": 3500, "stream": True, "messages": user}),
-                  headers=dict({"x-api-key": KEY}, **{"Content-Type": "application/json"}))
-        r = c.getresponse()
-        try:
-            got["raw"] = r.read()
-        except http.client.IncompleteRead as ex:
-            got["raw"] = ex.partial
-    th = threading.Thread(target=reader)
-    th.start()
-    for _ in range(200):
-        if srv.gauges().get("num_requests_running", 0) >= 1:
-            break
-        time.sleep(0.05)
-    srv.stop()
-    th.join(60)
-    evs = sse_events(got.get("raw", b""))
+    raw = stream_cut_by_shutdown(srv, "/v1/messages",
+                                 {"model": MODEL, "max_tokens": 3500, "stream": True, "messages": user}, {"x-api-key": KEY})
+    evs = sse_events(raw)
     check(evs and evs[-1][0] == "error" and evs[-1][1]["error"]["type"] == "overloaded_error",
-          "a stream cut by shutdown ends with an error event: %r" % (evs[-1:] if evs else got))
+          "a stream cut by shutdown ends with an error event: %r" % (evs[-1:] if evs else raw))
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "server exit status %r" % rc)
+    stop_and_check(srv, check)
 
 srv = Server("--max-model-len", "8192", "--served-model-name", MODEL,
-             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids))})
+             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, scripted))})
 try:
     client = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
     ask = [{"role": "user", "content": "Weather in Paris?"}]
@@ -398,7 +339,5 @@ try:
     check(u2 and ct.input_tokens == u2[0]["usage"]["input_tokens"] + u2[0]["usage"]["cache_read_input_tokens"],
           "count_tokens of the conversation = its usage")
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "scripted server exit status %r" % rc)
+    stop_and_check(srv, check, "scripted server")
 sys.exit(check.finish())

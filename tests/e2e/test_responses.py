@@ -11,12 +11,11 @@ reasoning / message / function_call items, function_call_arguments deltas
 joining to the arguments (valid against the tool's schema), and a
 function-call round trip through function_call_output, with and without
 previous_response_id. Random inputs are seeded (DSV4_TEST_SEED)."""
+import functools
 import json
 import os
 import random
-import re
 import sys
-import time
 
 import openai
 
@@ -26,40 +25,22 @@ except ImportError:
     jsonschema = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverproc import Check, Server  # noqa: E402
+from serverproc import (DSML_WEATHER_ANSWER, Check, Server, check_abandoned_stream, expect_raises,  # noqa: E402
+                        script_ids, sse_events, stop_and_check, stream_cut_by_shutdown)
 
 seed = int(os.environ.get("DSV4_TEST_SEED", random.randrange(1 << 30)))
 print("seed", seed)
 rng = random.Random(seed)
 check = Check()
+expect = functools.partial(expect_raises, check)
 KEY = "sk-resp-%d" % rng.randrange(1 << 30)
 MODEL = "tiny-e2e"
 STORE_BYTES = 24000
 
 
-def expect(exc_type, what, fn, needle=None):
-    try:
-        fn()
-        check(False, f"{what}: no exception")
-    except exc_type as ex:
-        check(needle is None or needle in str(ex), f"{what}: message names '{needle}' ({ex})")
-        return ex
-    except Exception as ex:  # noqa: BLE001 (the wrong type)
-        check(False, f"{what}: {type(ex).__name__} instead of {exc_type.__name__}: {ex}")
-
-
 def rand_text(n):
     words = ["alpha", "beta", "gamma", "файл", "函数", "λ", "x = 1;", "\"q\"", "🙂", "the", "of"]
     return " ".join(rng.choice(words) for _ in range(n))
-
-
-def sse_events(raw):
-    out = []
-    for block in raw.decode().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line and not line.startswith(":"))
-        if "data" in lines:
-            out.append((lines.get("event"), json.loads(lines["data"])))
-    return out
 
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city", "strict": False,
@@ -151,18 +132,9 @@ try:
     check(rn.output[0].type == "message", "reasoning.effort none -> a message")
 
     # ---- a client that goes away mid-stream: the request is aborted, its blocks freed ----
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-    conn.request("POST", "/v1/responses", body=json.dumps({"model": MODEL, "max_output_tokens": 3000, "stream": True, "input": q}),
-                 headers=dict({"Authorization": "Bearer " + KEY}, **{"Content-Type": "application/json"}))
-    resp = conn.getresponse()
-    first = resp.read1(64)
-    conn.close()
-    g = srv.wait_idle(20)
-    aborted = re.search(r'^dsv4:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)', srv.metrics_text(), re.M)
-    check(first and aborted and float(aborted.group(1)) >= 1, "an abandoned stream is counted as aborted")
-    check(g.get("num_requests_running") == 0 and g.get("kv_cache_usage_perc") == 0,
-          "an abandoned stream is freed: %r" % g)
+    check_abandoned_stream(srv, check, "/v1/responses",
+                           {"model": MODEL, "max_output_tokens": 3000, "stream": True, "input": q},
+                           {"Authorization": "Bearer " + KEY})
 
     # ---- errors ----
     bad = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0)
@@ -224,50 +196,22 @@ try:
     expect(openai.NotFoundError, "previous_response_id of an evicted answer", lambda: client.responses.create(
         model=MODEL, previous_response_id=ids[0], input="x", max_output_tokens=2), ids[0])
 
-    call_text = ("I should look it up.</think>Let me check.\n\n<\uff5cDSML\uff5ctool_calls>\n"
-                 "<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
-                 "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Paris</\uff5cDSML\uff5cparameter>\n"
-                 "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">3</\uff5cDSML\uff5cparameter>\n"
-                 "</\uff5cDSML\uff5cinvoke>\n<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n"
-                 "<\uff5cDSML\uff5cparameter name=\"city\" string=\"true\">Oslo</\uff5cDSML\uff5cparameter>\n"
-                 "<\uff5cDSML\uff5cparameter name=\"days\" string=\"false\">1</\uff5cDSML\uff5cparameter>\n"
-                 "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>")
-    st_, body, _ = srv.request("POST", "/tokenize", {"prompt": call_text}, headers={"Authorization": "Bearer " + KEY})
-    script_ids = json.loads(body)["tokens"] + [1]
+    scripted = script_ids(srv, DSML_WEATHER_ANSWER, KEY)
 
     # ---- a stream that fails midway (the server stops; its drain time passes): it ends with response.failed ----
-    import threading
-    got = {}
-
-    def reader():
-        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-        c.request("POST", "/v1/responses", body=json.dumps({"model": MODEL, "max_output_tokens": 3500, "stream": True, "input": q}),
-                  headers=dict({"Authorization": "Bearer " + KEY}, **{"Content-Type": "application/json"}))
-        r = c.getresponse()
-        try:
-            got["raw"] = r.read()
-        except http.client.IncompleteRead as ex:
-            got["raw"] = ex.partial
-    th = threading.Thread(target=reader)
-    th.start()
-    for _ in range(200):
-        if srv.gauges().get("num_requests_running", 0) >= 1:
-            break
-        time.sleep(0.05)
-    srv.stop()
-    th.join(60)
-    evs = sse_events(got.get("raw", b""))
+    raw = stream_cut_by_shutdown(srv, "/v1/responses",
+                                 {"model": MODEL, "max_output_tokens": 3500, "stream": True, "input": q},
+                                 {"Authorization": "Bearer " + KEY})
+    evs = sse_events(raw)
     last = evs[-1][1] if evs else {}
     check(evs and evs[-1][0] == "response.failed" and last["response"]["status"] == "failed" and
           last["response"]["error"]["message"],
-          "a stream cut by shutdown ends with response.failed: %r" % (evs[-1:] if evs else got))
+          "a stream cut by shutdown ends with response.failed: %r" % (evs[-1:] if evs else raw))
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "server exit status %r" % rc)
+    stop_and_check(srv, check)
 
 srv = Server("--max-model-len", "8192", "--served-model-name", MODEL,
-             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, script_ids))})
+             env={"DSV4_TEST_EXEC_SCRIPT": " ".join(map(str, scripted))})
 try:
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
     ask = "Weather in Paris?"
@@ -322,7 +266,5 @@ try:
           "fed-back items render like the stored conversation: %d vs %d" % (r3.usage.input_tokens,
                                                                             r2.usage.input_tokens))
 finally:
-    rc = srv.stop()
-check(not srv.sanitizer_report(), "no sanitizer report: %s" % srv.sanitizer_report())
-check(rc == 0, "scripted server exit status %r" % rc)
+    stop_and_check(srv, check, "scripted server")
 sys.exit(check.finish())
