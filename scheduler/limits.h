@@ -21,6 +21,8 @@
 #define SCHED_MAX_STOP_TOKEN_IDS 64
 /* OpenAI's logit_bias maps at most 300 tokens. */
 #define SCHED_MAX_LOGIT_BIAS 300
+/* top_logprobs / prompt_logprobs: what the sampling op returns (OpenAI's limit too). */
+#define SCHED_MAX_TOP_LOGPROBS 20
 /* Bytes one token's text may take (byte-level BPE pieces are far shorter). */
 #define SCHED_MAX_TOKEN_BYTES 256
 

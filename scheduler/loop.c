@@ -294,7 +294,7 @@ static struct loop_sub *sub_copy(const struct sched_request_params *p)
 	sb->p = *p;
 	sb->p.prompt_ids = dup_bytes(p->prompt_ids, (size_t)p->n_prompt * sizeof(int32_t), &ok);
 	sb->p.sampling.logit_bias =
-		dup_bytes(p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof(struct kern_logit_bias), &ok);
+		dup_bytes(p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof(struct sched_logit_bias), &ok);
 	sb->p.stop_token_ids = dup_bytes(p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int32_t), &ok);
 	sb->p.stop_strings = NULL;
 	if (p->n_stop_strings) {

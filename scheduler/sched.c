@@ -44,11 +44,13 @@ static inline uint64_t splitmix(uint64_t *x)
 	return z ^ (z >> 31);
 }
 
-struct kern_sampling_params sched_sampling_defaults(void)
+struct sched_sampling sched_sampling_defaults(void)
 {
-	struct kern_sampling_params p = {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+	struct sched_sampling p = {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
 	return p;
 }
+
+_Static_assert(SCHED_MAX_TOP_LOGPROBS == KERN_SAMPLE_MAX_TOP_LOGPROBS, "the sampling op returns this many");
 
 const struct sched_options *sched_resolved_options(const struct sched *s)
 {
@@ -228,7 +230,7 @@ enum sched_refusal sched_check_param(const struct sched *s, const struct sched_r
 	if (param)
 		*param = SCHED_PARAM_NONE;
 	char m[ERR_MSG_BYTES];
-	const struct kern_sampling_params *sp = &p->sampling;
+	const struct sched_sampling *sp = &p->sampling;
 	uint32_t n = p->n ? p->n : 1;
 	uint32_t vocab = s->ex->info.vocab_size;
 	if (!p->n_prompt || !p->prompt_ids)
@@ -256,12 +258,12 @@ enum sched_refusal sched_check_param(const struct sched *s, const struct sched_r
 		return refuse(e, param, SCHED_PARAM_PENALTY, SCHED_REFUSE_INVALID, ST_INVALID, "presence_penalty and frequency_penalty must be in [-2, 2]");
 	if (!(sp->repetition_penalty > 0.0f && sp->repetition_penalty <= 100.0f))
 		return refuse(e, param, SCHED_PARAM_REPETITION_PENALTY, SCHED_REFUSE_INVALID, ST_INVALID, "repetition_penalty must be > 0");
-	if (sp->top_logprobs > KERN_SAMPLE_MAX_TOP_LOGPROBS)
+	if (sp->top_logprobs > SCHED_MAX_TOP_LOGPROBS)
 		return refuse(e, param, SCHED_PARAM_TOP_LOGPROBS, SCHED_REFUSE_INVALID, ST_INVALID, "top_logprobs must be <= 20");
 	if (sp->n_logit_bias > SCHED_MAX_LOGIT_BIAS || (sp->n_logit_bias && !sp->logit_bias))
 		return refuse(e, param, SCHED_PARAM_LOGIT_BIAS, SCHED_REFUSE_INVALID, ST_INVALID, "logit_bias has more than 300 entries");
 	for (uint32_t i = 0; i < sp->n_logit_bias; i++) {
-		const struct kern_logit_bias *b = &sp->logit_bias[i];
+		const struct sched_logit_bias *b = &sp->logit_bias[i];
 		if (b->token_id < 0 || (uint32_t)b->token_id >= vocab || !(b->bias >= -100.0f && b->bias <= 100.0f)) {
 			snprintf(m, sizeof(m), "logit_bias entry %u: token %d / bias %g out of range", i, b->token_id,
 				 (double)b->bias);
@@ -286,7 +288,7 @@ enum sched_refusal sched_check_param(const struct sched *s, const struct sched_r
 	}
 	if (p->min_tokens && p->max_tokens && p->min_tokens > p->max_tokens)
 		return refuse(e, param, SCHED_PARAM_MIN_TOKENS, SCHED_REFUSE_INVALID, ST_INVALID, "min_tokens must not exceed max_tokens");
-	if (p->prompt_top_logprobs > KERN_SAMPLE_MAX_TOP_LOGPROBS)
+	if (p->prompt_top_logprobs > SCHED_MAX_TOP_LOGPROBS)
 		return refuse(e, param, SCHED_PARAM_PROMPT_LOGPROBS, SCHED_REFUSE_INVALID, ST_INVALID, "prompt top logprobs must be <= 20");
 	if (p->grammar && (!p->gram_vocab || gram_vocab_n_tokens(p->gram_vocab) > vocab))
 		return refuse(e, param, SCHED_PARAM_GRAMMAR, SCHED_REFUSE_INVALID, ST_INVALID, "a grammar needs a vocabulary no larger than the model's");
@@ -557,17 +559,21 @@ static bool req_copy_prompt_sampling(struct sched *s, struct sched__req *r, cons
 	if (!r->prompt || !r->seqs || !r->finished)
 		return false;
 	memcpy(r->prompt, p->prompt_ids, (size_t)p->n_prompt * sizeof(int32_t));
-	r->sampling = p->sampling;
-	if (!p->has_seed) {
+	/* the request's parameters become the sampling op's arguments here, once */
+	const struct sched_sampling *q = &p->sampling;
+	r->sampling = (struct kern_sampling_params){
+		.temperature = q->temperature, .top_p = q->top_p, .top_k = q->top_k, .min_p = q->min_p,
+		.presence_penalty = q->presence_penalty, .frequency_penalty = q->frequency_penalty,
+		.repetition_penalty = q->repetition_penalty, .seed = q->seed, .n_logit_bias = q->n_logit_bias,
+		.logprobs = q->logprobs || q->top_logprobs, .top_logprobs = q->top_logprobs};
+	if (!p->has_seed)
 		r->sampling.seed = splitmix(&s->seed_state);
-	}
-	if (p->sampling.top_logprobs)
-		r->sampling.logprobs = true;
-	if (p->sampling.n_logit_bias) {
-		r->bias = malloc((size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
+	if (q->n_logit_bias) {
+		r->bias = malloc((size_t)q->n_logit_bias * sizeof(*r->bias));
 		if (!r->bias)
 			return false;
-		memcpy(r->bias, p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
+		for (uint32_t i = 0; i < q->n_logit_bias; i++)
+			r->bias[i] = (struct kern_logit_bias){q->logit_bias[i].token_id, q->logit_bias[i].bias};
 	}
 	r->sampling.logit_bias = r->bias;
 	r->max_tokens = p->max_tokens ? p->max_tokens : s->opt.max_model_len - p->n_prompt;

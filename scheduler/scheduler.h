@@ -141,15 +141,39 @@ void sched_event_clear(struct sched_event *ev);
  * callee takes ownership of ev->text (or calls sched_event_clear). */
 typedef void (*sched_event_fn)(void *user, struct sched_event *ev);
 
+/* A request's sampling parameters, in the scheduler's terms (the server
+ * fills them from the request body). The scheduler turns them into the
+ * sampling op's per-row arguments (kern_sampling_params, model/exec.h)
+ * itself, adding the seed it draws and the masks of min_tokens and grammars;
+ * the semantics are kernels/sampling/sampling.h's. */
+struct sched_logit_bias {
+	int32_t token_id;
+	float bias; /* added to the logit; -100..100 */
+};
+struct sched_sampling {
+	float temperature;        /* 0 = greedy; 0..100 */
+	float top_p;              /* (0, 1] */
+	int32_t top_k;            /* <= 0 = off */
+	float min_p;              /* [0, 1] */
+	float presence_penalty;   /* [-2, 2] */
+	float frequency_penalty;  /* [-2, 2] */
+	float repetition_penalty; /* > 0; 1 = off */
+	uint64_t seed;            /* used only if sched_request_params.has_seed */
+	const struct sched_logit_bias *logit_bias; /* n_logit_bias entries (copied) */
+	uint32_t n_logit_bias;    /* <= SCHED_MAX_LOGIT_BIAS */
+	bool logprobs;            /* the chosen token's logprob in each TOKEN event */
+	uint32_t top_logprobs;    /* 0..SCHED_MAX_TOP_LOGPROBS; implies logprobs */
+};
+
 /* Neutral sampling parameters (temperature 1, top_p 1, repetition_penalty 1,
  * everything else off): start from these, a zeroed struct is refused (top_p 0). */
-struct kern_sampling_params sched_sampling_defaults(void);
+struct sched_sampling sched_sampling_defaults(void);
 
 struct sched_request_params {
 	uint64_t request_id;            /* 0 = let the scheduler assign one */
 	const int32_t *prompt_ids;      /* copied */
 	uint32_t n_prompt;
-	struct kern_sampling_params sampling; /* logit_bias copied; seed used only if has_seed */
+	struct sched_sampling sampling; /* logit_bias copied; seed used only if has_seed */
 	bool has_seed;                  /* without a seed the scheduler draws one (kept across preemption) */
 	uint32_t max_tokens;            /* 0 = up to max_model_len */
 	uint32_t min_tokens;            /* the first min_tokens tokens are sampled with eos and
@@ -168,7 +192,7 @@ struct sched_request_params {
 	/* Prompt log-probabilities (echo + logprobs, vLLM's prompt_logprobs):
 	 * every prompt position is computed (prefix-cache hits never skip one
 	 * that is still to be scored) and one SCHED_EV_PROMPT_LOGPROBS event
-	 * carries them. prompt_top_logprobs <= KERN_SAMPLE_MAX_TOP_LOGPROBS. */
+	 * carries them. prompt_top_logprobs <= SCHED_MAX_TOP_LOGPROBS. */
 	bool prompt_logprobs;
 	uint32_t prompt_top_logprobs;
 	bool score_only;                /* generate nothing (echo with max_tokens 0): every choice finishes with

@@ -292,7 +292,7 @@ static int serve_flag(int c, const char *v, struct serve_args *a)
 		a->priority = !strcmp(v, "priority");
 		break;
 	case O_MAX_LOGPROBS:
-		if (!flag_parse_long(v, 1, KERN_SAMPLE_MAX_TOP_LOGPROBS, &a->max_logprobs))
+		if (!flag_parse_long(v, 1, SCHED_MAX_TOP_LOGPROBS, &a->max_logprobs))
 			return bad("--max-logprobs '%s': expected an integer in 1..20", v);
 		break;
 	case O_RESP_STORE:
@@ -425,7 +425,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 {
 	*a = (struct serve_args){.host = "127.0.0.1", .port = 8000, .gpu_memory_utilization = 0.9,
 				 .shutdown_timeout_s = 30.0,
-				 .max_logprobs = KERN_SAMPLE_MAX_TOP_LOGPROBS};
+				 .max_logprobs = SCHED_MAX_TOP_LOGPROBS};
 	a->api_key = getenv("DSV4_API_KEY");
 	if (!a->api_key || !a->api_key[0])
 		a->api_key = getenv("VLLM_API_KEY"); /* a vLLM set-up's environment works as is */

@@ -300,7 +300,7 @@ static void fill_sched_params(const struct oai_request *r, struct sched_request_
 static bool check_limits(struct oai_server *s, const struct oai_request *r, const size_t *n_ids, uint32_t n_prompts,
 			 struct http_response *resp)
 {
-	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : KERN_SAMPLE_MAX_TOP_LOGPROBS;
+	uint32_t lim = s->opt.max_logprobs ? s->opt.max_logprobs : SCHED_MAX_TOP_LOGPROBS;
 	if ((r->logprobs && r->top_logprobs > lim) || (r->prompt_logprobs && r->prompt_top_logprobs > lim)) {
 		bool prompt = r->prompt_logprobs && r->prompt_top_logprobs > lim;
 		const char *param = prompt ? "prompt_logprobs" : r->kind == OAI_CHAT ? "top_logprobs" : "logprobs";

@@ -313,7 +313,7 @@ static enum status parse_logit_bias(struct oai_request *r, json_t *v, int32_t vo
 	if (n > SCHED_MAX_LOGIT_BIAS)
 		return oai__fail(why, ST_INVALID, "logit_bias", "at most %d logit_bias entries, got %zu",
 			    SCHED_MAX_LOGIT_BIAS, n);
-	struct kern_logit_bias *b = oai__ar_alloc(r->arena, (n ? n : 1) * sizeof *b);
+	struct sched_logit_bias *b = oai__ar_alloc(r->arena, (n ? n : 1) * sizeof *b);
 	if (!b)
 		return NOMEM(why);
 	const char *k;
@@ -528,7 +528,7 @@ static enum status set_logprobs(struct pctx *c, const struct param_def *d, const
 		c->r->logprobs = x.b;
 		return ST_OK;
 	}
-	const struct param_def k = {.name = d->name, .type = P_INT, .lo = 0, .hi = KERN_SAMPLE_MAX_TOP_LOGPROBS};
+	const struct param_def k = {.name = d->name, .type = P_INT, .lo = 0, .hi = SCHED_MAX_TOP_LOGPROBS};
 	if (check_value(&k, v->j, &x, why))
 		return ST_INVALID;
 	c->r->logprobs = true;
@@ -720,8 +720,8 @@ static const struct param_def param_defs[] = {
 	SETTER("stop_token_ids", F_GEN, P_ARRAY, 0, 0, set_stop_token_ids),
 	PLAIN("ignore_eos", F_GEN, P_BOOL, 0, 0, S_BOOL, ignore_eos),
 	SETTER("logprobs", F_GEN, P_ANY, 0, 0, set_logprobs),
-	SETTER("prompt_logprobs", F_GEN, P_INT, 0, KERN_SAMPLE_MAX_TOP_LOGPROBS, set_prompt_logprobs),
-	SETTER("top_logprobs", F_CHAT, P_INT, 0, KERN_SAMPLE_MAX_TOP_LOGPROBS, set_top_logprobs),
+	SETTER("prompt_logprobs", F_GEN, P_INT, 0, SCHED_MAX_TOP_LOGPROBS, set_prompt_logprobs),
+	SETTER("top_logprobs", F_CHAT, P_INT, 0, SCHED_MAX_TOP_LOGPROBS, set_top_logprobs),
 	PLAIN("priority", F_GEN, P_INT, INT32_MIN, INT32_MAX, S_I32, priority),
 	SETTER("cache_salt", F_GEN, P_STR, 0, 0, set_cache_salt),
 	PLAIN("min_tokens", F_GEN, P_INT, 0, OAI_MAX_TOKENS_PARAM, S_U32, min_tokens),

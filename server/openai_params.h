@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "kernels/sampling/sampling.h"
+#include "scheduler/scheduler.h"
 #include "model/chat.h"
 
 /* ---- Limits (parse time; docs/api.md carries the same table) ---- */
@@ -62,7 +62,7 @@ struct oai_request {
 	bool include_usage;         /* stream_options.include_usage */
 	uint32_t n;                 /* choices per prompt, 1..SCHED_MAX_N */
 	uint32_t max_tokens;        /* 0 = not given (up to the context) */
-	struct kern_sampling_params sampling; /* logit_bias points into the arena */
+	struct sched_sampling sampling; /* logit_bias points into the arena */
 	bool has_seed;
 	const char *const *stop;    /* stop strings */
 	uint32_t n_stop;

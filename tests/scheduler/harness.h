@@ -34,7 +34,8 @@ struct h_req {
 	/* what was submitted, for the reference */
 	int32_t *prompt;
 	uint32_t n_prompt, n, max_tokens, min_tokens;
-	struct kern_sampling_params sp;
+	struct kern_sampling_params sp; /* the fake executor's reference takes the op's arguments */
+	struct sched_logit_bias req_bias[4]; /* sp's logit_bias in the scheduler's terms (h_params) */
 	bool ignore_eos;
 	int32_t stop_ids[4];
 	uint32_t n_stop_ids;
@@ -107,6 +108,30 @@ static inline struct kern_sampling_params h_sp(float temperature, uint64_t seed)
 	return p;
 }
 
+/* The request's sampling parameters as the scheduler takes them, from the
+ * sampling op's arguments the reference uses (at most 4 logit biases, into
+ * bias; NULL where k has none). */
+static inline struct sched_sampling h_sched_sampling(const struct kern_sampling_params *k,
+						     struct sched_logit_bias *bias)
+{
+	struct sched_sampling s = {.temperature = k->temperature, .top_p = k->top_p, .top_k = k->top_k,
+				   .min_p = k->min_p, .presence_penalty = k->presence_penalty,
+				   .frequency_penalty = k->frequency_penalty,
+				   .repetition_penalty = k->repetition_penalty, .seed = k->seed,
+				   .logprobs = k->logprobs, .top_logprobs = k->top_logprobs};
+	for (uint32_t i = 0; i < k->n_logit_bias && i < 4; i++)
+		bias[i] = (struct sched_logit_bias){k->logit_bias[i].token_id, k->logit_bias[i].bias};
+	s.logit_bias = k->n_logit_bias ? bias : NULL;
+	s.n_logit_bias = k->n_logit_bias < 4 ? k->n_logit_bias : 4;
+	return s;
+}
+
+static inline struct sched_sampling h_ssp(float temperature, uint64_t seed)
+{
+	struct kern_sampling_params k = h_sp(temperature, seed);
+	return h_sched_sampling(&k, NULL);
+}
+
 /* A request with its own collector (freed by h_req_free). */
 static inline struct h_req *h_req_new(const int32_t *prompt, uint32_t n_prompt, uint32_t n, uint32_t max_tokens,
 				      struct kern_sampling_params sp)
@@ -131,7 +156,8 @@ static inline void h_req_free(struct h_req *r)
 
 static inline struct sched_request_params h_params(struct h_req *r)
 {
-	struct sched_request_params p = {.prompt_ids = r->prompt, .n_prompt = r->n_prompt, .sampling = r->sp,
+	struct sched_request_params p = {.prompt_ids = r->prompt, .n_prompt = r->n_prompt,
+					 .sampling = h_sched_sampling(&r->sp, r->req_bias),
 					 .has_seed = true, .max_tokens = r->max_tokens, .min_tokens = r->min_tokens, .n = r->n,
 					 .ignore_eos = r->ignore_eos, .stop_token_ids = r->stop_ids,
 					 .n_stop_token_ids = r->n_stop_ids, .on_event = h_on_event, .user = r};

@@ -36,7 +36,7 @@ int main(void)
 	/* 1. nobody pulls: aborted near the bound, not after 60000 tokens */
 	size_t bound = (size_t)(32 + rng % 64) << 10; /* 32..95 KB */
 	sched_set_stream_backlog_bytes(bound);
-	struct sched_request_params p = {.prompt_ids = prompt, .n_prompt = 32, .sampling = h_sp(0.8f, rng),
+	struct sched_request_params p = {.prompt_ids = prompt, .n_prompt = 32, .sampling = h_ssp(0.8f, rng),
 					 .has_seed = true, .max_tokens = 60000, .ignore_eos = true,
 					 .n = 1 + (uint32_t)(rng >> 33) % 3};
 	struct sched_stream *st = NULL;

@@ -62,7 +62,7 @@ static void test_refusals(void)
 	p.n_stop_strings = 1;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_INVALID); /* no detokenizer */
 	p = h_params(r);
-	struct kern_logit_bias lb = {.token_id = 5, .bias = 1000.0f};
+	struct sched_logit_bias lb = {.token_id = 5, .bias = 1000.0f};
 	p.sampling.logit_bias = &lb;
 	p.sampling.n_logit_bias = 1;
 	T_CHECK(sched_submit(h.s, &p, &id, &why, &e) && why == SCHED_REFUSE_INVALID);
@@ -72,7 +72,7 @@ static void test_refusals(void)
 	p = h_params(r);
 	p.sampling = sched_sampling_defaults();
 	T_CHECK(sched_check(h.s, &p, &e) == SCHED_ACCEPTED);
-	p.sampling = (struct kern_sampling_params){0};
+	p.sampling = (struct sched_sampling){0};
 	T_CHECK(sched_check(h.s, &p, &e) == SCHED_REFUSE_INVALID);
 	T_CHECK(sched_check_param(h.s, &p, &prm, &e) == SCHED_REFUSE_INVALID && prm == SCHED_PARAM_TOP_P);
 	p = h_params(r);

@@ -37,7 +37,8 @@ static void *client_main(void *arg)
 		h_rand_tokens(prompt, n_prompt, g_fo.vocab, &c->rng);
 		uint32_t n = 1 + (uint32_t)(c->rng >> 40) % 2, max_tokens = 1 + (uint32_t)(c->rng >> 20) % 30;
 		struct kern_sampling_params sp = h_sp((c->rng >> 50) % 2 ? 0.9f : 0.0f, c->rng ^ 77);
-		struct sched_request_params p = {.prompt_ids = prompt, .n_prompt = n_prompt, .sampling = sp,
+		struct sched_request_params p = {.prompt_ids = prompt, .n_prompt = n_prompt,
+						 .sampling = h_sched_sampling(&sp, NULL),
 						 .has_seed = true, .max_tokens = max_tokens, .n = n};
 		struct sched_stream *st;
 		struct err e = {0};
@@ -137,7 +138,7 @@ int main(void)
 	int32_t prompt[40];
 	uint64_t rng = seed;
 	h_rand_tokens(prompt, 40, g_fo.vocab, &rng);
-	struct sched_request_params p = {.prompt_ids = prompt, .n_prompt = 40, .sampling = h_sp(0, 1),
+	struct sched_request_params p = {.prompt_ids = prompt, .n_prompt = 40, .sampling = h_ssp(0, 1),
 					 .has_seed = true, .max_tokens = 60000, .ignore_eos = true};
 	struct sched_stream *s1, *s2;
 	enum sched_refusal why;

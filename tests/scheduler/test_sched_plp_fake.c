@@ -115,7 +115,8 @@ static void round_run(bool block_mode, uint32_t n_blocks)
 			q->max_tokens = 1 + rnd(MAXOUT);
 			q->sp = (struct kern_sampling_params){.temperature = rnd(2) ? 0.0f : 0.9f, .top_p = 1.0f,
 							      .repetition_penalty = 1.0f, .seed = rng};
-			struct sched_request_params p = {.prompt_ids = q->prompt, .n_prompt = q->n_prompt, .sampling = q->sp,
+			struct sched_request_params p = {.prompt_ids = q->prompt, .n_prompt = q->n_prompt, .sampling = {.temperature = q->sp.temperature, .top_p = 1.0f,
+											.repetition_penalty = 1.0f, .seed = rng},
 							 .has_seed = true, .max_tokens = q->max_tokens, .n = q->n,
 							 .ignore_eos = true, .prompt_logprobs = q->plp,
 							 .prompt_top_logprobs = NTOP, .score_only = q->score_only,
