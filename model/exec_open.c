@@ -120,7 +120,10 @@ static uint64_t exec_open__fingerprint(const struct model_checkpoint *ck)
 
 /* ---- Executor sizes, rank 0 -> worker processes ---- */
 
-static void cfg_pack(uint32_t w[EXEC_OPEN_CONFIG_WORDS], const struct model_exec_cpu_options *xo)
+/* w[7]: load_mtp in bit 0, the speculative method in bits 8..15 and K in
+ * bits 16..23 (every rank wraps its executor the same way). */
+static void cfg_pack(uint32_t w[EXEC_OPEN_CONFIG_WORDS], const struct model_exec_cpu_options *xo,
+		     const struct spec_config *sc)
 {
 	w[0] = EXEC_OPEN_CONFIG_MAGIC;
 	w[1] = xo->block_tokens;
@@ -129,11 +132,11 @@ static void cfg_pack(uint32_t w[EXEC_OPEN_CONFIG_WORDS], const struct model_exec
 	w[4] = xo->max_step_seqs;
 	w[5] = xo->max_model_len;
 	w[6] = (uint32_t)xo->precision;
-	w[7] = xo->load_mtp;
+	w[7] = (uint32_t)xo->load_mtp | (uint32_t)sc->method << 8 | sc->num_speculative_tokens << 16;
 }
 
 static enum status cfg_unpack(const uint32_t w[EXEC_OPEN_CONFIG_WORDS], struct model_exec_cpu_options *xo,
-			      struct err *e)
+			      struct spec_config *sc, struct err *e)
 {
 	if (w[0] != EXEC_OPEN_CONFIG_MAGIC)
 		return err_set(e, ST_INVALID, "tensor parallel: rank 0 sent no executor configuration");
@@ -143,7 +146,9 @@ static enum status cfg_unpack(const uint32_t w[EXEC_OPEN_CONFIG_WORDS], struct m
 	xo->max_step_seqs = w[4];
 	xo->max_model_len = w[5];
 	xo->precision = (enum model_precision)w[6];
-	xo->load_mtp = w[7] != 0;
+	xo->load_mtp = w[7] & 1;
+	*sc = (struct spec_config){.method = (enum model_draft_kind)(w[7] >> 8 & 0xff),
+				   .num_speculative_tokens = w[7] >> 16 & 0xff};
 	return ST_OK;
 }
 
@@ -221,6 +226,7 @@ struct model_exec_open {
 	struct model_exec_cpu *cpu;
 	struct model_exec_tp *tp;
 	struct model_spec_exec *spec; /* ---- speculative decoding ---- or NULL */
+	struct spec_config sc;        /* every rank wraps its executor in a speculating one */
 	atomic_bool failed;
 	atomic_bool stopping;
 	double last_ping_s;
@@ -250,6 +256,22 @@ static void exec_open__on_lost(void *ctx, enum status st, const char *msg)
 	exec_open__fail(x, msg);
 }
 
+/* ---- speculative decoding ---- the speculating executor around x when sc
+ * asks for one (*out NULL otherwise); comm is the TP group or NULL. Every
+ * rank makes one, after exec_open__agree (its info is x's from then on). */
+static enum status exec_open__spec(struct model_spec_exec **out, struct model_exec_cpu *x,
+				   const struct spec_config *sc, struct comm *comm, struct err *e)
+{
+	*out = NULL;
+	if (!sc->method)
+		return ST_OK;
+	struct model_spec_exec_options so = {.x = x, .cfg = *sc, .comm = comm};
+	enum status st = model_spec_exec_create(out, &so, e);
+	if (st && comm)
+		comm_abort(comm, e->msg);
+	return st;
+}
+
 static void *exec_open__rank_main(void *arg)
 {
 	struct exec_open_rank *r = arg;
@@ -257,6 +279,7 @@ static void *exec_open__rank_main(void *arg)
 	struct err e = {0};
 	struct comm *c = NULL;
 	struct model_exec_cpu *x = NULL;
+	struct model_spec_exec *sx = NULL;
 	enum status st = comm_cpu_create(&c, t->group, r->rank, &e);
 	if (!st) {
 		struct model_exec_cpu_options xo = t->xo;
@@ -274,12 +297,15 @@ static void *exec_open__rank_main(void *arg)
 	if (!st)
 		st = exec_open__agree(c, x, &e);
 	if (!st)
-		st = model_exec_tp_worker_run(model_exec_cpu_exec(x), c, NULL, &e);
+		st = exec_open__spec(&sx, x, &t->sc, c, &e);
+	if (!st)
+		st = model_exec_tp_worker_run(sx ? model_spec_exec_exec(sx) : model_exec_cpu_exec(x), c, NULL, &e);
 	if (st) {
 		log_msg(LOG_ERROR, "tp", "rank %d: %s", r->rank, e.msg);
 		if (c)
 			comm_abort(c, e.msg);
 	}
+	model_spec_exec_destroy(sx);
 	model_exec_cpu_destroy(x);
 	comm_destroy(c);
 	return NULL;
@@ -335,7 +361,7 @@ static enum status exec_open__join_nodes(struct model_exec_open *x, struct err *
 	comm_tcp_listener_destroy(x->lis);
 	x->lis = NULL;
 	uint32_t w[EXEC_OPEN_CONFIG_WORDS];
-	cfg_pack(w, &x->xo);
+	cfg_pack(w, &x->xo, &x->sc);
 	if ((st = comm_broadcast(x->comm, w, w, sizeof w, COMM_DTYPE_BYTES, 0, COMM_MEM_HOST, e)))
 		return st;
 	if ((st = comm_boot_watch(x->boot, exec_open__on_lost, x, e)))
@@ -419,20 +445,20 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 	struct spec_config sc;
 	if ((st = spec_config_parse(opt->speculative_config, &sc, e)) ||
 	    (st = spec_config_check(&sc, model_checkpoint_config(opt->ck), e)) ||
-	    (sc.method && world > 1 &&
-	     (st = err_set(e, ST_UNSUPPORTED, "--speculative-config: speculative decoding runs on one rank for now "
+	    (sc.method == MODEL_DRAFT_DSPARK && world > 1 &&
+	     (st = err_set(e, ST_UNSUPPORTED, "--speculative-config: DSpark speculation runs on one rank for now "
 					     "(docs/speculation.md)")))) {
 		model_exec_open_destroy(x);
 		return st;
 	}
 	x->xo.load_mtp |= sc.method == MODEL_DRAFT_MTP || sc.method == MODEL_DRAFT_DSPARK; /* the draft model */
+	x->sc = sc;
 	if (world == 1) {
 		if ((st = model_exec_cpu_create(&x->cpu, &x->xo, e))) {
 			model_exec_open_destroy(x);
 			return st;
 		}
-		struct model_spec_exec_options so = {.x = x->cpu, .cfg = sc};
-		if (sc.method && (st = model_spec_exec_create(&x->spec, &so, e))) {
+		if ((st = exec_open__spec(&x->spec, x->cpu, &sc, NULL, e))) {
 			model_exec_open_destroy(x);
 			return st;
 		}
@@ -454,8 +480,11 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 			err_prefix(e, "tensor parallel start-up: ");
 		if (!st)
 			st = exec_open__agree(x->comm, x->cpu, e);
+		if (!st)
+			st = exec_open__spec(&x->spec, x->cpu, &sc, x->comm, e);
 		if (!st) {
-			struct model_exec_tp_options to = {.inner = model_exec_cpu_exec(x->cpu), .comm = x->comm,
+			struct exec *inner = x->spec ? model_spec_exec_exec(x->spec) : model_exec_cpu_exec(x->cpu);
+			struct model_exec_tp_options to = {.inner = inner, .comm = x->comm,
 							   .on_fail = exec_open__on_exec_fail, .fail_ctx = x};
 			st = model_exec_tp_create(&x->tp, &to, e);
 		}
@@ -476,9 +505,9 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 
 struct exec *model_exec_open_exec(struct model_exec_open *x)
 {
-	if (x->spec) /* ---- speculative decoding ---- */
-		return model_spec_exec_exec(x->spec);
-	return x->tp ? model_exec_tp_exec(x->tp) : model_exec_cpu_exec(x->cpu);
+	if (x->tp) /* it broadcasts, then runs the speculating executor when there is one */
+		return model_exec_tp_exec(x->tp);
+	return x->spec ? model_spec_exec_exec(x->spec) : model_exec_cpu_exec(x->cpu); /* ---- speculative decoding ---- */
 }
 
 struct model_exec_cpu *model_exec_open_cpu(struct model_exec_open *x) { return x->cpu; }
@@ -574,6 +603,8 @@ enum status model_exec_open_worker(const struct model_exec_open_options *opt, co
 	atomic_init(&w.stop, false);
 	atomic_init(&w.signalled, false);
 	struct model_exec_cpu *x = NULL;
+	struct model_spec_exec *sx = NULL;
+	struct spec_config sc = {0};
 	pthread_t sig_th;
 	bool sig_started = false;
 	uint64_t steps = 0;
@@ -607,7 +638,7 @@ enum status model_exec_open_worker(const struct model_exec_open_options *opt, co
 	if (!st)
 		st = comm_broadcast(w.comm, NULL, cfg, sizeof cfg, COMM_DTYPE_BYTES, 0, COMM_MEM_HOST, e);
 	if (!st)
-		st = cfg_unpack(cfg, &xo, e);
+		st = cfg_unpack(cfg, &xo, &sc, e);
 	if (!st)
 		st = comm_boot_watch(w.boot, exec_open__worker_lost, &w, e);
 	if (!st) {
@@ -624,9 +655,11 @@ enum status model_exec_open_worker(const struct model_exec_open_options *opt, co
 		st = comm_barrier(w.comm, e);
 	if (!st)
 		st = exec_open__agree(w.comm, x, e);
+	if (!st)
+		st = exec_open__spec(&sx, x, &sc, w.comm, e);
 	if (!st) {
 		log_msg(LOG_INFO, "tp", "worker rank %d of %d: running rank 0's step plans", p->node_rank, world);
-		st = model_exec_tp_worker_run(model_exec_cpu_exec(x), w.comm, &steps, e);
+		st = model_exec_tp_worker_run(sx ? model_spec_exec_exec(sx) : model_exec_cpu_exec(x), w.comm, &steps, e);
 	}
 	atomic_store(&w.stop, true);
 	if (sig_started)
@@ -637,6 +670,7 @@ enum status model_exec_open_worker(const struct model_exec_open_options *opt, co
 			(unsigned long long)steps);
 	if (st && !sig && w.boot)
 		comm_boot_leave(w.boot, e->msg);
+	model_spec_exec_destroy(sx);
 	model_exec_cpu_destroy(x);
 	comm_boot_destroy(w.boot);
 	comm_destroy(w.comm);

@@ -20,11 +20,11 @@
 
 #define TP_MSG_MAGIC 0x534d5054u  /* "TPMS" */
 #define TP_PLAN_MAGIC 0x4c505054u /* "TPPL" */
-#define TP_PLAN_VERSION 2u /* 2: TP_SEQ_PROMPT_LP */
+#define TP_PLAN_VERSION 3u /* 2: TP_SEQ_PROMPT_LP; 3: drafts and next_token */
 #define TP_BOM 0x01020304u
 #define TP_PLAN_HEADER_BYTES 28
-/* Fixed part of one sequence record: u64 id, 6 x u32. */
-#define TP_SEQ_FIXED_BYTES 32
+/* Fixed part of one sequence record: u64 id, 8 x u32. */
+#define TP_SEQ_FIXED_BYTES 40
 /* Sampling parameters on the wire: 7 x 4 + u64 seed + 3 x u32. */
 #define TP_SAMPLING_BYTES 48
 
@@ -35,6 +35,7 @@ enum {
 	TP_SEQ_SAMPLE = 2u,
 	TP_SEQ_HAS_SAMPLING = 4u,
 	TP_SEQ_PROMPT_LP = 8u, /* prompt log-probabilities: workers run the head on the same rows */
+	TP_SEQ_NEXT_TOKEN = 16u, /* speculative decoding: next_token is set */
 };
 
 /* A worker's prompt_lp: the rows are run, nothing is written (rank 0 scores). */
@@ -104,13 +105,16 @@ enum status model_exec_tp_plan_encode(const struct exec_step *s, struct model_tp
 		const struct exec_seq *q = &s->seqs[i];
 		const struct kern_sampling_params *sp = q->sampling;
 		uint32_t flags = (q->restore_state ? TP_SEQ_RESTORE : 0) | (q->sample ? TP_SEQ_SAMPLE : 0) |
-				 (sp ? TP_SEQ_HAS_SAMPLING : 0) | (q->prompt_lp ? TP_SEQ_PROMPT_LP : 0);
+				 (sp ? TP_SEQ_HAS_SAMPLING : 0) | (q->prompt_lp ? TP_SEQ_PROMPT_LP : 0) |
+				 (q->has_next_token ? TP_SEQ_NEXT_TOKEN : 0);
 		put_u64(b, q->seq_id);
 		put_u32(b, q->n_cached_tokens);
 		put_u32(b, q->n_context_tokens);
 		put_u32(b, q->n_blocks);
 		put_u32(b, q->block_table_start);
 		put_u32(b, q->state_slot);
+		put_u32(b, q->n_draft);
+		put(b, &q->next_token, 4);
 		put_u32(b, flags);
 		if (sp) {
 			put_f32(b, sp->temperature);
@@ -237,7 +241,7 @@ enum status model_exec_tp_plan_decode(struct model_tp_plan *p, const uint8_t *da
 	for (uint32_t i = 0; i < n_seqs; i++) {
 		struct exec_seq *q = &seqs[i];
 		memset(q, 0, sizeof *q);
-		uint32_t f[5], flags;
+		uint32_t f[7], flags;
 		if (!get(&r, &q->seq_id, 8) || !get(&r, f, sizeof f) || !get_u32(&r, &flags))
 			return bad_plan(e, "truncated sequence record");
 		q->n_cached_tokens = f[0];
@@ -245,11 +249,17 @@ enum status model_exec_tp_plan_decode(struct model_tp_plan *p, const uint8_t *da
 		q->n_blocks = f[2];
 		q->block_table_start = f[3];
 		q->state_slot = f[4];
-		if (flags & ~(TP_SEQ_RESTORE | TP_SEQ_SAMPLE | TP_SEQ_HAS_SAMPLING | TP_SEQ_PROMPT_LP))
+		q->n_draft = f[5];
+		memcpy(&q->next_token, &f[6], 4);
+		if (flags & ~(TP_SEQ_RESTORE | TP_SEQ_SAMPLE | TP_SEQ_HAS_SAMPLING | TP_SEQ_PROMPT_LP | TP_SEQ_NEXT_TOKEN))
 			return bad_plan(e, "unknown sequence flags");
 		q->prompt_lp = flags & TP_SEQ_PROMPT_LP ? &tp_worker_prompt_lp : NULL;
 		q->restore_state = flags & TP_SEQ_RESTORE;
 		q->sample = flags & TP_SEQ_SAMPLE;
+		q->has_next_token = flags & TP_SEQ_NEXT_TOKEN;
+		if (q->n_draft > EXEC_SPEC_MAX_DRAFT || (q->n_draft && !q->sample) ||
+		    (q->n_draft && q->n_draft >= qs[i + 1] - qs[i]))
+			return bad_plan(e, "drafts outside the sequence's sampled query");
 		n_sampling_seqs += q->sample;
 		if ((uint64_t)q->block_table_start + q->n_blocks > n_block_ids)
 			return bad_plan(e, "block table outside block_ids");

@@ -121,6 +121,8 @@ struct model_spec_exec;
  * before they go to the scheduler (the rollback tests corrupt them). */
 typedef void (*spec_draft_hook_fn)(void *ctx, const struct exec_seq *sq, uint32_t n_new, int32_t *drafts, uint32_t n);
 
+struct comm;
+
 struct model_spec_exec_options {
 	struct model_exec_cpu *x;  /* borrowed, must outlive it; loaded with load_mtp for MTP */
 	struct spec_config cfg;    /* method MTP or DSpark (model/dspark.h; x loaded with load_mtp) */
@@ -130,6 +132,10 @@ struct model_spec_exec_options {
 	bool no_propose;           /* tests: commit drafter state but propose nothing */
 	spec_draft_hook_fn draft_hook;
 	void *draft_hook_ctx;
+	/* tensor parallelism: the group x runs in (borrowed; NULL on one rank).
+	 * Every rank wraps its own executor; rank 0's samples and draft
+	 * decisions are broadcast, so all ranks commit the same prefix. */
+	struct comm *comm;
 };
 
 enum status model_spec_exec_create(struct model_spec_exec **out, const struct model_spec_exec_options *opt,

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "common/log.h"
 #include "model/dspark.h"
 #include "model/exec_cpu.h"
@@ -39,7 +40,63 @@ struct model_spec_exec {
 	struct spec_draft_seq *dseqs; /* [max_seqs] */
 	int32_t *next_ids;         /* [max_tokens] */
 	int32_t *drafts;           /* [max_seqs, K] */
+	int32_t *share;            /* [max_seqs, K + 3]: spx_share's message */
+	bool *quiet;               /* [max_seqs]: proposes nothing (a masked row) */
 };
+
+/* After the target step, before the drafter: every sampling sequence's
+ * tokens (out) and whether it may propose (quiet), as rank 0 decided them.
+ * On one rank it only sets quiet. Workers do not sample (their logits may
+ * differ from rank 0's in the last bits, and they lack the structured-output
+ * masks), so they take rank 0's tokens whole: the accepted prefix they
+ * commit and the drafts they chain on are rank 0's. */
+static enum status spx_share(struct model_spec_exec *sx, const struct exec_step *step, struct exec_sample *out,
+			     struct err *e)
+{
+	bool root = !sx->opt.comm || comm_rank(sx->opt.comm) == 0;
+	uint32_t stride = sx->K + 3, k = 0;
+	for (uint32_t s = 0; s < step->n_seqs; s++) {
+		const struct exec_seq *sq = &step->seqs[s];
+		if (!sq->sample)
+			continue;
+		int32_t *w = sx->share + (size_t)k * stride;
+		if (root) {
+			const struct exec_sample *o = &out[k];
+			w[0] = (int32_t)(1 + o->n_extra);
+			w[1] = sx->opt.no_propose || sq->sampling->allow_mask;
+			w[2] = o->out.token_id;
+			for (uint32_t i = 0; i < o->n_extra; i++)
+				w[3 + i] = o->extra[i].token_id;
+		}
+		k++;
+	}
+	if (sx->opt.comm && k) {
+		enum status st = comm_broadcast(sx->opt.comm, sx->share, sx->share, (size_t)k * stride * sizeof(int32_t),
+						COMM_DTYPE_BYTES, 0, COMM_MEM_HOST, e);
+		if (st)
+			return st;
+	}
+	k = 0;
+	for (uint32_t s = 0; s < step->n_seqs; s++) {
+		if (!step->seqs[s].sample)
+			continue;
+		const int32_t *w = sx->share + (size_t)k * stride;
+		if (w[0] < 1 || (uint32_t)w[0] > sx->K + 1)
+			return err_set(e, ST_INVALID, "speculation: rank 0 sent %d tokens for sequence %u", w[0], s);
+		sx->quiet[s] = w[1] != 0;
+		if (!root) {
+			struct exec_sample *o = &out[k];
+			memset(o, 0, sizeof *o);
+			o->seq_index = s;
+			o->out.token_id = w[2];
+			o->n_extra = (uint32_t)w[0] - 1;
+			for (uint32_t i = 0; i < o->n_extra; i++)
+				o->extra[i].token_id = w[3 + i];
+		}
+		k++;
+	}
+	return ST_OK;
+}
 
 static enum status spx_sample_plain(struct model_spec_exec *sx, const struct exec_seq *sq, const float *row,
 				    struct kern_sample_out *out)
@@ -67,10 +124,10 @@ static enum status spx_verify(struct model_spec_exec *sx, const struct exec_step
 	enum status st = model_fwd_spec_save(f, step, sx->n_q, 0, model_exec_cpu_weights(sx->x)->n_layers, true, e);
 	if (st || (st = model_exec_cpu_forward(sx->x, step, sx->rows, nr, sx->logits, e)))
 		return st;
+	bool root = !sx->opt.comm || comm_rank(sx->opt.comm) == 0;
 	uint32_t k = 0, r = 0;
-	for (uint32_t s = 0; s < step->n_seqs; s++) {
+	for (uint32_t s = 0; root && s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
-		sx->n_keep[s] = 0;
 		if (!sq->sample)
 			continue;
 		struct exec_sample *o = &out[k++];
@@ -101,7 +158,16 @@ static enum status spx_verify(struct model_spec_exec *sx, const struct exec_step
 		o->n_extra = n - 1;
 		for (uint32_t i = 1; i < n; i++)
 			o->extra[i - 1] = res[i];
-		sx->n_keep[s] = n; /* t and the n - 1 accepted drafts */
+	}
+	if ((st = spx_share(sx, step, out, e)))
+		return st;
+	k = 0;
+	for (uint32_t s = 0; s < step->n_seqs; s++) {
+		const struct exec_seq *sq = &step->seqs[s];
+		sx->n_keep[s] = 0;
+		if (sq->sample && sq->n_draft)
+			sx->n_keep[s] = 1 + out[k].n_extra; /* t and the accepted drafts */
+		k += sq->sample;
 	}
 	return model_fwd_spec_commit(f, sx->n_keep, e);
 }
@@ -130,6 +196,8 @@ static enum status spx_step(void *ctx, const struct exec_step *step, struct exec
 		return st;
 	for (uint32_t k0 = 0; !drafts && k0 < step->n_sample; k0++)
 		out[k0].n_extra = 0; /* the wrapped executor's samples: one token each */
+	if (!drafts && (st = spx_share(sx, step, out, e)))
+		return st;
 	/* the drafter: every sequence's kept positions and the token after each */
 	uint32_t nd = 0, nn = 0, k = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
@@ -148,7 +216,7 @@ static enum status spx_step(void *ctx, const struct exec_step *step, struct exec
 		if (o) {
 			/* the last new token follows the last kept position */
 			sx->next_ids[nn + n - 1] = o->n_extra ? o->extra[o->n_extra - 1].token_id : o->out.token_id;
-			d->n_propose = sx->opt.no_propose || sq->sampling->allow_mask ? 0 : sx->K;
+			d->n_propose = sx->quiet[s] ? 0 : sx->K;
 		} else if (sq->has_next_token) {
 			sx->next_ids[nn + n - 1] = sq->next_token;
 		} else {
@@ -208,6 +276,8 @@ void model_spec_exec_destroy(struct model_spec_exec *sx)
 	free(sx->dseqs);
 	free(sx->next_ids);
 	free(sx->drafts);
+	free(sx->share);
+	free(sx->quiet);
 	free(sx);
 }
 
@@ -274,7 +344,9 @@ enum status model_spec_exec_create(struct model_spec_exec **out, const struct mo
 	sx->dseqs = calloc(S + 1, sizeof *sx->dseqs);
 	sx->next_ids = malloc((sx->max_tokens + 1) * sizeof(int32_t));
 	sx->drafts = malloc(S * sx->K * sizeof(int32_t));
-	if (!sx->logits || !sx->rows || !sx->n_q || !sx->n_keep || !sx->sample_work || !sx->dseqs || !sx->next_ids ||
+	sx->share = malloc(S * (sx->K + 3) * sizeof(int32_t));
+	sx->quiet = calloc(S + 1, sizeof(bool));
+	if (!sx->share || !sx->quiet || !sx->logits || !sx->rows || !sx->n_q || !sx->n_keep || !sx->sample_work || !sx->dseqs || !sx->next_ids ||
 	    !sx->drafts) {
 		model_spec_exec_destroy(sx);
 		return err_set(e, ST_NOMEM, "speculation buffers for %zu rows", R);

@@ -69,6 +69,9 @@ static void make_plan(struct rplan *p)
 		s->restore_state = rnd(2);
 		s->sample = q > 0 && rnd(2);
 		n_sample += s->sample;
+		s->n_draft = s->sample && q > 1 && rnd(2) ? 1 + rnd(q - 1 < 5 ? q - 1 : 5) : 0; /* speculative decoding */
+		s->has_next_token = rnd(2);
+		s->next_token = s->has_next_token ? (int32_t)rnd(129280) : 0;
 		if (rnd(3)) {
 			struct kern_sampling_params *sp = &p->sp[i];
 			sp->temperature = (float)rnd(200) / 100.0f;
@@ -127,7 +130,8 @@ static bool same_plan(const struct exec_step *a, const struct exec_step *b)
 		    x->restore_state != y->restore_state || x->sample != y->sample || x->n_prompt != y->n_prompt ||
 		    x->n_output != y->n_output || !same_ids(x->prompt_ids, y->prompt_ids, x->n_prompt) ||
 		    !same_ids(x->output_ids, y->output_ids, x->output_ids ? x->n_output : 0) ||
-		    !x->sampling != !y->sampling || !x->prompt_lp != !y->prompt_lp)
+		    !x->sampling != !y->sampling || !x->prompt_lp != !y->prompt_lp || x->n_draft != y->n_draft ||
+		    x->has_next_token != y->has_next_token || x->next_token != y->next_token)
 			return false;
 		if (x->sampling) {
 			const struct kern_sampling_params *p = x->sampling, *q = y->sampling;
