@@ -1,0 +1,277 @@
+/*
+ * tests/model/test_spec_tp.c: speculative decoding under tensor parallelism
+ * (model/spec.h with a comm, model/exec_tp.c carrying the drafts), ranks as
+ * threads over the CPU comm backend, world size 2, precision fp32 (where
+ * world size 2 gives world size 1's logits to summation order).
+ *
+ * On the tiny June checkpoint (MTP), K = 1..3 (a fresh random prompt each):
+ *  - group A speculates; rank 0's draft hook replaces the drafts by the true
+ *    greedy continuation corrupted at position j (step i: i mod (K + 1)
+ *    accepted), and rank 1 runs rank 0's plans through the worker loop;
+ *  - group B (also world size 2) proposes nothing and verifies exactly the
+ *    drafts A accepted.
+ * Every token of A and B equals the plain world-size-1 greedy output, and
+ * after every step each rank's whole block pool (every layer's rings,
+ * compressor windows, compressed rows, indexer keys, the MTP ring) in A is
+ * bit-identical to the same rank's in B: rejected drafts leave no trace on
+ * any rank.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "model/exec_tp.h"
+#include "model/state.h"
+#include "tests/model/fwd_harness.h"
+#include "tests/model/spec_harness.h"
+#include "tests/test.h"
+
+#define BT 32
+#define NB 8
+#define NP 40
+#define NGEN 50
+#define MAX_K 3
+
+static struct model_checkpoint *g_ck;
+
+static struct model_exec_cpu *make(int rank, int world, struct comm *c, bool mtp)
+{
+	struct model_exec_cpu_options o = {.ck = g_ck, .block_tokens = BT, .n_blocks = NB, .max_step_tokens = 64,
+					   .max_step_seqs = 4, .precision = MODEL_PREC_FP32, .load_mtp = mtp,
+					   .rank = rank, .world_size = world, .comm = c};
+	struct model_exec_cpu *x = NULL;
+	struct err e = {0};
+	T_CHECKF(model_exec_cpu_create(&x, &o, &e) == ST_OK, "create rank %d: %s", rank, e.msg);
+	return x;
+}
+
+/* One world-size-2 group: rank 0 in the calling thread, rank 1 a thread
+ * running the worker loop over its own speculating executor. steps_done
+ * counts rank 1's finished steps, so the test reads its state only when it
+ * has finished the step rank 0 returned from. */
+struct group {
+	struct comm_cpu_group *g;
+	struct comm *c[2];
+	struct model_exec_cpu *x[2];
+	struct model_spec_exec *sx[2];
+	struct model_exec_tp *tp;
+	struct exec counted; /* rank 1's executor, counting */
+	atomic_uint steps_done;
+	pthread_t th;
+	bool started;
+	enum status worker_st;
+	char worker_msg[ERR_MSG_BYTES];
+};
+
+static enum status counted_step(void *ctx, const struct exec_step *s, struct exec_sample *out, struct err *e)
+{
+	struct group *gr = ctx;
+	struct exec *in = model_spec_exec_exec(gr->sx[1]);
+	enum status st = in->ops->step(in->ctx, s, out, e);
+	atomic_fetch_add(&gr->steps_done, 1);
+	return st;
+}
+
+static void counted_release(void *ctx, uint64_t id)
+{
+	struct group *gr = ctx;
+	struct exec *in = model_spec_exec_exec(gr->sx[1]);
+	in->ops->seq_release(in->ctx, id);
+}
+
+static const struct exec_ops counted_ops = {.step = counted_step, .seq_release = counted_release};
+
+static void *worker_main(void *arg)
+{
+	struct group *gr = arg;
+	struct err e = {0};
+	gr->worker_st = model_exec_tp_worker_run(&gr->counted, gr->c[1], NULL, &e);
+	snprintf(gr->worker_msg, sizeof gr->worker_msg, "%s", e.msg);
+	return NULL;
+}
+
+static bool group_open(struct group *gr, const struct spec_config *sc, bool no_propose)
+{
+	memset(gr, 0, sizeof *gr);
+	atomic_init(&gr->steps_done, 0);
+	struct err e = {0};
+	struct comm_cpu_group_options go = {.n_ranks = 2, .timeout_ms = 120000};
+	T_CHECKF(comm_cpu_group_create(&gr->g, &go, &e) == ST_OK, "%s", e.msg);
+	for (int r = 0; gr->g && r < 2; r++)
+		T_CHECKF(comm_cpu_create(&gr->c[r], gr->g, r, &e) == ST_OK, "%s", e.msg);
+	if (!gr->c[0] || !gr->c[1])
+		return false;
+	/* the executors are built one after the other: their creation makes no collective calls */
+	for (int r = 0; r < 2; r++) {
+		if (!(gr->x[r] = make(r, 2, gr->c[r], true)))
+			return false;
+		struct model_spec_exec_options so = {.x = gr->x[r], .cfg = *sc, .no_propose = no_propose,
+						     .comm = gr->c[r], .draft_hook = r || no_propose ? NULL : sh_hook};
+		T_CHECKF(model_spec_exec_create(&gr->sx[r], &so, &e) == ST_OK, "spec rank %d: %s", r, e.msg);
+		if (!gr->sx[r])
+			return false;
+	}
+	gr->counted = *model_spec_exec_exec(gr->sx[1]);
+	gr->counted.ops = &counted_ops;
+	gr->counted.ctx = gr;
+	struct model_exec_tp_options to = {.inner = model_spec_exec_exec(gr->sx[0]), .comm = gr->c[0]};
+	T_CHECKF(model_exec_tp_create(&gr->tp, &to, &e) == ST_OK, "%s", e.msg);
+	if (!gr->tp)
+		return false;
+	T_CHECK(model_exec_tp_exec(gr->tp)->info.max_draft_tokens == sc->num_speculative_tokens);
+	gr->started = pthread_create(&gr->th, NULL, worker_main, gr) == 0;
+	T_CHECK(gr->started);
+	return gr->started;
+}
+
+static void group_close(struct group *gr)
+{
+	model_exec_tp_destroy(gr->tp); /* SHUTDOWN ends the worker loop */
+	if (!gr->started && gr->c[0])
+		comm_abort(gr->c[0], "test group not started");
+	if (gr->started) {
+		pthread_join(gr->th, NULL);
+		T_CHECKF(gr->worker_st == ST_OK, "rank 1: %s", gr->worker_msg);
+	}
+	for (int r = 0; r < 2; r++) {
+		model_spec_exec_destroy(gr->sx[r]);
+		model_exec_cpu_destroy(gr->x[r]);
+		comm_destroy(gr->c[r]);
+	}
+	comm_cpu_group_destroy(gr->g);
+}
+
+/* Waits until rank 1 has finished n steps (bounded: a lost rank fails the test). */
+static bool group_wait(struct group *gr, unsigned n)
+{
+	for (int i = 0; i < 60000; i++) {
+		if (atomic_load(&gr->steps_done) >= n)
+			return true;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return false;
+}
+
+/* The block pools of two executors of the same rank, bit for bit; the first
+ * differing layer (what names the array) or -1. */
+static int state_diff(const struct model_state *a, const struct model_state *b, const char **what)
+{
+	size_t W = a->window, d = (size_t)a->head_dim, nb = a->n_blocks;
+	for (int l = 0; l < a->n_layers; l++) {
+		const struct model_layer_state *x = &a->ls[l], *y = &b->ls[l];
+		const float *p[7][2] = {{x->ring, y->ring},   {x->cmp, y->cmp},         {x->cmp_kv, y->cmp_kv},
+					{x->cmp_score, y->cmp_score}, {x->ikeys, y->ikeys}, {x->icmp_kv, y->icmp_kv},
+					{x->icmp_score, y->icmp_score}};
+		size_t len[7] = {nb * W * d,
+				 nb * (size_t)x->per_block * d,
+				 nb * (size_t)x->cmp_state_floats,
+				 nb * (size_t)x->cmp_state_floats,
+				 nb * (size_t)x->per_block * (size_t)a->index_head_dim,
+				 nb * (size_t)x->icmp_state_floats,
+				 nb * (size_t)x->icmp_state_floats};
+		static const char *names[7] = {"ring", "cmp", "cmp_kv", "cmp_score", "ikeys", "icmp_kv", "icmp_score"};
+		for (int i = 0; i < 7; i++)
+			if (p[i][0] && len[i] && memcmp(p[i][0], p[i][1], len[i] * sizeof(float))) {
+				*what = names[i];
+				return l;
+			}
+	}
+	return -1;
+}
+
+/* sh_lockstep_step, except that A may propose fewer than K drafts: the MTP
+ * chain stays inside the step's block table, so right before a block
+ * boundary it is shorter (which schedule of acceptances meets one depends on
+ * K). Returns the tokens A made (0 after a failed step). */
+static uint32_t lockstep_step(struct sh_lockstep *ls)
+{
+	struct exec_sample o;
+	struct sh_seq *a = ls->a, *b = ls->b;
+	const uint32_t K = ls->max_drafts, nd = ls->n_drafts, want = ls->steps % (K + 1);
+	const uint32_t acc = want < nd ? want : nd;
+	T_CHECKF(nd >= 1 && nd <= K, "A proposed %u drafts at %u", nd, a->n_tok);
+	sh_hook_st.next = a->n_tok + acc + 1;
+	sh_hook_st.corrupt = (ls->steps + 1) % (K + 1);
+	uint32_t made = sh_step(ls->ea, a, ls->drafts, nd, &o);
+	if (!made)
+		return 0;
+	ls->accepted_at[o.n_extra]++;
+	T_CHECKF(o.n_extra == acc, "step %u: accepted %u, expected %u", ls->steps, o.n_extra, acc);
+	ls->n_drafts = o.n_next_draft;
+	memcpy(ls->drafts, o.next_draft, sizeof ls->drafts);
+	uint32_t made_b = sh_step(ls->eb, b, a->toks + b->n_tok, made - 1, &o);
+	T_CHECKF(made_b == made && o.n_extra == made - 1, "B made %u of %u", made_b, made);
+	return made;
+}
+
+static void test_mtp(uint32_t K, const int32_t *truth, uint32_t vocab)
+{
+	struct sh_seq a, b;
+	sh_seq_init(&a, 7, NP, BT, NB, 1);
+	memcpy(a.toks, truth, NP * sizeof(int32_t));
+	b = a;
+	sh_hook_st = (struct sh_hook_state){.truth = truth, .n_prompt = NP, .vocab = vocab};
+	struct spec_config sc = {MODEL_DRAFT_MTP, K};
+	struct group ga, gb;
+	bool ok = group_open(&ga, &sc, false) && group_open(&gb, &sc, true);
+	if (ok) {
+		struct sh_lockstep ls = {.ea = model_exec_tp_exec(ga.tp), .eb = model_exec_tp_exec(gb.tp), .a = &a,
+					 .b = &b, .max_drafts = K, .check_b_accepts_all = true};
+		uint32_t bad_state = 0, bad_tok = 0, n_steps = 1;
+		sh_lockstep_prefill(&ls);
+		while (a.n_tok < NP + NGEN) {
+			if (!lockstep_step(&ls))
+				break;
+			n_steps++;
+			bad_tok += memcmp(a.toks, truth, a.n_tok * sizeof(int32_t)) != 0 ||
+				   memcmp(b.toks, truth, b.n_tok * sizeof(int32_t)) != 0;
+			T_CHECK(group_wait(&ga, n_steps) && group_wait(&gb, n_steps));
+			for (int r = 0; r < 2; r++) {
+				const char *what = "";
+				int l = state_diff(model_exec_cpu_state(ga.x[r]), model_exec_cpu_state(gb.x[r]), &what);
+				if (l >= 0 && bad_state++ < 3)
+					fprintf(stderr, "K %u step %u (position %u): rank %d layer %d %s differs\n", K, ls.steps,
+						a.n_cached, r, l, what);
+			}
+			ls.steps++;
+		}
+		fprintf(stderr, "MTP K %u, world size 2: %u verify steps to %u tokens; accepted 0..%u drafts: %u %u %u %u; "
+				"state mismatches %u, token mismatches %u\n", K, ls.steps, a.n_tok, K, ls.accepted_at[0],
+			ls.accepted_at[1], ls.accepted_at[2], ls.accepted_at[3], bad_state, bad_tok);
+		T_CHECK(bad_state == 0);
+		T_CHECK(bad_tok == 0);
+		for (uint32_t j = 0; j <= K; j++)
+			T_CHECKF(ls.accepted_at[j] > 0, "K %u: no step accepted %u drafts", K, j);
+	}
+	group_close(&ga);
+	group_close(&gb);
+}
+
+int main(void)
+{
+	if (!fh_tiny_dir())
+		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
+	const char *seed = getenv("DSV4_TEST_SEED");
+	srand(seed ? (unsigned)strtoul(seed, NULL, 10) : (unsigned)time(NULL));
+	g_ck = fh_open("bf16"); /* the June release: one MTP layer */
+	T_CHECK(g_ck != NULL);
+	if (!g_ck)
+		return test_exit();
+	uint32_t V = (uint32_t)model_checkpoint_config(g_ck)->vocab_size;
+	for (uint32_t K = 1; K <= MAX_K; K++) {
+		/* the plain greedy output at world size 1, one token a step */
+		struct sh_seq c;
+		sh_seq_init(&c, 7, NP, BT, NB, 5000);
+		struct model_exec_cpu *xc = make(0, 1, NULL, false);
+		struct exec_sample o;
+		while (xc && c.n_tok < NP + NGEN + MAX_K + 2)
+			if (!sh_step(model_exec_cpu_exec(xc), &c, NULL, 0, &o))
+				break;
+		model_exec_cpu_destroy(xc);
+		test_mtp(K, c.toks, V);
+	}
+	model_checkpoint_destroy(g_ck);
+	return test_exit();
+}
