@@ -252,7 +252,14 @@ def check_abandoned_stream(srv, check, path, body, headers):
     first = resp.read1(64)
     conn.close()
     g = srv.wait_idle(20)
-    aborted = re.search(r'^dsv4:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)', srv.metrics_text(), re.M)
+    # the counter is written when the request's bookkeeping ends, which can follow
+    # the running gauge's drop to 0: give it a few seconds
+    for _ in range(50):
+        aborted = re.search(r'^dsv4:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)',
+                            srv.metrics_text(), re.M)
+        if aborted and float(aborted.group(1)) >= 1:
+            break
+        time.sleep(0.1)
     check(first and aborted and float(aborted.group(1)) >= 1, "an abandoned stream is counted as aborted")
     check(g.get("num_requests_running") == 0 and g.get("kv_cache_usage_perc") == 0,
           "an abandoned stream is freed: %r" % g)
