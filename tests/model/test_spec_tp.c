@@ -95,7 +95,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static bool group_open(struct group *gr, const struct spec_config *sc, bool no_propose)
+static bool group_open(struct group *gr, const struct spec_config *sc, bool no_propose, bool hook)
 {
 	memset(gr, 0, sizeof *gr);
 	atomic_init(&gr->steps_done, 0);
@@ -111,7 +111,7 @@ static bool group_open(struct group *gr, const struct spec_config *sc, bool no_p
 		if (!(gr->x[r] = make(r, 2, gr->c[r], true)))
 			return false;
 		struct model_spec_exec_options so = {.x = gr->x[r], .cfg = *sc, .no_propose = no_propose,
-						     .comm = gr->c[r], .draft_hook = r || no_propose ? NULL : sh_hook};
+						     .comm = gr->c[r], .draft_hook = r || !hook ? NULL : sh_hook};
 		if (sc->method == MODEL_DRAFT_DSPARK) {
 			T_CHECKF(spec_dspark_drafter_create(&so.drafter, gr->x[r], sc->num_speculative_tokens, &e) == ST_OK,
 				 "DSpark drafter rank %d: %s", r, e.msg);
@@ -246,7 +246,7 @@ static void test_spec(enum model_draft_kind method, uint32_t K, const int32_t *t
 	sh_hook_st = (struct sh_hook_state){.truth = truth, .n_prompt = NP, .vocab = vocab};
 	struct spec_config sc = {method, K};
 	struct group ga, gb;
-	bool ok = group_open(&ga, &sc, false) && group_open(&gb, &sc, true);
+	bool ok = group_open(&ga, &sc, false, true) && group_open(&gb, &sc, true, false);
 	if (ok) {
 		struct sh_lockstep ls = {.ea = model_exec_tp_exec(ga.tp), .eb = model_exec_tp_exec(gb.tp), .a = &a,
 					 .b = &b, .max_drafts = K, .check_b_accepts_all = true};
@@ -285,6 +285,56 @@ static void test_spec(enum model_draft_kind method, uint32_t K, const int32_t *t
 	group_close(&gb);
 }
 
+/* The drafter's own drafts: a world-size-2 group and a world-size-1
+ * speculating executor, each verifying what it proposed, make the plain
+ * tokens, and the drafts agree (the drafter is sharded like the target; an
+ * argmax may flip where the fp32 summation order moves a near tie, so 90 %
+ * agreement is asked, where a wrongly sharded drafter agrees by chance). */
+static void test_own_drafts(enum model_draft_kind method, uint32_t K, const int32_t *truth)
+{
+	struct spec_config sc = {method, K};
+	struct sh_seq a, b;
+	sh_seq_init(&a, 9, NP, BT, NB, 1);
+	memcpy(a.toks, truth, NP * sizeof(int32_t));
+	b = a;
+	struct group g;
+	struct model_exec_cpu *x1 = make(0, 1, NULL, true);
+	struct model_spec_exec *s1 = NULL;
+	struct err e = {0};
+	struct model_spec_exec_options so = {.x = x1, .cfg = sc};
+	T_CHECKF(x1 && model_spec_exec_create(&s1, &so, &e) == ST_OK, "world size 1: %s", e.msg);
+	uint32_t n_drafts = 0, n_same = 0, n_acc = 0, bad_tok = 0;
+	if (group_open(&g, &sc, false, false) && s1) {
+		struct exec_sample oa, ob;
+		int32_t da[EXEC_SPEC_MAX_DRAFT], db[EXEC_SPEC_MAX_DRAFT];
+		uint32_t na = 0, nb = 0;
+		while (a.n_tok < NP + NGEN) {
+			if (!sh_step(model_exec_tp_exec(g.tp), &a, da, na, &oa) || !sh_step(model_spec_exec_exec(s1), &b, db, nb, &ob))
+				break;
+			n_acc += oa.n_extra;
+			bad_tok += memcmp(a.toks, truth, a.n_tok * sizeof(int32_t)) != 0 ||
+				   memcmp(b.toks, truth, b.n_tok * sizeof(int32_t)) != 0;
+			na = oa.n_next_draft;
+			nb = ob.n_next_draft;
+			memcpy(da, oa.next_draft, sizeof da);
+			memcpy(db, ob.next_draft, sizeof db);
+			if (a.n_tok == b.n_tok) /* the same tokens so far: the same drafts are due */
+				for (uint32_t i = 0; i < na && i < nb; i++) {
+					n_drafts++;
+					n_same += da[i] == db[i];
+				}
+		}
+	}
+	fprintf(stderr, "%s K %u own drafts: world size 2 agrees with world size 1 on %u of %u drafts, accepted %u; "
+			"token mismatches %u\n", method == MODEL_DRAFT_DSPARK ? "DSpark" : "MTP", K, n_same, n_drafts, n_acc,
+		bad_tok);
+	T_CHECK(bad_tok == 0);
+	T_CHECK(n_drafts > 0 && n_same * 10 >= n_drafts * 9);
+	group_close(&g);
+	model_spec_exec_destroy(s1);
+	model_exec_cpu_destroy(x1);
+}
+
 /* The plain greedy output at world size 1, one token a step, from a fresh random prompt. */
 static void run_plain(struct sh_seq *c, uint32_t upto)
 {
@@ -316,6 +366,8 @@ int main(void)
 			struct sh_seq c;
 			run_plain(&c, NP + NGEN + max_k + 2);
 			test_spec(method, K, c.toks, V);
+			if (K == max_k)
+				test_own_drafts(method, K, c.toks);
 		}
 		model_checkpoint_destroy(g_ck);
 	}
