@@ -32,7 +32,8 @@
 #define BT 32
 #define NB 8
 #define NP 40
-#define NGEN 50
+#define NGEN 36 /* positions to 76: past the block boundary at 64 and around the 32-row ring */
+#define NGEN_OWN 16
 #define MAX_K_MTP 3
 #define MAX_K_DSPARK 5
 
@@ -308,7 +309,7 @@ static void test_own_drafts(enum model_draft_kind method, uint32_t K, const int3
 		struct exec_sample oa, ob;
 		int32_t da[EXEC_SPEC_MAX_DRAFT], db[EXEC_SPEC_MAX_DRAFT];
 		uint32_t na = 0, nb = 0;
-		while (a.n_tok < NP + NGEN) {
+		while (a.n_tok < NP + NGEN_OWN) {
 			if (!sh_step(model_exec_tp_exec(g.tp), &a, da, na, &oa) || !sh_step(model_spec_exec_exec(s1), &b, db, nb, &ob))
 				break;
 			n_acc += oa.n_extra;
