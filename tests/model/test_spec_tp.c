@@ -15,7 +15,9 @@
  * after every step each rank's whole block pool (every layer's rings,
  * compressor windows, compressed rows, indexer keys, the MTP ring; DSpark's
  * drafter rings) in A is bit-identical to the same rank's in B: rejected
- * drafts leave no trace on any rank.
+ * drafts leave no trace on any rank. For the largest K the drafter's own
+ * drafts at world size 2 agree with world size 1's, and a verify that fails
+ * on rank 0 alone fails on every rank while the group goes on.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -286,6 +288,30 @@ static void test_spec(enum model_draft_kind method, uint32_t K, const int32_t *t
 	group_close(&gb);
 }
 
+/* sh_step's verify step, returning the status instead of checking it. */
+static enum status raw_step(struct exec *ex, struct sh_seq *q, const int32_t *drafts, uint32_t n_draft)
+{
+	int32_t ids[64], pos[64];
+	uint32_t n = 0;
+	for (uint32_t p = q->n_cached; p < q->n_tok; p++)
+		ids[n++] = q->toks[p];
+	for (uint32_t i = 0; i < n_draft; i++)
+		ids[n++] = drafts[i];
+	for (uint32_t i = 0; i < n; i++)
+		pos[i] = (int32_t)(q->n_cached + i);
+	uint32_t ctx = q->n_cached + n;
+	struct exec_seq es = {.seq_id = q->id, .n_cached_tokens = q->n_cached, .n_context_tokens = ctx,
+			      .n_blocks = (ctx + BT - 1) / BT, .state_slot = EXEC_NO_SLOT, .sample = true,
+			      .sampling = &q->sp, .prompt_ids = q->toks, .n_prompt = q->n_prompt,
+			      .output_ids = q->toks + q->n_prompt, .n_output = q->n_tok - q->n_prompt, .n_draft = n_draft};
+	uint32_t qs[2] = {0, n};
+	struct exec_step st = {.n_tokens = n, .token_ids = ids, .positions = pos, .n_seqs = 1, .seqs = &es,
+			       .query_start = qs, .block_ids = q->blocks, .n_block_ids = q->n_blocks, .n_sample = 1};
+	struct exec_sample o;
+	struct err e = {0};
+	return ex->ops->step(ex->ctx, &st, &o, &e);
+}
+
 /* The drafter's own drafts: a world-size-2 group and a world-size-1
  * speculating executor, each verifying what it proposed, make the plain
  * tokens, and the drafts agree (the drafter is sharded like the target; an
@@ -331,6 +357,18 @@ static void test_own_drafts(enum model_draft_kind method, uint32_t K, const int3
 		bad_tok);
 	T_CHECK(bad_tok == 0);
 	T_CHECK(n_drafts > 0 && n_same * 10 >= n_drafts * 9);
+	if (g.tp && a.n_tok > NP) {
+		/* a verify that fails on rank 0 alone (its sampler refuses top_p 0;
+		 * workers do not sample) fails on every rank, and the group goes on */
+		int32_t d = a.toks[a.n_tok - 1];
+		a.sp.top_p = 0.0f;
+		T_CHECK(raw_step(model_exec_tp_exec(g.tp), &a, &d, 1) != ST_OK);
+		struct sh_seq f;
+		struct exec_sample o;
+		sh_seq_init(&f, 11, 8, BT, NB, 5000);
+		T_CHECK(sh_step(model_exec_tp_exec(g.tp), &f, NULL, 0, &o) == 1);
+		T_CHECK(!model_exec_tp_failed(g.tp));
+	}
 	group_close(&g);
 	model_spec_exec_destroy(s1);
 	model_exec_cpu_destroy(x1);
