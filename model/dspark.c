@@ -345,9 +345,9 @@ enum status spec_dspark_drafter_create(struct spec_drafter *out, struct model_ex
 	if (!max_draft || max_draft > (uint32_t)cfg->dspark.block_size || max_draft > SPEC_MAX_DSPARK_TOKENS)
 		return err_set(e, ST_INVALID, "DSpark speculation: %u draft tokens (1..%lld)", max_draft,
 			       (long long)cfg->dspark.block_size);
-	if (w->n_dspark > MODEL_MAX_DRAFT_LAYERS || w->world_size != 1)
-		return err_set(e, ST_UNSUPPORTED, "DSpark speculation: %d stages, world size %d", w->n_dspark,
-			       w->world_size);
+	if (w->n_dspark > MODEL_MAX_DRAFT_LAYERS)
+		return err_set(e, ST_UNSUPPORTED, "DSpark speculation: %d stages (at most %d)", w->n_dspark,
+			       MODEL_MAX_DRAFT_LAYERS);
 	struct model_fwd *f = model_exec_cpu_fwd(x);
 	enum status st = model_fwd_dspark_enable(f, e);
 	if (st)

@@ -444,10 +444,7 @@ enum status model_exec_open(struct model_exec_open **out, const struct model_exe
 	/* ---- speculative decoding ---- */
 	struct spec_config sc;
 	if ((st = spec_config_parse(opt->speculative_config, &sc, e)) ||
-	    (st = spec_config_check(&sc, model_checkpoint_config(opt->ck), e)) ||
-	    (sc.method == MODEL_DRAFT_DSPARK && world > 1 &&
-	     (st = err_set(e, ST_UNSUPPORTED, "--speculative-config: DSpark speculation runs on one rank for now "
-					     "(docs/speculation.md)")))) {
+	    (st = spec_config_check(&sc, model_checkpoint_config(opt->ck), e))) {
 		model_exec_open_destroy(x);
 		return st;
 	}

@@ -112,7 +112,9 @@ static enum status dspark_attention(struct model_fwd *f, const struct model_laye
 	aa.kv[1] = b->ctx_kv[stage];
 	aa.kv_rows[1] = b->ctx_off[b->n_seqs];
 	OK(ly->layer, ly->ops.sparse_attn(&aa));
-	if ((st = fwd__attn_out(f, ly, l, out, e)))
+	/* under tensor parallelism each rank holds its heads' share of the
+	 * output projection: summed as in the main layers' attention */
+	if ((st = fwd__attn_out(f, ly, l, out, e)) || (st = fwd__all_reduce(f, out, T * f->D, e)))
 		return st;
 	return fwd__round_bf16(f, out, T * f->D, e);
 }

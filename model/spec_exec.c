@@ -40,7 +40,7 @@ struct model_spec_exec {
 	struct spec_draft_seq *dseqs; /* [max_seqs] */
 	int32_t *next_ids;         /* [max_tokens] */
 	int32_t *drafts;           /* [max_seqs, K] */
-	int32_t *share;            /* [max_seqs, K + 3]: spx_share's message */
+	int32_t *share;            /* [1 + max_seqs * (K + 3)]: spx_share's message */
 	bool *quiet;               /* [max_seqs]: proposes nothing (a masked row) */
 };
 
@@ -49,18 +49,23 @@ struct model_spec_exec {
  * On one rank it only sets quiet. Workers do not sample (their logits may
  * differ from rank 0's in the last bits, and they lack the structured-output
  * masks), so they take rank 0's tokens whole: the accepted prefix they
- * commit and the drafts they chain on are rank 0's. */
+ * commit and the drafts they chain on are rank 0's.
+ * mine is this rank's step status: every rank calls this after its step,
+ * failed or not, so a step that fails on one rank (rank 0's sampling) ends
+ * with the same message count everywhere; the message starts with rank 0's
+ * status and every rank then fails the step. */
 static enum status spx_share(struct model_spec_exec *sx, const struct exec_step *step, struct exec_sample *out,
-			     struct err *e)
+			     enum status mine, struct err *e)
 {
 	bool root = !sx->opt.comm || comm_rank(sx->opt.comm) == 0;
 	uint32_t stride = sx->K + 3, k = 0;
+	sx->share[0] = root ? (int32_t)mine : 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		if (!sq->sample)
 			continue;
-		int32_t *w = sx->share + (size_t)k * stride;
-		if (root) {
+		int32_t *w = sx->share + 1 + (size_t)k * stride;
+		if (root && !mine) {
 			const struct exec_sample *o = &out[k];
 			w[0] = (int32_t)(1 + o->n_extra);
 			w[1] = sx->opt.no_propose || sq->sampling->allow_mask;
@@ -70,17 +75,24 @@ static enum status spx_share(struct model_spec_exec *sx, const struct exec_step 
 		}
 		k++;
 	}
-	if (sx->opt.comm && k) {
-		enum status st = comm_broadcast(sx->opt.comm, sx->share, sx->share, (size_t)k * stride * sizeof(int32_t),
-						COMM_DTYPE_BYTES, 0, COMM_MEM_HOST, e);
-		if (st)
-			return st;
+	if (sx->opt.comm) {
+		struct err ce = {0};
+		enum status st = comm_broadcast(sx->opt.comm, sx->share, sx->share,
+						(1 + (size_t)k * stride) * sizeof(int32_t), COMM_DTYPE_BYTES, 0,
+						COMM_MEM_HOST, &ce);
+		if (st && !mine)
+			return err_set(e, st, "%s", ce.msg);
 	}
+	if (mine)
+		return mine; /* e says why */
+	if (sx->share[0])
+		return err_set(e, ST_ABORTED, "speculation: rank 0 failed this step (%s)",
+			       status_str((enum status)sx->share[0]));
 	k = 0;
 	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		if (!step->seqs[s].sample)
 			continue;
-		const int32_t *w = sx->share + (size_t)k * stride;
+		const int32_t *w = sx->share + 1 + (size_t)k * stride;
 		if (w[0] < 1 || (uint32_t)w[0] > sx->K + 1)
 			return err_set(e, ST_INVALID, "speculation: rank 0 sent %d tokens for sequence %u", w[0], s);
 		sx->quiet[s] = w[1] != 0;
@@ -106,7 +118,11 @@ static enum status spx_sample_plain(struct model_spec_exec *sx, const struct exe
 	return kern_sample_ref(row, sx->vocab, sq->sampling, &h, sq->n_output, sx->sample_work, out);
 }
 
-/* The verify step: forward with the chain rows, host sampling, commit. */
+static enum status spx_verify_sample(struct model_spec_exec *sx, const struct exec_step *step,
+				     struct exec_sample *out, struct err *e);
+
+/* The verify step: forward with the chain rows, host sampling (rank 0),
+ * the tokens shared, commit. */
 static enum status spx_verify(struct model_spec_exec *sx, const struct exec_step *step, struct exec_sample *out,
 			      struct err *e)
 {
@@ -122,11 +138,31 @@ static enum status spx_verify(struct model_spec_exec *sx, const struct exec_step
 			sx->rows[nr++] = i;
 	}
 	enum status st = model_fwd_spec_save(f, step, sx->n_q, 0, model_exec_cpu_weights(sx->x)->n_layers, true, e);
-	if (st || (st = model_exec_cpu_forward(sx->x, step, sx->rows, nr, sx->logits, e)))
+	if (!st)
+		st = model_exec_cpu_forward(sx->x, step, sx->rows, nr, sx->logits, e);
+	if (!st && (!sx->opt.comm || comm_rank(sx->opt.comm) == 0))
+		st = spx_verify_sample(sx, step, out, e);
+	if ((st = spx_share(sx, step, out, st, e)))
 		return st;
-	bool root = !sx->opt.comm || comm_rank(sx->opt.comm) == 0;
+	uint32_t k = 0;
+	for (uint32_t s = 0; s < step->n_seqs; s++) {
+		const struct exec_seq *sq = &step->seqs[s];
+		sx->n_keep[s] = 0;
+		if (sq->sample && sq->n_draft)
+			sx->n_keep[s] = 1 + out[k].n_extra; /* t and the accepted drafts */
+		k += sq->sample;
+	}
+	return model_fwd_spec_commit(f, sx->n_keep, e);
+}
+
+/* Rank 0's half of the verify: each sampling sequence's chain rows (the
+ * logits in sx->logits, in step order) sampled into out. */
+static enum status spx_verify_sample(struct model_spec_exec *sx, const struct exec_step *step,
+				     struct exec_sample *out, struct err *e)
+{
+	enum status st;
 	uint32_t k = 0, r = 0;
-	for (uint32_t s = 0; root && s < step->n_seqs; s++) {
+	for (uint32_t s = 0; s < step->n_seqs; s++) {
 		const struct exec_seq *sq = &step->seqs[s];
 		if (!sq->sample)
 			continue;
@@ -159,17 +195,7 @@ static enum status spx_verify(struct model_spec_exec *sx, const struct exec_step
 		for (uint32_t i = 1; i < n; i++)
 			o->extra[i - 1] = res[i];
 	}
-	if ((st = spx_share(sx, step, out, e)))
-		return st;
-	k = 0;
-	for (uint32_t s = 0; s < step->n_seqs; s++) {
-		const struct exec_seq *sq = &step->seqs[s];
-		sx->n_keep[s] = 0;
-		if (sq->sample && sq->n_draft)
-			sx->n_keep[s] = 1 + out[k].n_extra; /* t and the accepted drafts */
-		k += sq->sample;
-	}
-	return model_fwd_spec_commit(f, sx->n_keep, e);
+	return ST_OK;
 }
 
 static enum status spx_step(void *ctx, const struct exec_step *step, struct exec_sample *out, struct err *e)
@@ -191,12 +217,16 @@ static enum status spx_step(void *ctx, const struct exec_step *step, struct exec
 		return err_set(e, ST_INVALID, "a step with drafts carries prompt log-probabilities");
 	if (step->n_seqs > sx->max_seqs)
 		return err_set(e, ST_INVALID, "step of %u sequences", step->n_seqs);
-	enum status st = drafts ? spx_verify(sx, step, out, e) : sx->inner->ops->step(sx->inner->ctx, step, out, e);
+	enum status st;
+	if (drafts) {
+		st = spx_verify(sx, step, out, e);
+	} else {
+		st = sx->inner->ops->step(sx->inner->ctx, step, out, e);
+		for (uint32_t k0 = 0; !st && k0 < step->n_sample; k0++)
+			out[k0].n_extra = 0; /* the wrapped executor's samples: one token each */
+		st = spx_share(sx, step, out, st, e);
+	}
 	if (st)
-		return st;
-	for (uint32_t k0 = 0; !drafts && k0 < step->n_sample; k0++)
-		out[k0].n_extra = 0; /* the wrapped executor's samples: one token each */
-	if (!drafts && (st = spx_share(sx, step, out, e)))
 		return st;
 	/* the drafter: every sequence's kept positions and the token after each */
 	uint32_t nd = 0, nn = 0, k = 0;
@@ -344,7 +374,7 @@ enum status model_spec_exec_create(struct model_spec_exec **out, const struct mo
 	sx->dseqs = calloc(S + 1, sizeof *sx->dseqs);
 	sx->next_ids = malloc((sx->max_tokens + 1) * sizeof(int32_t));
 	sx->drafts = malloc(S * sx->K * sizeof(int32_t));
-	sx->share = malloc(S * (sx->K + 3) * sizeof(int32_t));
+	sx->share = malloc((1 + S * (sx->K + 3)) * sizeof(int32_t));
 	sx->quiet = calloc(S + 1, sizeof(bool));
 	if (!sx->share || !sx->quiet || !sx->logits || !sx->rows || !sx->n_q || !sx->n_keep || !sx->sample_work || !sx->dseqs || !sx->next_ids ||
 	    !sx->drafts) {

@@ -7,8 +7,10 @@ speculating with MTP, K = 2: identical text and finish reasons. /metrics,
 read by prometheus-client's parser, has the spec-decode counters (drafts
 and draft tokens moved, accepted <= draft tokens, one per-position series
 per draft), and the periodic stats line shows the acceptance rate.
-`"method": "dspark"` on the June checkpoint and an unknown key
-are refused at start with the reason.
+A speculating server with --tensor-parallel-size 2 (fp32) gives the answers
+of a plain one-rank fp32 server and counts its drafts. `"method": "dspark"`
+on the June checkpoint and an unknown key are refused at start with the
+reason.
 """
 import json
 import os
@@ -98,6 +100,31 @@ time.sleep(1.5)  # the periodic stats line (every 0.5 s here) carries the accept
 check("Draft acceptance rate:" in spec.logtext(), "the stats line shows the draft acceptance rate")
 stop_and_check(spec, check, "speculating server")
 spec.cleanup()
+
+# tensor parallelism: two ranks (threads), fp32 (where world size 2 gives world size 1's numbers), MTP K = 2;
+# the answers of a plain one-rank fp32 server
+fp32 = ["--precision", "fp32"]
+plain32 = Server(*common, *fp32, model="tiny", env=ENV)
+ref32 = answers(plain32)
+stops32 = [a[0][len(a[0]) // 2:len(a[0]) // 2 + 2] if a and len(a[0]) >= 4 else None for a in ref32]
+ref32_stop = answers(plain32, stops32)
+stop_and_check(plain32, check, "plain fp32 server")
+plain32.cleanup()
+tp = Server(*common, *fp32, "--tensor-parallel-size", "2", "--speculative-config",
+            json.dumps({"method": "mtp", "num_speculative_tokens": K}), model="tiny", env=ENV)
+got = answers(tp)
+got_stop = answers(tp, stops32)
+for i in range(len(PROMPTS)):
+    check(got[i] == ref32[i], "TP=2 prompt %d: speculative %r, plain TP=1 %r" % (i, got[i], ref32[i]))
+    check(got_stop[i] == ref32_stop[i], "TP=2 prompt %d with stop %r: speculative %r, plain TP=1 %r" %
+          (i, stops32[i], got_stop[i], ref32_stop[i]))
+m = metrics(tp)
+drafts = sum(s.value for s in m.get("dsv4:spec_decode_num_drafts_total", []))
+acc = sum(s.value for s in m.get("dsv4:spec_decode_num_accepted_tokens_total", []))
+draft_toks = sum(s.value for s in m.get("dsv4:spec_decode_num_draft_tokens_total", []))
+check(drafts > 0 and 0 <= acc <= draft_toks, "TP=2: drafts %s, accepted %s of %s" % (drafts, acc, draft_toks))
+stop_and_check(tp, check, "speculating TP=2 server")
+tp.cleanup()
 
 # refusals at start
 for cfg, want in ((json.dumps({"method": "dspark"}), "dspark"), ('{"method": "mtp", "k": 1}', '"k"')):

@@ -4,7 +4,8 @@
  * threads over the CPU comm backend, world size 2, precision fp32 (where
  * world size 2 gives world size 1's logits to summation order).
  *
- * On the tiny June checkpoint (MTP), K = 1..3 (a fresh random prompt each):
+ * On the tiny June checkpoint (MTP, K = 1..3) and the tiny 0731 FP8 one
+ * (DSpark, K = 1..5), a fresh random prompt for each K:
  *  - group A speculates; rank 0's draft hook replaces the drafts by the true
  *    greedy continuation corrupted at position j (step i: i mod (K + 1)
  *    accepted), and rank 1 runs rank 0's plans through the worker loop;
@@ -12,15 +13,18 @@
  *    drafts A accepted.
  * Every token of A and B equals the plain world-size-1 greedy output, and
  * after every step each rank's whole block pool (every layer's rings,
- * compressor windows, compressed rows, indexer keys, the MTP ring) in A is
- * bit-identical to the same rank's in B: rejected drafts leave no trace on
- * any rank.
+ * compressor windows, compressed rows, indexer keys, the MTP ring; DSpark's
+ * drafter rings) in A is bit-identical to the same rank's in B: rejected
+ * drafts leave no trace on any rank. For the largest K the drafter's own
+ * drafts at world size 2 agree with world size 1's, and a verify that fails
+ * on rank 0 alone fails on every rank while the group goes on.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
 #include "comm/comm.h"
+#include "model/dspark.h"
 #include "model/exec_tp.h"
 #include "model/state.h"
 #include "tests/model/fwd_harness.h"
@@ -30,8 +34,10 @@
 #define BT 32
 #define NB 8
 #define NP 40
-#define NGEN 50
-#define MAX_K 3
+#define NGEN 36 /* positions to 76: past the block boundary at 64 and around the 32-row ring */
+#define NGEN_OWN 16
+#define MAX_K_MTP 3
+#define MAX_K_DSPARK 5
 
 static struct model_checkpoint *g_ck;
 
@@ -55,6 +61,7 @@ struct group {
 	struct comm *c[2];
 	struct model_exec_cpu *x[2];
 	struct model_spec_exec *sx[2];
+	void *dsp[2]; /* DSpark: each rank's drafter (owned by sx) */
 	struct model_exec_tp *tp;
 	struct exec counted; /* rank 1's executor, counting */
 	atomic_uint steps_done;
@@ -91,7 +98,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static bool group_open(struct group *gr, const struct spec_config *sc, bool no_propose)
+static bool group_open(struct group *gr, const struct spec_config *sc, bool no_propose, bool hook)
 {
 	memset(gr, 0, sizeof *gr);
 	atomic_init(&gr->steps_done, 0);
@@ -107,7 +114,14 @@ static bool group_open(struct group *gr, const struct spec_config *sc, bool no_p
 		if (!(gr->x[r] = make(r, 2, gr->c[r], true)))
 			return false;
 		struct model_spec_exec_options so = {.x = gr->x[r], .cfg = *sc, .no_propose = no_propose,
-						     .comm = gr->c[r], .draft_hook = r || no_propose ? NULL : sh_hook};
+						     .comm = gr->c[r], .draft_hook = r || !hook ? NULL : sh_hook};
+		if (sc->method == MODEL_DRAFT_DSPARK) {
+			T_CHECKF(spec_dspark_drafter_create(&so.drafter, gr->x[r], sc->num_speculative_tokens, &e) == ST_OK,
+				 "DSpark drafter rank %d: %s", r, e.msg);
+			if (!so.drafter.ops)
+				return false;
+			gr->dsp[r] = so.drafter.ctx;
+		}
 		T_CHECKF(model_spec_exec_create(&gr->sx[r], &so, &e) == ST_OK, "spec rank %d: %s", r, e.msg);
 		if (!gr->sx[r])
 			return false;
@@ -206,16 +220,36 @@ static uint32_t lockstep_step(struct sh_lockstep *ls)
 	return made;
 }
 
-static void test_mtp(uint32_t K, const int32_t *truth, uint32_t vocab)
+/* DSpark: the drafter rings of sequence id, stage by stage, over the
+ * positions they hold; the first differing stage or -1. */
+static int rings_diff(void *da, void *db, uint64_t id, const struct model_config *cfg)
 {
+	uint32_t W = (uint32_t)cfg->sliding_window, d = (uint32_t)cfg->head_dim;
+	for (int k = 0; k < (int)cfg->n_draft_layers; k++) {
+		const float *ra, *rb;
+		uint32_t a0, a1, b0, b1;
+		struct err e = {0};
+		if (spec_dspark_ring(da, id, k, &ra, &a0, &a1, &e) || spec_dspark_ring(db, id, k, &rb, &b0, &b1, &e) ||
+		    a0 != b0 || a1 != b1)
+			return k;
+		for (uint32_t p = a0; p < a1; p++)
+			if (memcmp(ra + (size_t)(p % W) * d, rb + (size_t)(p % W) * d, d * sizeof(float)))
+				return k;
+	}
+	return -1;
+}
+
+static void test_spec(enum model_draft_kind method, uint32_t K, const int32_t *truth, uint32_t vocab)
+{
+	const char *name = method == MODEL_DRAFT_DSPARK ? "DSpark" : "MTP";
 	struct sh_seq a, b;
 	sh_seq_init(&a, 7, NP, BT, NB, 1);
 	memcpy(a.toks, truth, NP * sizeof(int32_t));
 	b = a;
 	sh_hook_st = (struct sh_hook_state){.truth = truth, .n_prompt = NP, .vocab = vocab};
-	struct spec_config sc = {MODEL_DRAFT_MTP, K};
+	struct spec_config sc = {method, K};
 	struct group ga, gb;
-	bool ok = group_open(&ga, &sc, false) && group_open(&gb, &sc, true);
+	bool ok = group_open(&ga, &sc, false, true) && group_open(&gb, &sc, true, false);
 	if (ok) {
 		struct sh_lockstep ls = {.ea = model_exec_tp_exec(ga.tp), .eb = model_exec_tp_exec(gb.tp), .a = &a,
 					 .b = &b, .max_drafts = K, .check_b_accepts_all = true};
@@ -232,14 +266,19 @@ static void test_mtp(uint32_t K, const int32_t *truth, uint32_t vocab)
 				const char *what = "";
 				int l = state_diff(model_exec_cpu_state(ga.x[r]), model_exec_cpu_state(gb.x[r]), &what);
 				if (l >= 0 && bad_state++ < 3)
-					fprintf(stderr, "K %u step %u (position %u): rank %d layer %d %s differs\n", K, ls.steps,
-						a.n_cached, r, l, what);
+					fprintf(stderr, "%s K %u step %u (position %u): rank %d layer %d %s differs\n", name, K,
+						ls.steps, a.n_cached, r, l, what);
+				int k = ga.dsp[r] ? rings_diff(ga.dsp[r], gb.dsp[r], a.id, model_checkpoint_config(g_ck)) : -1;
+				if (k >= 0 && bad_state++ < 3)
+					fprintf(stderr, "%s K %u step %u (position %u): rank %d drafter ring of stage %d differs\n",
+						name, K, ls.steps, a.n_cached, r, k);
 			}
 			ls.steps++;
 		}
-		fprintf(stderr, "MTP K %u, world size 2: %u verify steps to %u tokens; accepted 0..%u drafts: %u %u %u %u; "
-				"state mismatches %u, token mismatches %u\n", K, ls.steps, a.n_tok, K, ls.accepted_at[0],
-			ls.accepted_at[1], ls.accepted_at[2], ls.accepted_at[3], bad_state, bad_tok);
+		fprintf(stderr, "%s K %u, world size 2: %u verify steps to %u tokens; accepted 0..%u drafts: %u %u %u %u %u %u; "
+				"state mismatches %u, token mismatches %u\n", name, K, ls.steps, a.n_tok, K, ls.accepted_at[0],
+			ls.accepted_at[1], ls.accepted_at[2], ls.accepted_at[3], ls.accepted_at[4], ls.accepted_at[5],
+			bad_state, bad_tok);
 		T_CHECK(bad_state == 0);
 		T_CHECK(bad_tok == 0);
 		for (uint32_t j = 0; j <= K; j++)
@@ -249,29 +288,127 @@ static void test_mtp(uint32_t K, const int32_t *truth, uint32_t vocab)
 	group_close(&gb);
 }
 
+/* sh_step's verify step, returning the status instead of checking it. */
+static enum status raw_step(struct exec *ex, struct sh_seq *q, const int32_t *drafts, uint32_t n_draft)
+{
+	int32_t ids[64], pos[64];
+	uint32_t n = 0;
+	for (uint32_t p = q->n_cached; p < q->n_tok; p++)
+		ids[n++] = q->toks[p];
+	for (uint32_t i = 0; i < n_draft; i++)
+		ids[n++] = drafts[i];
+	for (uint32_t i = 0; i < n; i++)
+		pos[i] = (int32_t)(q->n_cached + i);
+	uint32_t ctx = q->n_cached + n;
+	struct exec_seq es = {.seq_id = q->id, .n_cached_tokens = q->n_cached, .n_context_tokens = ctx,
+			      .n_blocks = (ctx + BT - 1) / BT, .state_slot = EXEC_NO_SLOT, .sample = true,
+			      .sampling = &q->sp, .prompt_ids = q->toks, .n_prompt = q->n_prompt,
+			      .output_ids = q->toks + q->n_prompt, .n_output = q->n_tok - q->n_prompt, .n_draft = n_draft};
+	uint32_t qs[2] = {0, n};
+	struct exec_step st = {.n_tokens = n, .token_ids = ids, .positions = pos, .n_seqs = 1, .seqs = &es,
+			       .query_start = qs, .block_ids = q->blocks, .n_block_ids = q->n_blocks, .n_sample = 1};
+	struct exec_sample o;
+	struct err e = {0};
+	return ex->ops->step(ex->ctx, &st, &o, &e);
+}
+
+/* The drafter's own drafts: a world-size-2 group and a world-size-1
+ * speculating executor, each verifying what it proposed, make the plain
+ * tokens, and the drafts agree (the drafter is sharded like the target; an
+ * argmax may flip where the fp32 summation order moves a near tie, so 90 %
+ * agreement is asked, where a wrongly sharded drafter agrees by chance). */
+static void test_own_drafts(enum model_draft_kind method, uint32_t K, const int32_t *truth)
+{
+	struct spec_config sc = {method, K};
+	struct sh_seq a, b;
+	sh_seq_init(&a, 9, NP, BT, NB, 1);
+	memcpy(a.toks, truth, NP * sizeof(int32_t));
+	b = a;
+	struct group g;
+	struct model_exec_cpu *x1 = make(0, 1, NULL, true);
+	struct model_spec_exec *s1 = NULL;
+	struct err e = {0};
+	struct model_spec_exec_options so = {.x = x1, .cfg = sc};
+	T_CHECKF(x1 && model_spec_exec_create(&s1, &so, &e) == ST_OK, "world size 1: %s", e.msg);
+	uint32_t n_drafts = 0, n_same = 0, n_acc = 0, bad_tok = 0;
+	if (group_open(&g, &sc, false, false) && s1) {
+		struct exec_sample oa, ob;
+		int32_t da[EXEC_SPEC_MAX_DRAFT], db[EXEC_SPEC_MAX_DRAFT];
+		uint32_t na = 0, nb = 0;
+		while (a.n_tok < NP + NGEN_OWN) {
+			if (!sh_step(model_exec_tp_exec(g.tp), &a, da, na, &oa) || !sh_step(model_spec_exec_exec(s1), &b, db, nb, &ob))
+				break;
+			n_acc += oa.n_extra;
+			bad_tok += memcmp(a.toks, truth, a.n_tok * sizeof(int32_t)) != 0 ||
+				   memcmp(b.toks, truth, b.n_tok * sizeof(int32_t)) != 0;
+			na = oa.n_next_draft;
+			nb = ob.n_next_draft;
+			memcpy(da, oa.next_draft, sizeof da);
+			memcpy(db, ob.next_draft, sizeof db);
+			if (a.n_tok == b.n_tok) /* the same tokens so far: the same drafts are due */
+				for (uint32_t i = 0; i < na && i < nb; i++) {
+					n_drafts++;
+					n_same += da[i] == db[i];
+				}
+		}
+	}
+	fprintf(stderr, "%s K %u own drafts: world size 2 agrees with world size 1 on %u of %u drafts, accepted %u; "
+			"token mismatches %u\n", method == MODEL_DRAFT_DSPARK ? "DSpark" : "MTP", K, n_same, n_drafts, n_acc,
+		bad_tok);
+	T_CHECK(bad_tok == 0);
+	T_CHECK(n_drafts > 0 && n_same * 10 >= n_drafts * 9);
+	if (g.tp && a.n_tok > NP) {
+		/* a verify that fails on rank 0 alone (its sampler refuses top_p 0;
+		 * workers do not sample) fails on every rank, and the group goes on */
+		int32_t d = a.toks[a.n_tok - 1];
+		a.sp.top_p = 0.0f;
+		T_CHECK(raw_step(model_exec_tp_exec(g.tp), &a, &d, 1) != ST_OK);
+		struct sh_seq f;
+		struct exec_sample o;
+		sh_seq_init(&f, 11, 8, BT, NB, 5000);
+		T_CHECK(sh_step(model_exec_tp_exec(g.tp), &f, NULL, 0, &o) == 1);
+		T_CHECK(!model_exec_tp_failed(g.tp));
+	}
+	group_close(&g);
+	model_spec_exec_destroy(s1);
+	model_exec_cpu_destroy(x1);
+}
+
+/* The plain greedy output at world size 1, one token a step, from a fresh random prompt. */
+static void run_plain(struct sh_seq *c, uint32_t upto)
+{
+	sh_seq_init(c, 7, NP, BT, NB, 5000);
+	struct model_exec_cpu *xc = make(0, 1, NULL, false);
+	struct exec_sample o;
+	while (xc && c->n_tok < upto)
+		if (!sh_step(model_exec_cpu_exec(xc), c, NULL, 0, &o))
+			break;
+	model_exec_cpu_destroy(xc);
+}
+
 int main(void)
 {
 	if (!fh_tiny_dir())
 		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
 	const char *seed = getenv("DSV4_TEST_SEED");
 	srand(seed ? (unsigned)strtoul(seed, NULL, 10) : (unsigned)time(NULL));
-	g_ck = fh_open("bf16"); /* the June release: one MTP layer */
-	T_CHECK(g_ck != NULL);
-	if (!g_ck)
-		return test_exit();
-	uint32_t V = (uint32_t)model_checkpoint_config(g_ck)->vocab_size;
-	for (uint32_t K = 1; K <= MAX_K; K++) {
-		/* the plain greedy output at world size 1, one token a step */
-		struct sh_seq c;
-		sh_seq_init(&c, 7, NP, BT, NB, 5000);
-		struct model_exec_cpu *xc = make(0, 1, NULL, false);
-		struct exec_sample o;
-		while (xc && c.n_tok < NP + NGEN + MAX_K + 2)
-			if (!sh_step(model_exec_cpu_exec(xc), &c, NULL, 0, &o))
-				break;
-		model_exec_cpu_destroy(xc);
-		test_mtp(K, c.toks, V);
+	/* the June release (one MTP layer, K = 1..3), then the 0731 release (three DSpark stages, K = 1..5) */
+	for (int ckp = 0; ckp < 2; ckp++) {
+		g_ck = ckp ? fh_open_0731("fp8") : fh_open("bf16");
+		T_CHECKF(g_ck != NULL, "no tiny %s checkpoint", ckp ? "0731" : "June");
+		if (!g_ck)
+			break;
+		uint32_t V = (uint32_t)model_checkpoint_config(g_ck)->vocab_size;
+		enum model_draft_kind method = ckp ? MODEL_DRAFT_DSPARK : MODEL_DRAFT_MTP;
+		uint32_t max_k = ckp ? MAX_K_DSPARK : MAX_K_MTP;
+		for (uint32_t K = 1; K <= max_k; K++) {
+			struct sh_seq c;
+			run_plain(&c, NP + NGEN + max_k + 2);
+			test_spec(method, K, c.toks, V);
+			if (K == max_k)
+				test_own_drafts(method, K, c.toks);
+		}
+		model_checkpoint_destroy(g_ck);
 	}
-	model_checkpoint_destroy(g_ck);
 	return test_exit();
 }
