@@ -181,7 +181,8 @@ const char *load_args_exec_usage(void)
 	       "                               copy it to every worker node\n"
 	       "  --speculative-config JSON    speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'\n"
 	       "                               (mtp: the June checkpoint's MTP layer, 1..3 tokens; dspark:\n"
-	       "                               the 0731 checkpoint's DSpark stages, 1..5 tokens, CPU; one rank;\n"
+	       "                               the 0731 checkpoint's DSpark stages, 1..5 tokens, CPU; any\n"
+	       "                               --tensor-parallel-size;\n"
 	       "                               docs/speculation.md)\n";
 }
 
