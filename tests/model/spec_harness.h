@@ -63,10 +63,10 @@ static inline void sh_seq_init(struct sh_seq *q, uint64_t id, uint32_t n_prompt,
 	q->sp = (struct kern_sampling_params){.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
 }
 
-/* Run [toks[n_cached..n_tok), drafts[0..n_draft)] on ex; the produced tokens
- * are appended; returns how many (0 after a failed step, which is checked). */
-static inline uint32_t sh_step(struct exec *ex, struct sh_seq *q, const int32_t *drafts, uint32_t n_draft,
-			       struct exec_sample *o)
+/* The verify step over [toks[n_cached..n_tok), drafts[0..n_draft)] on ex, its
+ * status returned (q is not advanced): for tests that expect a failure. */
+static inline enum status sh_step_status(struct exec *ex, const struct sh_seq *q, const int32_t *drafts,
+					 uint32_t n_draft, struct exec_sample *o, struct err *e)
 {
 	int32_t ids[64], pos[64];
 	uint32_t n = 0;
@@ -85,8 +85,16 @@ static inline uint32_t sh_step(struct exec *ex, struct sh_seq *q, const int32_t 
 	struct exec_step st = {.n_tokens = n, .token_ids = ids, .positions = pos, .n_seqs = 1, .seqs = &es,
 			       .query_start = qs, .block_ids = q->blocks, .n_block_ids = q->n_blocks, .n_sample = 1};
 	memset(o, 0, sizeof *o);
+	return ex->ops->step(ex->ctx, &st, o, e);
+}
+
+/* Run [toks[n_cached..n_tok), drafts[0..n_draft)] on ex; the produced tokens
+ * are appended; returns how many (0 after a failed step, which is checked). */
+static inline uint32_t sh_step(struct exec *ex, struct sh_seq *q, const int32_t *drafts, uint32_t n_draft,
+			       struct exec_sample *o)
+{
 	struct err e = {0};
-	enum status rc = ex->ops->step(ex->ctx, &st, o, &e);
+	enum status rc = sh_step_status(ex, q, drafts, n_draft, o, &e);
 	T_CHECKF(rc == ST_OK, "step at %u: %s", q->n_cached, e.msg);
 	if (rc)
 		return 0;

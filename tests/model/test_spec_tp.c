@@ -288,30 +288,6 @@ static void test_spec(enum model_draft_kind method, uint32_t K, const int32_t *t
 	group_close(&gb);
 }
 
-/* sh_step's verify step, returning the status instead of checking it. */
-static enum status raw_step(struct exec *ex, struct sh_seq *q, const int32_t *drafts, uint32_t n_draft)
-{
-	int32_t ids[64], pos[64];
-	uint32_t n = 0;
-	for (uint32_t p = q->n_cached; p < q->n_tok; p++)
-		ids[n++] = q->toks[p];
-	for (uint32_t i = 0; i < n_draft; i++)
-		ids[n++] = drafts[i];
-	for (uint32_t i = 0; i < n; i++)
-		pos[i] = (int32_t)(q->n_cached + i);
-	uint32_t ctx = q->n_cached + n;
-	struct exec_seq es = {.seq_id = q->id, .n_cached_tokens = q->n_cached, .n_context_tokens = ctx,
-			      .n_blocks = (ctx + BT - 1) / BT, .state_slot = EXEC_NO_SLOT, .sample = true,
-			      .sampling = &q->sp, .prompt_ids = q->toks, .n_prompt = q->n_prompt,
-			      .output_ids = q->toks + q->n_prompt, .n_output = q->n_tok - q->n_prompt, .n_draft = n_draft};
-	uint32_t qs[2] = {0, n};
-	struct exec_step st = {.n_tokens = n, .token_ids = ids, .positions = pos, .n_seqs = 1, .seqs = &es,
-			       .query_start = qs, .block_ids = q->blocks, .n_block_ids = q->n_blocks, .n_sample = 1};
-	struct exec_sample o;
-	struct err e = {0};
-	return ex->ops->step(ex->ctx, &st, &o, &e);
-}
-
 /* The drafter's own drafts: a world-size-2 group and a world-size-1
  * speculating executor, each verifying what it proposed, make the plain
  * tokens, and the drafts agree (the drafter is sharded like the target; an
@@ -362,9 +338,10 @@ static void test_own_drafts(enum model_draft_kind method, uint32_t K, const int3
 		 * workers do not sample) fails on every rank, and the group goes on */
 		int32_t d = a.toks[a.n_tok - 1];
 		a.sp.top_p = 0.0f;
-		T_CHECK(raw_step(model_exec_tp_exec(g.tp), &a, &d, 1) != ST_OK);
-		struct sh_seq f;
 		struct exec_sample o;
+		struct err e = {0};
+		T_CHECK(sh_step_status(model_exec_tp_exec(g.tp), &a, &d, 1, &o, &e) != ST_OK);
+		struct sh_seq f;
 		sh_seq_init(&f, 11, 8, BT, NB, 5000);
 		T_CHECK(sh_step(model_exec_tp_exec(g.tp), &f, NULL, 0, &o) == 1);
 		T_CHECK(!model_exec_tp_failed(g.tp));
