@@ -11,7 +11,8 @@
    the completions equal the threads' TP=2 exactly (both sum in rank order). SIGTERM on rank 0
    stops both with exit 0. A SIGSTOPped worker makes /health 503 within seconds (not after
    --tp-timeout) and SIGCONT brings it back. Both share a --tp-secret-file; a stray HTTP request at the bootstrap
-   port before the worker comes is dropped (rank 0 used to exit on it).
+   port before the worker comes is dropped (rank 0 used to exit on it). The same pair speculating
+   (MTP, K = 2, fp32; the worker is told the method by rank 0) gives the plain TP=2 threads' answers.
 3. Failures, each a non-zero exit with a clear message and no hang: a worker with another
    checkpoint (the tiny model with another seed) -> both name the fingerprint; a worker that never
    comes -> rank 0 gives up after --tp-timeout; kill -9 of the worker mid-request -> rank 0's
@@ -209,11 +210,11 @@ def stray_packet(mport):
     return False
 
 
-def pair(name, worker_model="tiny", timeout_s="30", start_worker=True, stray=False):
+def pair(name, worker_model="tiny", timeout_s="30", start_worker=True, stray=False, rank0_args=()):
     mport = free_port()
     m = Proc(name + "-rank0", "--model", "tiny", "--port", "0", "--nnodes", "2", "--node-rank", "0",
              "--master-addr", "127.0.0.1", "--master-port", str(mport), "--tp-timeout", timeout_s,
-             "--tp-secret-file", SECRET)
+             "--tp-secret-file", SECRET, *rank0_args)
     if stray:
         check(stray_packet(mport), "%s: could not reach the bootstrap port %d" % (name, mport))
     w = None
@@ -254,6 +255,34 @@ if m.wait_http():
     rc = w.wait_exit(30)
     check(rc == 0, "two processes: worker exit %s after rank 0's shutdown\n%s" % (rc, w.text()[-3000:]))
     print("two processes: completions equal TP=2 threads; clean shutdown", flush=True)
+m.kill()
+w.kill()
+
+# ---- 2b. two processes speculating (MTP, K = 2, fp32): the worker learns the method and the precision
+# from rank 0 and wraps its executor the same way; the answers equal the plain TP=2 threads' in fp32 ----
+m, w = pair("pair-spec", rank0_args=("--precision", "fp32", "--speculative-config",
+                                     json.dumps({"method": "mtp", "num_speculative_tokens": 2})))
+if m.wait_http():
+    got = completions(m.port)
+    for i, (a, b) in enumerate(zip(tp2_fp32, got)):
+        check(a is not None and b is not None and a[0] == b[0] and a[1] == b[1],
+              "prompt %d: two speculating processes %r differ from plain TP=2 threads %r" % (i, b and b[0], a and a[0]))
+        if a and b and a[1] == b[1]:
+            check(all(abs(x - y) < LP_TOL for x, y in zip(a[2], b[2])),
+                  "prompt %d: logprobs %r vs plain TP=2 threads %r" % (i, b[2], a[2]))
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % m.port, timeout=10) as r:
+            mtext = r.read().decode()
+    except (urllib.error.URLError, ConnectionError, socket.timeout) as e:
+        mtext = str(e)
+    drafts = re.search(r"^dsv4:spec_decode_num_drafts_total(?:\{[^}]*\})? ([0-9.e+]+)$", mtext, re.M)
+    check(drafts is not None and float(drafts.group(1)) > 0, "two speculating processes: no drafts in /metrics")
+    check("running rank 0's step plans" in w.text(), "speculating worker log lacks its start")
+    stop(m, "two speculating processes: rank 0")
+    rc = w.wait_exit(30)
+    check(rc == 0, "two speculating processes: worker exit %s after rank 0's shutdown\n%s" % (rc, w.text()[-3000:]))
+    print("two speculating processes: completions equal plain TP=2 threads (fp32), %s drafts" %
+          (drafts.group(1) if drafts else "no"), flush=True)
 m.kill()
 w.kill()
 
