@@ -94,8 +94,7 @@ int main(void)
 {
 	fh_device(); /* DSV4_TEST_DEVICE=cuda without a usable GPU: skipped (77), as every gpu test */
 	check_world();
-	fh_rng_state = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
-	printf("seed %llu\n", (unsigned long long)fh_rng_state);
+	fh_rng_state = test_seed() * 2654435761u | 1;
 	struct model_checkpoint *ck = fh_open("fp8");
 	if (!ck)
 		return test_skip("no tiny checkpoint");
