@@ -125,6 +125,8 @@ int main(void)
 	struct sched_stats st;
 	sched_loop_stats(g_loop, &st);
 	T_CHECK(st.n_blocks_used == 0 && st.n_requests_running == 0 && st.n_requests_waiting == 0);
+	fprintf(stderr, "%d requests done, %d dropped by their client, %llu aborted\n", (int)g_done, (int)g_dropped,
+		(unsigned long long)st.n_finished[SCHED_FINISH_ABORT]);
 	T_CHECK(st.n_finished[SCHED_FINISH_ABORT] >= 1);
 	T_CHECKF(!f.error[0], "%s", f.error);
 	T_CHECK(g_beats > 0);
