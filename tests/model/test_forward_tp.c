@@ -111,8 +111,7 @@ int main(void)
 {
 	if (!fh_tiny_dir())
 		return test_skip("no tiny checkpoints (scripts/make_tiny_model needs the venv)");
-	const char *seed = getenv("DSV4_TEST_SEED");
-	fh_rng_state ^= seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+	fh_rng_state ^= test_seed();
 	const char *variants[] = {"fp8", "nvfp4"};
 	for (int v = 0; v < 2; v++) {
 		g_ck = fh_open(variants[v]);
