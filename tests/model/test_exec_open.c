@@ -17,6 +17,7 @@
 
 #include "model/exec_open.h"
 #include "tests/model/fwd_harness.h"
+#include "tests/model/route_gap.h"
 #include "tests/test.h"
 
 #define N_PROMPT 23
@@ -99,6 +100,9 @@ int main(void)
 	fh_device(); /* DSV4_TEST_DEVICE=cuda without a usable GPU: skipped (77), as every gpu test */
 	check_world();
 	fh_rng_state = test_seed() * 2654435761u | 1;
+	bool on_cpu = !strcmp(want_device(), "cpu");
+	if (on_cpu)
+		rg_install(); /* TP=1 measures its routing margins (route_gap.h) */
 	struct model_checkpoint *ck = fh_open("fp8");
 	if (!ck)
 		return test_skip("no tiny checkpoint");
@@ -109,6 +113,7 @@ int main(void)
 
 	int32_t tok[2][N_GEN], id2[2][N_GEN];
 	float lp[2][N_GEN], lp2[2][N_GEN];
+	int redraws = 0;
 	for (int w = 0; w < 2; w++) {
 		struct model_exec_open_options o = {.ck = ck, .device = want_device(), .block_tokens = 0,
 						    .n_blocks = 8, .max_step_tokens = 64, .max_step_seqs = 2,
@@ -125,9 +130,25 @@ int main(void)
 		T_CHECK((model_exec_open_device(x)->cc_major > 0) == !strcmp(want_device(), "cuda"));
 		T_CHECK(model_exec_open_exec(x)->info.n_blocks == 8);
 		model_exec_open_heartbeat(x);
+		if (on_cpu && w == 0)
+			rg_begin();
 		T_CHECKF(decode(x, prompt, tok[w], lp[w], lp2[w], id2[w], &e) == ST_OK, "world %d decode: %s", w + 1, e.msg);
 		T_CHECK(!model_exec_open_failed(x));
 		model_exec_open_destroy(x);
+		if (on_cpu && w == 0) {
+			long n_routed = 0;
+			double gap = rg_end(&n_routed);
+			fprintf(stderr, "TP=1: %ld routing decisions, smallest margin %.3g\n", n_routed, gap);
+			if (gap < RG_NEAR_TIE && redraws < 10) { /* TP=2 may route this near-tie the other way: another prompt */
+				fprintf(stderr, "TP=1 routed a near-tie (margin %.3g): another prompt\n", gap);
+				for (int i = 0; i < N_PROMPT; i++)
+					prompt[i] = (int32_t)fh_rand((uint32_t)cfg->vocab_size);
+				redraws++;
+				w = -1;
+				continue;
+			}
+			T_CHECKF(gap >= RG_NEAR_TIE, "10 prompts with a routing near-tie");
+		}
 	}
 	/* The same greedy tokens, unless the top two logits are closer than the two
 	 * summation orders can resolve (the random weights make near-ties among
