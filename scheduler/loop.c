@@ -75,6 +75,7 @@ struct sched_loop {
 	pthread_cond_t cv;
 	struct loop_sub *subs_head, *subs_tail;
 	uint32_t n_subs;
+	uint32_t n_moving; /* taken off subs by the loop thread, not yet all handed to the core */
 	struct loop_abort *aborts;
 	uint32_t n_aborts, cap_aborts;
 	bool stop, draining;
@@ -410,6 +411,7 @@ static void *loop_main(void *arg)
 		}
 		struct loop_sub *subs = l->subs_head;
 		l->subs_head = l->subs_tail = NULL;
+		l->n_moving = l->n_subs; /* still active for sched_loop_n_active until sched_submit has them */
 		l->n_subs = 0;
 		uint32_t n_ab = l->n_aborts;
 		if (n_ab > cap_ab) {
@@ -437,6 +439,9 @@ static void *loop_main(void *arg)
 			if (stop || sched_submit(l->s, &sb->p, NULL, &why, &e))
 				stream_fail(sb->stream, stop ? SCHED_FINISH_SHUTDOWN : SCHED_FINISH_ERROR);
 			sub_free(sb);
+			pthread_mutex_lock(&l->mu);
+			l->n_moving--;
+			pthread_mutex_unlock(&l->mu);
 		}
 		for (uint32_t i = 0; i < n_ab; i++)
 			(void)sched_abort(l->s, ab[i].id, ab[i].reason); /* unknown: already finished */
@@ -519,12 +524,17 @@ void sched_loop_drain(struct sched_loop *l)
 
 uint32_t sched_loop_n_active(struct sched_loop *l)
 {
+	/* The loop's queue first, the core's published counts after: a request
+	 * moving from one to the other is counted by the first read or, once
+	 * sched_submit has published it, by the second (maybe by both; never by
+	 * neither, which read the core first and took a request in transit for
+	 * an idle loop: test_sched_backlog saw 0 right after a submit). */
+	pthread_mutex_lock(&l->mu);
+	uint32_t n = l->n_subs + l->n_moving;
+	pthread_mutex_unlock(&l->mu);
 	struct sched_stats st;
 	sched_stats_get(l->s, &st);
-	pthread_mutex_lock(&l->mu);
-	uint32_t n = l->n_subs + st.n_requests_running + st.n_requests_waiting;
-	pthread_mutex_unlock(&l->mu);
-	return n;
+	return n + st.n_requests_running + st.n_requests_waiting;
 }
 
 void sched_loop_stats(struct sched_loop *l, struct sched_stats *out)

@@ -125,8 +125,7 @@ static void check_file_read_all(void)
 
 int main(void)
 {
-	rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull | 1;
-	fprintf(stderr, "seed %llu\n", (unsigned long long)rng);
+	rng = test_seed() * 0x9E3779B97F4A7C15ull | 1;
 	check_json_string();
 	check_file_read_all();
 	return test_exit();

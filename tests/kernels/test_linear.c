@@ -149,8 +149,7 @@ static void test_shards(uint64_t *rng)
 
 int main(void)
 {
-	uint64_t rng = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
-	fprintf(stderr, "seed %llu\n", (unsigned long long)rng);
+	uint64_t rng = test_seed() * 0x2545F4914F6CDD1Dull;
 	static const enum kern_wfmt fmts[] = {KERN_WFMT_F32, KERN_WFMT_BF16, KERN_WFMT_FP8_E8M0_B128,
 					      KERN_WFMT_FP8_F32_B128, KERN_WFMT_MXFP4, KERN_WFMT_NVFP4};
 	/* Fixed edge shapes, then random ones. */

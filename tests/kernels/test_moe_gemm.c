@@ -169,8 +169,7 @@ static void test_upper_bound(uint64_t *rng, int gather)
 
 int main(void)
 {
-	uint64_t rng = (uint64_t)time(NULL) * 0xD1B54A32D192ED03ull;
-	fprintf(stderr, "seed %llu\n", (unsigned long long)rng);
+	uint64_t rng = test_seed() * 0xD1B54A32D192ED03ull;
 	static const enum kern_wfmt fmts[] = {KERN_WFMT_MXFP4, KERN_WFMT_NVFP4, KERN_WFMT_FP8_E8M0_B128};
 	one_case(&rng, KERN_WFMT_MXFP4, 1, 1, 32, 1, 0, 0, KERN_DT_F32, KERN_DT_F32);
 	one_case(&rng, KERN_WFMT_NVFP4, 4, 0, 64, 5, 128, 1, KERN_DT_F32, KERN_DT_F32);

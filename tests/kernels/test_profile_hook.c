@@ -49,7 +49,7 @@ static enum status run_norm(const struct kern_variant *v, const float *x, float 
 
 int main(void)
 {
-	srand((unsigned)time(NULL));
+	srand((unsigned)test_seed());
 	struct kern_device dev;
 	kern_device_cpu(&dev);
 	struct kern_problem p = {.wfmt = KERN_WFMT_NONE, .tp_size = 1};

@@ -229,8 +229,7 @@ static void check_act_quant(uint64_t *rng, int fp4, int block, int64_t rows, int
 
 int main(void)
 {
-	uint64_t rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
-	fprintf(stderr, "seed %llu\n", (unsigned long long)rng);
+	uint64_t rng = test_seed() * 0x9E3779B97F4A7C15ull;
 	test_e4m3(&rng);
 	test_bf16(&rng);
 	test_e8m0();

@@ -437,7 +437,7 @@ static void test_plan(void)
 
 int main(void)
 {
-	uint64_t rng = (uint64_t)time(NULL);
+	uint64_t rng = test_seed();
 	test_selection();
 	test_impossible();
 	test_selfcheck_drop();

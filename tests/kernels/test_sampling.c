@@ -102,6 +102,61 @@ static uint32_t ref_dist(const double *l, uint32_t V, const struct kern_sampling
 	return n;
 }
 
+/* Whether the filtered distribution of ref_dist is decided with a margin: the
+ * kernel computes the probabilities in float, this file in double, so a
+ * min_p / top_k / top_p cut within ~1e-7 of a boundary, or two kept tokens
+ * whose probabilities differ by ~1 ulp (float may tie them, and ties sort by
+ * id), may come out the other way with correct code; one such token changes
+ * thousands of the draws below. The test redraws such inputs (each about
+ * 1e-5 likely) instead of asserting an order that float cannot resolve. */
+static bool ref_dist_clear(const double *l, uint32_t V, const struct kern_sampling_params *p)
+{
+	const double eps = 1e-5;
+	double prob[V], pmax = 0, mx = -INFINITY, s = 0;
+	uint32_t order[V];
+	for (uint32_t v = 0; v < V; v++)
+		mx = fmax(mx, l[v] / p->temperature);
+	for (uint32_t v = 0; v < V; v++)
+		s += exp(l[v] / p->temperature - mx);
+	for (uint32_t v = 0; v < V; v++) {
+		prob[v] = exp(l[v] / p->temperature - mx) / s;
+		pmax = fmax(pmax, prob[v]);
+	}
+	for (uint32_t v = 0; v < V; v++) {
+		if (p->min_p > 0 && prob[v] != pmax && fabs(prob[v] - p->min_p * pmax) <= eps * pmax)
+			return false;
+		for (uint32_t w = v + 1; w < V; w++)
+			if (fabs(prob[v] - prob[w]) <= eps * fmax(prob[v], prob[w]))
+				return false;
+	}
+	/* top_p: no running sum of the sorted survivors of min_p and top_k within eps of
+	 * the target (no near-ties above, so the order is that of any precision) */
+	if (p->top_p < 1.0f) {
+		uint32_t m = 0;
+		for (uint32_t v = 0; v < V; v++)
+			if (prob[v] >= p->min_p * pmax)
+				order[m++] = v;
+		for (uint32_t i = 0; i < m; i++)
+			for (uint32_t j = i + 1; j < m; j++)
+				if (prob[order[j]] > prob[order[i]]) {
+					uint32_t t = order[i];
+					order[i] = order[j];
+					order[j] = t;
+				}
+		if (p->top_k > 0 && (uint32_t)p->top_k < m)
+			m = (uint32_t)p->top_k;
+		double mass = 0, c = 0;
+		for (uint32_t i = 0; i < m; i++)
+			mass += prob[order[i]];
+		for (uint32_t i = 0; i < m; i++) {
+			c += prob[order[i]];
+			if (fabs(c - p->top_p * mass) <= eps * mass)
+				return false;
+		}
+	}
+	return true;
+}
+
 static void test_uniform(void)
 {
 	double s = 0, mn = 1, mx = 0;
@@ -223,14 +278,18 @@ static void test_distribution(void)
 	} cases[] = {{1.0f, 1.0f, 0, 0}, {0.5f, 1.0f, 0, 0}, {1.5f, 0.8f, 0, 0}, {1.0f, 1.0f, 0, 4},
 		     {1.0f, 1.0f, 0.2f, 0}, {0.8f, 0.7f, 0.05f, 6}, {2.0f, 0.3f, 0, 0}, {1.0f, 1.0f, 1.0f, 0}};
 	for (uint32_t ci = 0; ci < (uint32_t)(sizeof(cases) / sizeof(cases[0])); ci++) {
-		for (uint32_t v = 0; v < V; v++)
-			logits[v] = (float)(urand() * 4 - 2);
 		struct kern_sampling_params p = base(cases[ci].t);
 		p.top_p = cases[ci].top_p;
 		p.min_p = cases[ci].min_p;
 		p.top_k = cases[ci].top_k;
+		int redraws = 0;
+		do {
+			for (uint32_t v = 0; v < V; v++)
+				logits[v] = (float)(urand() * 4 - 2);
+			ref_process(logits, V, &p, NULL, pl);
+		} while (!ref_dist_clear(pl, V, &p) && ++redraws < 100);
+		T_CHECKF(redraws < 100, "case %u: no logits with clear cuts in 100 draws", ci);
 		p.seed = g_rng;
-		ref_process(logits, V, &p, NULL, pl);
 		uint32_t n = ref_dist(pl, V, &p, prob, order);
 		uint32_t count[V] = {0}, exact = 0;
 		for (uint64_t c = 0; c < N; c++) {

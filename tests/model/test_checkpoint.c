@@ -805,8 +805,10 @@ static void test_fuzz_open(void)
 		CHECK(symlink(p, q) == 0);
 	}
 	const char *s = getenv("DSV4_FUZZ_SEED");
+	if (!s)
+		s = getenv("DSV4_TEST_SEED");
 	fz_state = s ? strtoull(s, NULL, 0) | 1 : ((uint64_t)time(NULL) << 16) ^ (uint64_t)getpid();
-	fprintf(stderr, "checkpoint fuzz seed %llu\n", (unsigned long long)fz_state);
+	fprintf(stderr, "checkpoint fuzz seed %llu (DSV4_TEST_SEED to repeat)\n", (unsigned long long)fz_state);
 	int n_ok = 0, n_refused = 0;
 	for (int it = 0; it < 300; it++) {
 		int which = (int)(fz_rnd() % 3);

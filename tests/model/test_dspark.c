@@ -253,9 +253,7 @@ static void test_refusals(struct model_checkpoint *ck)
 
 int main(void)
 {
-	unsigned seed = (unsigned)time(NULL);
-	fprintf(stderr, "seed %u\n", seed);
-	srand(seed);
+	srand((unsigned)test_seed());
 	const char *variants[] = {"fp8", "nvfp4"};
 	for (int i = 0; i < 2; i++) {
 		struct model_checkpoint *ck = fh_open_0731(variants[i]);

@@ -140,9 +140,7 @@ int main(void)
 		fprintf(stderr, "no tiny 0731 checkpoint\n");
 		return 1;
 	}
-	unsigned seed = (unsigned)time(NULL);
-	fprintf(stderr, "seed %u\n", seed);
-	srand(seed);
+	srand((unsigned)test_seed());
 	g_seed = (uint64_t)rand();
 	int32_t shared[64];
 	for (int i = 0; i < 64; i++)

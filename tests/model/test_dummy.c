@@ -146,7 +146,7 @@ int main(void)
 {
 	const char *root = getenv("DSV4_SOURCE_ROOT");
 	snprintf(g_dir, sizeof g_dir, "%s/tests/model/data/deepseek-v4-flash-nvfp4", root ? root : ".");
-	srand((unsigned)time(NULL));
+	srand((unsigned)test_seed());
 	test_refused();
 	test_load_and_forward();
 	return test_exit();

@@ -377,9 +377,7 @@ static void run_group(int fail_rank)
 
 int main(void)
 {
-	const char *seed = getenv("DSV4_TEST_SEED");
-	g_rng ^= seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
-	fprintf(stderr, "rng state %llu\n", (unsigned long long)g_rng);
+	g_rng ^= test_seed();
 	test_encoding();
 	run_group(-1);
 	run_group(2);

@@ -621,7 +621,7 @@ static void widen_loaded(const struct model_checkpoint *ck)
 
 int main(void)
 {
-	srand((unsigned)time(NULL) ^ (unsigned)getpid());
+	srand((unsigned)test_seed());
 	registry_12_1();
 	const struct kern_variant *fv = f32_scale_variant();
 	T_CHECKF(fv != NULL, "no linear variant takes E8M0 checkpoints as f32 scales");

@@ -252,13 +252,15 @@ int main(void)
 {
 	uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	const char *s = getenv("DSV4_FUZZ_SEED");
+	if (!s)
+		s = getenv("DSV4_TEST_SEED");
 	if (s)
 		seed = strtoull(s, NULL, 0);
 	long iters = 20000;
 	if ((s = getenv("DSV4_FUZZ_ITERS")))
 		iters = strtol(s, NULL, 0);
 	rng_state = seed ? seed : 1;
-	fprintf(stderr, "seed %llu (DSV4_FUZZ_SEED to reproduce), %ld mutations\n", (unsigned long long)seed, iters);
+	fprintf(stderr, "seed %llu (DSV4_FUZZ_SEED or DSV4_TEST_SEED to reproduce), %ld mutations\n", (unsigned long long)seed, iters);
 
 	struct buf seed_file = make_seed();
 	struct model_st_header h;

@@ -130,7 +130,7 @@ out:
 int main(void)
 {
 	fh_device();
-	fh_rng_state ^= (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
+	fh_rng_state ^= test_seed() * 0x9E3779B97F4A7C15ull;
 	const char *src = getenv("DSV4_SOURCE_ROOT");
 	char dir[1100];
 	snprintf(dir, sizeof dir, "%s/tests/model/data/golden", src ? src : ".");

@@ -229,7 +229,7 @@ int main(void)
 		fprintf(stderr, "no tiny checkpoint\n");
 		return 1;
 	}
-	srand((unsigned)time(NULL));
+	srand((unsigned)test_seed());
 	g_corrupt_seed = (uint64_t)rand();
 	int32_t shared[64];
 	for (int i = 0; i < 64; i++)
