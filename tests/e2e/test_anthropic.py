@@ -113,13 +113,17 @@ try:
     check(tl.input_tokens > ct.input_tokens, "tools are counted")
 
     # ---- thinking ----
-    th = client.messages.create(model=MODEL, max_tokens=8, messages=user,
+    # A fixed prompt at temperature 0: a sampled answer of random logits opens with </think> (no
+    # thinking at all) once in ~1e5 draws; the test executor's greedy answer to a fixed prompt is fixed.
+    tq = [{"role": "user", "content": "Think it over."}]
+    th = client.messages.create(model=MODEL, max_tokens=8, messages=tq, extra_body={"temperature": 0},
                                 thinking={"type": "enabled", "budget_tokens": 1024})
     check(th.content[0].type == "thinking" and th.content[0].thinking, "thinking enabled -> a thinking block: %r" % th.content)
-    om = client.messages.create(model=MODEL, max_tokens=8, messages=user,
-                                extra_body={"thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"}})
+    om = client.messages.create(model=MODEL, max_tokens=8, messages=tq, extra_body={
+        "thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"}, "temperature": 0})
     check(om.content[0].type == "thinking" and om.content[0].thinking == "", "display omitted: empty thinking")
-    ad = client.messages.create(model=MODEL, max_tokens=4, messages=user, extra_body={"thinking": {"type": "adaptive"}})
+    ad = client.messages.create(model=MODEL, max_tokens=4, messages=tq,
+                                extra_body={"thinking": {"type": "adaptive"}, "temperature": 0})
     check(ad.content[0].type == "thinking", "adaptive thinking")
     off = client.messages.create(model=MODEL, max_tokens=4, messages=user, thinking={"type": "disabled"})
     check(off.content[0].type == "text", "thinking disabled -> text")

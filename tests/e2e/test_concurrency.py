@@ -222,9 +222,9 @@ def main():
         print("round %d: %d complete, %d hang-ups, %.1f s" % (rnd, r.n_complete, r.n_hangups, time.time() - t0),
               flush=True)
         check(not errors, "round %d: %d client errors: %s" % (rnd, len(errors), "\n".join(errors[:5])))
-        g = srv.wait_idle(10.0)
+        g = srv.wait_idle(30.0)  # polled: returns as soon as it is idle
         check(g.get("num_requests_running") == 0 and g.get("num_requests_waiting") == 0 and
-              g.get("kv_cache_usage_perc") == 0, "round %d: idle within 10 s: %r" % (rnd, g))
+              g.get("kv_cache_usage_perc") == 0, "round %d: idle within 30 s: %r" % (rnd, g))
         st, body, _ = srv.get("/health")
         check(st == 200 and json.loads(body).get("status") == "ready", "round %d: /health 200: %r" % (rnd, body))
         check(greedy(srv) == before, "round %d: greedy answer unchanged after the storm" % rnd)
@@ -263,7 +263,7 @@ def main():
     errors = r.run(rng.getrandbits(64))
     print("cpu executor: %d complete, %d hang-ups, %.1f s" % (r.n_complete, r.n_hangups, time.time() - t0), flush=True)
     check(not errors, "cpu executor: %d client errors: %s" % (len(errors), "\n".join(errors[:5])))
-    g = cpu.wait_idle(20.0)
+    g = cpu.wait_idle(60.0)
     check(g.get("num_requests_running") == 0 and g.get("num_requests_waiting") == 0 and
           g.get("kv_cache_usage_perc") == 0, "cpu executor: idle after the storm: %r" % g)
     check(greedy(cpu) == before, "cpu executor: greedy answer unchanged after the storm")

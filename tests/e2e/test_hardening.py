@@ -150,16 +150,27 @@ for _ in range(7):  # slowloris: the start of a request, never finished
     except OSError:
         pass
     held.append(h)
-time.sleep(1.0)
-n_open = 0
-for h in held:
-    h.settimeout(0.2)
-    try:
-        n_open += h.recv(1) != b""  # data would be a bug; b"" = closed
-    except socket.timeout:
-        n_open += 1  # still open, waiting for the rest of the request
-    except OSError:
-        pass
+
+
+def count_open(socks):
+    n = 0
+    for h in socks:
+        h.settimeout(0.2)
+        try:
+            n += h.recv(1) != b""  # data would be a bug; b"" = closed
+        except socket.timeout:
+            n += 1  # still open, waiting for the rest of the request
+        except OSError:
+            pass
+    return n
+
+
+# the server closes the extra three as it accepts them: poll (a fixed 1 s sleep raced a loaded machine)
+t0 = time.time()
+n_open = count_open(held)
+while n_open > 4 and time.time() - t0 < 30:
+    time.sleep(0.2)
+    n_open = count_open(held)
 # (a /health poll of the start-up may still count for a moment: at most 4, at least 3 of ours)
 check(3 <= n_open <= 4, "7 connections from one address with --max-connections-per-ip 4: %d open" % n_open)
 for s in held:
@@ -177,6 +188,8 @@ check(ok, "after the four close, /health answers again")
 stop_and_check(srv, check, "--max-connections-per-ip 4")
 
 # ---- 10. slowloris: a byte every 0.4 s no longer holds a connection forever ----
+# (without the limit they are held forever: the idle timeout restarts with every byte; the 12 s bound
+# leaves a loaded ASan machine 10 s past the 2 s limit to notice and close them)
 srv = Server("--max-request-seconds", "2")
 slow = []
 for _ in range(5):
@@ -185,7 +198,7 @@ for _ in range(5):
     slow.append([h, None])
 t0 = time.time()
 health_ok = health_n = 0
-while time.time() - t0 < 8 and any(e is None for _, e in slow):
+while time.time() - t0 < 14 and any(e is None for _, e in slow):
     for rec in slow:
         if rec[1] is None:
             try:
@@ -204,7 +217,7 @@ while time.time() - t0 < 8 and any(e is None for _, e in slow):
         pass
     time.sleep(0.4)
 ends = [e for _, e in slow]
-check(all(e is not None and e < 6 for e in ends),
+check(all(e is not None and e < 12 for e in ends),
       "5 connections trickling a header byte every 0.4 s with --max-request-seconds 2: closed after %r s" % ends)
 check(health_ok == health_n, "/health answered %d of %d polls during the slow connections" % (health_ok, health_n))
 for h, _ in slow:
@@ -238,7 +251,8 @@ for src in srcs:
 time.sleep(0.5)  # older than the eviction age
 health_ok = health_n = 0
 t0 = time.time()
-while time.time() - t0 < 6:
+# 6 s of pressure and 5 polls at least (a reconnect can wait out a connect timeout on a loaded machine)
+while (time.time() - t0 < 6 or health_n < 5) and time.time() - t0 < 120:
     for rec in held:  # keep the pressure on: a byte each, closed ones reopened
         try:
             if rec[1] is None:

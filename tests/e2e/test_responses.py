@@ -117,15 +117,20 @@ try:
     for name in ("response.output_item.added", "response.content_part.added", "response.content_part.done",
                  "response.output_item.done"):
         check(name in types, "event %s" % name)
-    st_, raw, _ = srv.request("POST", "/v1/responses", {"model": MODEL, "input": q, "max_output_tokens": 3,
-                                                         "stream": True, "reasoning": {"effort": "high"}},
+    # (reasoning at temperature 0 on a fixed input: a sampled answer of random logits opens with </think>,
+    # no reasoning at all, once in ~1e5 draws; the test executor's greedy answer to a fixed input is fixed)
+    tq = "Think it over."
+    st_, raw, _ = srv.request("POST", "/v1/responses", {"model": MODEL, "input": tq, "max_output_tokens": 3,
+                                                         "stream": True, "reasoning": {"effort": "high"},
+                                                         "temperature": 0},
                               headers={"Authorization": "Bearer " + KEY})
     raw_evs = sse_events(raw)
     check(st_ == 200 and all(e == d["type"] for e, d in raw_evs), "SSE event names equal data types")
     check("response.reasoning_summary_text.delta" in [e for e, _ in raw_evs], "reasoning summary deltas streamed")
 
     # ---- reasoning ----
-    rr = client.responses.create(model=MODEL, input=q, max_output_tokens=6, reasoning={"effort": "high"})
+    rr = client.responses.create(model=MODEL, input=tq, max_output_tokens=6, reasoning={"effort": "high"},
+                                 temperature=0)
     check(rr.output[0].type == "reasoning" and rr.output[0].summary and rr.output[0].summary[0].text,
           "reasoning.effort high -> a reasoning item: %r" % rr.output[:1])
     rn = client.responses.create(model=MODEL, input=q, max_output_tokens=4, reasoning={"effort": "none"})

@@ -72,10 +72,22 @@ def long_request():
         hold.append(e)
 
 
+def wait_gauge(name, want, timeout_s=60):
+    """Poll /metrics until the gauge reads want (a fixed sleep raced a slow start under ASan)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        if srv.gauges().get(name) == want:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# each long request runs >= 4 s (200 steps of >= 20 ms): the 429 below is sent while the first runs
 threads = [threading.Thread(target=long_request) for _ in range(2)]
-for t in threads:
-    t.start()
-    time.sleep(0.5)
+threads[0].start()
+check(wait_gauge("num_requests_running", 1), "the first long request runs")
+threads[1].start()
+check(wait_gauge("num_requests_waiting", 1), "the second long request waits")
 ex = expect(openai.RateLimitError, "queue full", lambda: chat())
 check(ex is not None and ex.status_code == 429, "429 status")
 

@@ -558,8 +558,12 @@ def check_429_and_drain(small, sclient):
     st, text, hdr = http(small, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, key=None)
     check(st == 429 and "Retry-After" in hdr, "429 with Retry-After when the queue is full: %s %s" % (st, text))
     small.p.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    st, text, _ = http(small, "GET", "/health", key=None)
+    t0 = time.time()  # the drain lasts while "a" runs (>= 3 s): poll for it (was one look after 0.3 s)
+    while True:
+        st, text, _ = http(small, "GET", "/health", key=None)
+        if st == 503 or time.time() - t0 > 10:
+            break
+        time.sleep(0.05)
     check(st == 503, "/health 503 while draining: %s %s" % (st, text))
     st, text, _ = http(small, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, key=None)
     check(st == 503, "new requests 503 while draining: %s" % st)

@@ -96,7 +96,11 @@ check(0 <= acc <= draft_toks, "accepted %s of %s" % (acc, draft_toks))
 check(sorted(s.labels.get("position") for s in per_pos) == [str(i) for i in range(K)],
       "per-position series: %r" % [s.labels for s in per_pos])
 check(sum(s.value for s in per_pos) == acc, "per position sums to accepted")
-time.sleep(1.5)  # the periodic stats line (every 0.5 s here) carries the acceptance
+# the periodic stats line (every 0.5 s here) carries the acceptance: polled, up to 30 s (a fixed 1.5 s
+# sleep raced a loaded ASan machine)
+t0 = time.time()
+while "Draft acceptance rate:" not in spec.logtext() and time.time() - t0 < 30:
+    time.sleep(0.1)
 check("Draft acceptance rate:" in spec.logtext(), "the stats line shows the draft acceptance rate")
 stop_and_check(spec, check, "speculating server")
 spec.cleanup()

@@ -292,29 +292,54 @@ def check_json_answer(schema, text, finish, what):
     return "length"
 
 
-def schema_round(srv, n_schemas, max_tokens, workers):
-    jobs = []
-    for i in range(n_schemas):
-        s = gen_root()
-        kind = "chat" if i % 2 == 0 else "completions"
-        stream = i % 4 >= 2
-        if kind == "chat" and i % 3 == 0:
-            body = {"response_format": {"type": "json_schema", "json_schema": {"name": "s%d" % i, "schema": s,
-                                                                              "strict": True}}}
-        elif i % 3 == 1:
-            body = {"guided_json": s}
-        else:
-            body = {"structured_outputs": {"json": s}} if kind == "completions" else \
-                {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": s}}}
-        body.update(max_tokens=max_tokens, temperature=1.0, seed=rng.randrange(1 << 30))
-        jobs.append((s, kind, body, stream, "schema %d (%s%s)" % (i, kind, ", stream" if stream else "")))
+def schema_job(i, max_tokens):
+    s = gen_root()
+    kind = "chat" if i % 2 == 0 else "completions"
+    stream = i % 4 >= 2
+    if kind == "chat" and i % 3 == 0:
+        body = {"response_format": {"type": "json_schema", "json_schema": {"name": "s%d" % i, "schema": s,
+                                                                          "strict": True}}}
+    elif i % 3 == 1:
+        body = {"guided_json": s}
+    else:
+        body = {"structured_outputs": {"json": s}} if kind == "completions" else \
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": s}}}
+    body.update(max_tokens=max_tokens, temperature=1.0, seed=rng.randrange(1 << 30))
+    return (s, kind, body, stream, "schema %d (%s%s)" % (i, kind, ", stream" if stream else ""))
+
+
+def batches(ex, n_min, n_max, workers, enough, make_job, run_job):
+    """Sequential sampling: n_min jobs, then batches of `workers` more while enough() is false, n_max at
+    most. A threshold on what random logits produce (complete answers, closed calls) then fails only when
+    the code is wrong: a correct grammar reaches it long before n_max (the binomial bounds at the calls),
+    a grammar that never completes fails after n_max. Jobs are made in order in this thread (a seed
+    repeats a run)."""
+    i = 0
+    while i < n_max and (i < n_min or not enough()):
+        n = min(n_max, max(n_min, i + workers)) - i
+        jobs = [make_job(i + k) for k in range(n)]
+        futs = [(j, ex.submit(generate, *j[0])) for j in jobs]
+        for j, f in futs:
+            run_job(j[1], f.result())
+        i += n
+    return i
+
+
+def schema_round(srv, n_min, n_max, need, max_tokens, workers):
+    """Schemas until need answers finished with "stop" (n_min at least, n_max at most)."""
     counts = {"stop": 0, "length": 0, None: 0}
+
+    def make(i):
+        s, kind, body, stream, what = schema_job(i, max_tokens)
+        return (srv, kind, body, stream), (s, what)
+
+    def run(meta, res):
+        text, finish, _ = res
+        counts[check_json_answer(meta[0], text, finish, meta[1])] += 1
+
     with cf.ThreadPoolExecutor(workers) as ex:
-        futs = [(j, ex.submit(generate, srv, j[1], j[2], j[3])) for j in jobs]
-        for (s, kind, body, stream, what), f in futs:
-            text, finish, _ = f.result()
-            counts[check_json_answer(s, text, finish, what)] += 1
-    return counts
+        n = batches(ex, n_min, n_max, workers, lambda: counts["stop"] >= need, make, run)
+    return n, counts
 
 
 def gen_tools():
@@ -330,63 +355,72 @@ def gen_tools():
     return tools
 
 
-def tool_round(srv, n_sets, max_tokens, workers):
-    jobs = []
-    for i in range(n_sets):
+def tool_round(srv, n_min, n_max, need, max_tokens, workers):
+    """Tool sets until need calls closed and validated (n_min sets at least, n_max at most); returns the
+    number of sets and the valid calls of each."""
+    per_set = []
+
+    def make(i):
         tools = gen_tools()
         named = i % 2 == 1
         choice = {"type": "function", "function": {"name": rng.choice(tools)["function"]["name"]}} if named \
             else "required"
         body = {"tools": tools, "tool_choice": choice, "max_tokens": max_tokens, "temperature": 1.0,
                 "seed": rng.randrange(1 << 30)}
-        jobs.append((tools, choice, body, i % 4 >= 2, "tool set %d (%s%s)" % (
-            i, "named" if named else "required", ", stream" if i % 4 >= 2 else "")))
-    n_calls = 0
-    with cf.ThreadPoolExecutor(workers) as ex:
-        futs = [(j, ex.submit(generate, srv, "chat", j[2], j[3])) for j in jobs]
-        for (tools, choice, body, stream, what), f in futs:
-            text, finish, calls = f.result()
-            if text is None:
-                check(False, "%s: request failed: %s" % (what, finish))
-                continue
-            check(text.strip() == "", "%s: content beside the calls: %r" % (what, text[:200]))
-            by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-            complete = calls
-            if finish == "length":
-                for c in calls:
-                    try:
-                        json.loads(c["function"]["arguments"])
-                    except ValueError:
-                        check(False, "%s: cut call's arguments are not JSON" % what)
-                # Every call but the last closed before the cut ("required" lets the model go on
-                # calling), so it is held to its schema like a call of a finished answer.
-                complete = calls[:-1]
-            else:
-                check(finish == "tool_calls", "%s: finish_reason %r" % (what, finish))
-                check(len(calls) >= 1, "%s: no tool call" % what)
-                if isinstance(choice, dict):
-                    check(len(calls) == 1 and calls[0]["function"]["name"] == choice["function"]["name"],
-                          "%s: not exactly the named call: %r" % (what, calls))
-            for c in complete:
-                name = c["function"]["name"]
-                if not check(name in by_name, "%s: unknown function %r" % (what, name)):
-                    continue
+        stream = i % 4 >= 2
+        return (srv, "chat", body, stream), (tools, choice, "tool set %d (%s%s)" % (
+            i, "named" if named else "required", ", stream" if stream else ""))
+
+    def run(meta, res):
+        tools, choice, what = meta
+        text, finish, calls = res
+        per_set.append(0)
+        if text is None:
+            check(False, "%s: request failed: %s" % (what, finish))
+            return
+        check(text.strip() == "", "%s: content beside the calls: %r" % (what, text[:200]))
+        by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        complete = calls
+        if finish == "length":
+            for c in calls:
                 try:
-                    args = json.loads(c["function"]["arguments"])
-                    jsonschema.validate(args, by_name[name])
-                    n_calls += 1
-                except (ValueError, jsonschema.ValidationError) as e:
-                    check(False, "%s: arguments %r invalid: %s\nschema %s" % (
-                        what, c["function"]["arguments"][:300], e, json.dumps(by_name[name])))
-    return n_calls
+                    json.loads(c["function"]["arguments"])
+                except ValueError:
+                    check(False, "%s: cut call's arguments are not JSON" % what)
+            # Every call but the last closed before the cut ("required" lets the model go on
+            # calling), so it is held to its schema like a call of a finished answer.
+            complete = calls[:-1]
+        else:
+            check(finish == "tool_calls", "%s: finish_reason %r" % (what, finish))
+            check(len(calls) >= 1, "%s: no tool call" % what)
+            if isinstance(choice, dict):
+                check(len(calls) == 1 and calls[0]["function"]["name"] == choice["function"]["name"],
+                      "%s: not exactly the named call: %r" % (what, calls))
+        for c in complete:
+            name = c["function"]["name"]
+            if not check(name in by_name, "%s: unknown function %r" % (what, name)):
+                continue
+            try:
+                args = json.loads(c["function"]["arguments"])
+                jsonschema.validate(args, by_name[name])
+                per_set[-1] += 1
+            except (ValueError, jsonschema.ValidationError) as e:
+                check(False, "%s: arguments %r invalid: %s\nschema %s" % (
+                    what, c["function"]["arguments"][:300], e, json.dumps(by_name[name])))
+
+    with cf.ThreadPoolExecutor(workers) as ex:
+        n = batches(ex, n_min, n_max, workers, lambda: sum(per_set) >= need, make, run)
+    return n, per_set
 
 
 def misc_round(srv):
-    for i in range(6):
-        text, finish, _ = generate(srv, "chat", {"response_format": {"type": "json_object"}, "max_tokens": 200,
-                                                 "temperature": 1.0}, i % 2 == 1)
-        if check_json_answer({"type": "object"}, text, finish, "json_object %d" % i) == "stop":
-            check(isinstance(json.loads(text), dict), "json_object is an object")
+    with cf.ThreadPoolExecutor(6) as ex:  # at once: one batch of decode steps (the CPU executor is slow)
+        futs = [ex.submit(generate, srv, "chat", {"response_format": {"type": "json_object"}, "max_tokens": 200,
+                                                  "temperature": 1.0}, i % 2 == 1) for i in range(6)]
+        for i, f in enumerate(futs):
+            text, finish, _ = f.result()
+            if check_json_answer({"type": "object"}, text, finish, "json_object %d" % i) == "stop":
+                check(isinstance(json.loads(text), dict), "json_object is an object")
     text, finish, _ = generate(srv, "completions", {"guided_choice": ["yes", "no", "no way"], "max_tokens": 10}, False)
     check(text in ("yes", "no", "no way") and finish == "stop", "guided_choice: %r %r" % (text, finish))
     text, finish, _ = generate(srv, "completions", {"structured_outputs": {"choice": ["α", "β"]}, "max_tokens": 10},
@@ -429,43 +463,63 @@ def sdk_round(srv):
         note: Optional[Literal["rush"]]
 
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0)
-    n_ok = 0
-    for i in range(4):
+
+    def parse(i):
         try:
-            r = client.beta.chat.completions.parse(model="tiny-e2e", messages=[{"role": "user", "content": "order"}],
-                                                   response_format=Order, max_tokens=400, temperature=1.0, seed=i)
+            return client.beta.chat.completions.parse(model="tiny-e2e", messages=[{"role": "user", "content": "order"}],
+                                                      response_format=Order, max_tokens=400, temperature=1.0, seed=i)
         except openai.LengthFinishReasonError:
-            continue
-        msg = r.choices[0].message
-        check(isinstance(msg.parsed, Order), "SDK parse: %r" % (msg.content,))
-        n_ok += 1
-    check(n_ok >= 1, "SDK parse: at least one complete answer of 4")
+            return None
+
+    # 4 answers at once, then 4 more while none completed (12 at most: items is an unbounded array, so an
+    # answer can run past max_tokens; a grammar that never lets one end still fails)
+    n_ok, n = 0, 0
+    with cf.ThreadPoolExecutor(4) as ex:
+        while n < 12 and n_ok == 0:
+            for r in ex.map(parse, range(n, n + 4)):
+                if r is not None:
+                    msg = r.choices[0].message
+                    check(isinstance(msg.parsed, Order), "SDK parse: %r" % (msg.content,))
+                    n_ok += 1
+            n += 4
+    check(n_ok >= 1, "SDK parse: at least one complete answer of %d" % n)
 
 
-def run(srv, n_schemas, n_tools, max_tokens, tool_max_tokens, workers, label):
-    counts = schema_round(srv, n_schemas, max_tokens, workers)
+def run(srv, schemas, tools, max_tokens, tool_max_tokens, workers, label):
+    """schemas, tools: (n_min, n_max, need) of schema_round and tool_round."""
+    n, counts = schema_round(srv, *schemas, max_tokens, workers)
     print("%s: %d schemas: %d complete and valid, %d cut by max_tokens (valid prefixes)" % (
-        label, n_schemas, counts["stop"], counts["length"]), flush=True)
-    check(counts["stop"] >= n_schemas // 3, "%s: too few complete answers: %r" % (label, counts))
-    n_calls = tool_round(srv, n_tools, tool_max_tokens, workers)
-    print("%s: %d tool sets: %d valid calls" % (label, n_tools, n_calls), flush=True)
-    check(n_calls >= n_tools // 3, "%s: too few complete tool calls" % label)
+        label, n, counts["stop"], counts["length"]), flush=True)
+    check(counts["stop"] >= schemas[2], "%s: too few complete answers: %r of %d" % (label, counts, n))
+    n, per_set = tool_round(srv, *tools, tool_max_tokens, workers)
+    n_calls = sum(per_set)
+    print("%s: %d tool sets: %d valid calls %r" % (label, n, n_calls, per_set), flush=True)
+    check(n_calls >= tools[2], "%s: too few complete tool calls: %d in %d sets" % (label, n_calls, n))
     misc_round(srv)
     sdk_round(srv)
 
 
+# Thresholds on what random logits produce are checked by sequential sampling (batches()); the
+# false-failure bound of each is beside its call, from the rates its generator shows.
 srv = serverproc.Server("--max-model-len", "4096", executor="test", name="tiny-e2e")
 try:
-    run(srv, 220, 50, 400, 400, 8, "test executor")
+    # Rates seen (3 seeds): 195-199 of 220 schemas complete in 400 tokens, 74-90% of tool sets close a
+    # call. At p = 0.6 and 0.7 (far below) P(< 73 of 220) < 1e-15 and P(< 16 sets of 50) < 1e-8: fixed sizes.
+    run(srv, (220, 220, 220 // 3), (50, 50, 50 // 3), 400, 400, 8, "test executor")
 finally:
     serverproc.stop_and_check(srv, check, "test-executor server")
 
 if os.environ.get("DSV4_STRUCTURED_CPU", "1") != "0":
     cpu = serverproc.Server("--max-model-len", "4096", executor="cpu", name="tiny-e2e")
     try:
-        # The tiny model's random strings run long: 150 tokens cut a third of its calls, and 4 sets
-        # at 150 tokens gave a single complete call for 3 seeds of 12; 6 sets at 300 gave 4 to 8.
-        run(cpu, 12, 6, 150, 300, 4, "cpu executor (tiny checkpoint)")
+        # The tiny model's random strings run long: max_tokens cuts a share of its answers and calls.
+        # Rates seen: 81 of 96 schemas complete in 150 tokens (p = 0.84), 53 of 64 tool sets close a call in
+        # 300 (p = 0.83); a fixed 12 schemas / 6 sets fail "4 complete" / "2 calls" with probability 1e-5 /
+        # 7e-4 at those rates (seed 423995612's 4 sets at 150 tokens made none). So: 12 schemas, then 4 at a
+        # time until 4 completed (48 at most: P(fail) < 1e-10 even at p = 0.5); 4 tool sets, then 4 at a time
+        # until 2 calls closed (16 at most: P(fail) < 1e-7 at p = 0.71, the lower 95% bound of the rate seen,
+        # 1e-5 at p = 0.6; ~2% of runs need a second batch, and the cap bounds the time a broken grammar takes).
+        run(cpu, (12, 48, 4), (4, 16, 2), 150, 300, 4, "cpu executor (tiny checkpoint)")
     finally:
         serverproc.stop_and_check(cpu, check, "cpu-executor server")
 sys.exit(check.finish())

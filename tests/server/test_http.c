@@ -271,14 +271,14 @@ static void test_stream(void)
 	}
 	free(r);
 	pthread_join(g_chunks.th, NULL);
-	for (int i = 0; i < 100 && !atomic_load(&g_chunks.closed); i++)
+	for (int i = 0; i < 3000 && !atomic_load(&g_chunks.closed); i++) /* up to 30 s: a loaded ASan machine */
 		usleep(10000);
 	T_CHECK(atomic_load(&g_chunks.closed) && !atomic_load(&g_chunks.aborted));
 
 	reset_chunks(400);
 	r = roundtrip(req, (size_t)n, 10); /* read a few bytes and hang up */
 	free(r);
-	for (int i = 0; i < 400 && !atomic_load(&g_chunks.closed); i++)
+	for (int i = 0; i < 3000 && !atomic_load(&g_chunks.closed); i++) /* up to 30 s: a loaded ASan machine */
 		usleep(10000);
 	T_CHECK(atomic_load(&g_chunks.closed));
 	T_CHECK(atomic_load(&g_chunks.aborted));
