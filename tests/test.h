@@ -63,6 +63,22 @@ static inline uint64_t test_seed(void)
 	return seed;
 }
 
+/* The largest k with P(X < k) <= alpha for X ~ Binomial(n, p), 0 < p < 1:
+ * a count of n independent successes of probability p is below it only
+ * with probability alpha (a statistical check's threshold at, say, 1e-7). */
+static inline uint32_t test_binom_lower(uint32_t n, double p, double alpha)
+{
+	double below = 0; /* P(X < k) */
+	for (uint32_t k = 0; k < n; k++) {
+		double pk = exp(lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma((double)(n - k) + 1.0) + k * log(p) +
+				(double)(n - k) * log1p(-p));
+		if (below + pk > alpha)
+			return k;
+		below += pk;
+	}
+	return n;
+}
+
 static inline int test_skip(const char *why)
 {
 	fprintf(stderr, "SKIP: %s\n", why);
