@@ -50,26 +50,31 @@ static void ref_process(const float *logits, uint32_t V, const struct kern_sampl
 	}
 }
 
-/* The filtered, renormalised distribution; also the candidates in order. */
-static uint32_t ref_dist(const double *l, uint32_t V, const struct kern_sampling_params *p, double *prob,
-			 uint32_t *order)
+/* The softmax of l at the temperature into prob; returns its largest value. */
+static double ref_softmax(const double *l, uint32_t V, const struct kern_sampling_params *p, double *prob)
 {
-	double mx = -INFINITY, s = 0;
+	double mx = -INFINITY, s = 0, pmax = 0;
 	for (uint32_t v = 0; v < V; v++)
 		mx = fmax(mx, l[v] / p->temperature);
 	for (uint32_t v = 0; v < V; v++)
 		s += exp(l[v] / p->temperature - mx);
-	double pmax = 0;
 	for (uint32_t v = 0; v < V; v++) {
 		prob[v] = exp(l[v] / p->temperature - mx) / s;
 		pmax = fmax(pmax, prob[v]);
 	}
-	/* selection sort by (prob desc, id asc) of the survivors of min_p */
+	return pmax;
+}
+
+/* The survivors of min_p and top_k in order, sorted by (prob desc, id asc);
+ * returns how many. */
+static uint32_t ref_candidates(const double *prob, double pmax, uint32_t V, const struct kern_sampling_params *p,
+			       uint32_t *order)
+{
 	uint32_t n = 0;
 	for (uint32_t v = 0; v < V; v++)
 		if (prob[v] >= p->min_p * pmax)
 			order[n++] = v;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) /* selection sort */
 		for (uint32_t j = i + 1; j < n; j++)
 			if (prob[order[j]] > prob[order[i]] || (prob[order[j]] == prob[order[i]] && order[j] < order[i])) {
 				uint32_t t = order[i];
@@ -78,6 +83,14 @@ static uint32_t ref_dist(const double *l, uint32_t V, const struct kern_sampling
 			}
 	if (p->top_k > 0 && (uint32_t)p->top_k < n)
 		n = (uint32_t)p->top_k;
+	return n;
+}
+
+/* The filtered, renormalised distribution; also the candidates in order. */
+static uint32_t ref_dist(const double *l, uint32_t V, const struct kern_sampling_params *p, double *prob,
+			 uint32_t *order)
+{
+	uint32_t n = ref_candidates(prob, ref_softmax(l, V, p, prob), V, p, order);
 	double mass = 0;
 	for (uint32_t i = 0; i < n; i++)
 		mass += prob[order[i]];
@@ -112,16 +125,9 @@ static uint32_t ref_dist(const double *l, uint32_t V, const struct kern_sampling
 static bool ref_dist_clear(const double *l, uint32_t V, const struct kern_sampling_params *p)
 {
 	const double eps = 1e-5;
-	double prob[V], pmax = 0, mx = -INFINITY, s = 0;
+	double prob[V];
 	uint32_t order[V];
-	for (uint32_t v = 0; v < V; v++)
-		mx = fmax(mx, l[v] / p->temperature);
-	for (uint32_t v = 0; v < V; v++)
-		s += exp(l[v] / p->temperature - mx);
-	for (uint32_t v = 0; v < V; v++) {
-		prob[v] = exp(l[v] / p->temperature - mx) / s;
-		pmax = fmax(pmax, prob[v]);
-	}
+	double pmax = ref_softmax(l, V, p, prob);
 	for (uint32_t v = 0; v < V; v++) {
 		if (p->min_p > 0 && prob[v] != pmax && fabs(prob[v] - p->min_p * pmax) <= eps * pmax)
 			return false;
@@ -132,19 +138,7 @@ static bool ref_dist_clear(const double *l, uint32_t V, const struct kern_sampli
 	/* top_p: no running sum of the sorted survivors of min_p and top_k within eps of
 	 * the target (no near-ties above, so the order is that of any precision) */
 	if (p->top_p < 1.0f) {
-		uint32_t m = 0;
-		for (uint32_t v = 0; v < V; v++)
-			if (prob[v] >= p->min_p * pmax)
-				order[m++] = v;
-		for (uint32_t i = 0; i < m; i++)
-			for (uint32_t j = i + 1; j < m; j++)
-				if (prob[order[j]] > prob[order[i]]) {
-					uint32_t t = order[i];
-					order[i] = order[j];
-					order[j] = t;
-				}
-		if (p->top_k > 0 && (uint32_t)p->top_k < m)
-			m = (uint32_t)p->top_k;
+		uint32_t m = ref_candidates(prob, pmax, V, p, order);
 		double mass = 0, c = 0;
 		for (uint32_t i = 0; i < m; i++)
 			mass += prob[order[i]];

@@ -352,7 +352,6 @@ static void test_own_drafts(enum model_draft_kind method, uint32_t K, const int3
 	model_exec_cpu_destroy(x1);
 }
 
-/* The plain greedy output at world size 1, one token a step, from a fresh random prompt. */
 /* The plain world-size-1 greedy run of a fresh random prompt; returns the
  * smallest gap between the top two logprobs over its picks, and the
  * smallest routing margin in *route_gap (route_gap.h). */
